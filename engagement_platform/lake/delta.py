@@ -1,0 +1,207 @@
+"""Delta tables over delta-rs: the one storage module every domain uses.
+
+Spark computes; its results cross here as Arrow and are committed by delta-rs (no JVM jars needed).
+Every write can carry a Delta `txn` action (app id, version) in the same commit as the rows, which is
+what makes a retried batch a no-op on the tables it already reached (kafka-delta-ingest's idea).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """Everything needed to create a table the same way in every environment."""
+
+    name: str
+    schema: pa.Schema
+    partition_by: tuple[str, ...] = ()
+    change_data_feed: bool = True
+    # Columns that get min/max statistics (data skipping). Keep big JSON columns out of this list.
+    stats_columns: tuple[str, ...] = ()
+    target_file_size: int = 128 * 1024 * 1024
+    description: str = ""
+
+    def configuration(self) -> dict[str, str]:
+        conf = {
+            "delta.enableChangeDataFeed": "true" if self.change_data_feed else "false",
+            "delta.targetFileSize": str(self.target_file_size),
+        }
+        if self.stats_columns:
+            conf["delta.dataSkippingStatsColumns"] = ",".join(self.stats_columns)
+        return conf
+
+
+@dataclass(frozen=True)
+class BatchTxn:
+    """Identifies one batch's commit to a table: `app_id` is the writer, `version` the batch id."""
+
+    app_id: str
+    version: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def commit_properties(self) -> CommitProperties:
+        meta = {"app_id": self.app_id, "batch_id": str(self.version), **{k: str(v) for k, v in self.metadata.items()}}
+        return CommitProperties(
+            app_transactions=[Transaction(app_id=self.app_id, version=self.version)],
+            custom_metadata=meta,
+        )
+
+
+class DeltaLake:
+    """All tables under one root (a local folder or an object-store URI)."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None):
+        self.root = root.rstrip("/")
+        self.storage_options = storage_options
+
+    def uri(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    # ---- tables -------------------------------------------------------------------------------
+
+    def ensure(self, spec: TableSpec) -> DeltaTable:
+        """Open the table, creating it (schema, partitions, properties) on first use."""
+        try:
+            return self.table(spec.name)
+        except TableNotFoundError:
+            if "://" not in self.root:
+                Path(self.uri(spec.name)).mkdir(parents=True, exist_ok=True)
+            return DeltaTable.create(
+                self.uri(spec.name),
+                schema=spec.schema,
+                mode="ignore",  # two processes creating at once both end with the same table
+                partition_by=list(spec.partition_by) or None,
+                name=spec.name,
+                description=spec.description or None,
+                configuration=spec.configuration(),
+                storage_options=self.storage_options,
+            )
+
+    def table(self, name: str, version: int | None = None) -> DeltaTable:
+        return DeltaTable(self.uri(name), version=version, storage_options=self.storage_options)
+
+    def exists(self, name: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(name), storage_options=self.storage_options)
+
+    # ---- exactly-once commits -----------------------------------------------------------------
+
+    def committed_version(self, name: str, app_id: str) -> int | None:
+        """The last batch version `app_id` committed to this table (None if never)."""
+        return self.table(name).transaction_version(app_id)
+
+    def already_committed(self, name: str, txn: BatchTxn) -> bool:
+        last = self.committed_version(name, txn.app_id)
+        return last is not None and last >= txn.version
+
+    def append(self, spec: TableSpec, rows: pa.Table, txn: BatchTxn) -> int | None:
+        """Append rows and the txn in one commit; None when this batch was already committed."""
+        table = self.ensure(spec)
+        if self.already_committed(spec.name, txn):
+            return None
+        write_deltalake(
+            table,
+            rows.select(spec.schema.names).cast(spec.schema),
+            mode="append",
+            partition_by=list(spec.partition_by) or None,
+            target_file_size=spec.target_file_size,
+            commit_properties=txn.commit_properties(),
+        )
+        table.update_incremental()
+        return table.version()
+
+    def delete(self, spec: TableSpec, predicate: str, txn: BatchTxn) -> dict[str, Any] | None:
+        table = self.ensure(spec)
+        if self.already_committed(spec.name, txn):
+            return None
+        metrics = table.delete(predicate, commit_properties=txn.commit_properties())
+        return {**metrics, "version": table.version()}
+
+    def merge(self, spec: TableSpec, source: pa.Table, predicate: str, txn: BatchTxn):
+        """A TableMerger carrying the txn; the caller adds when_* clauses and calls execute()."""
+        table = self.ensure(spec)
+        return table.merge(
+            source,
+            predicate=predicate,
+            source_alias="s",
+            target_alias="t",
+            commit_properties=txn.commit_properties(),
+        )
+
+    def find_batch_commit(self, name: str, app_id: str, version: int) -> int | None:
+        """Table version at which `app_id` committed batch `version` (from commit metadata)."""
+        for commit in self.table(name).history():
+            if commit.get("app_id") == app_id and commit.get("batch_id") == str(version):
+                return int(commit["version"])
+        return None
+
+    # ---- reads --------------------------------------------------------------------------------
+
+    def read(self, name: str, filters: list[tuple[str, str, Any]] | None = None, columns: list[str] | None = None) -> pa.Table:
+        """Rows with partition pruning and file skipping (min/max stats) from the filters."""
+        dataset = self.table(name).to_pyarrow_dataset()
+        expr = None
+        for col, op, value in filters or []:
+            term = _compare(pc.field(col), op, value)
+            expr = term if expr is None else expr & term
+        return dataset.to_table(columns=columns, filter=expr)
+
+    def changes(self, name: str, starting_version: int, ending_version: int | None = None, predicate: str | None = None) -> pa.Table:
+        """Change data feed rows (`_change_type`, `_commit_version`, `_commit_timestamp`)."""
+        reader = self.table(name).load_cdf(
+            starting_version=starting_version, ending_version=ending_version, predicate=predicate, allow_out_of_range=True
+        )
+        table = pa.RecordBatchReader.from_stream(reader).read_all()
+        # delta-rs returns string_view columns; plain strings sort/compare everywhere.
+        return table.cast(pa.schema([_plain(f) for f in table.schema]))
+
+    # ---- layout upkeep ------------------------------------------------------------------------
+
+    def compact(self, name: str, partition_filters=None, target_size: int | None = None) -> dict[str, Any]:
+        return self.table(name).optimize.compact(partition_filters=partition_filters, target_size=target_size)
+
+    def z_order(self, name: str, columns: list[str], partition_filters=None, target_size: int | None = None) -> dict[str, Any]:
+        return self.table(name).optimize.z_order(columns, partition_filters=partition_filters, target_size=target_size)
+
+    def vacuum(self, name: str, retention_hours: int, dry_run: bool = False) -> list[str]:
+        return self.table(name).vacuum(
+            retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=retention_hours >= 168
+        )
+
+    def file_stats(self, name: str) -> pa.Table:
+        """One row per data file: path, size, partition values, min/max stats (flattened)."""
+        return pa.table(self.table(name).get_add_actions(flatten=True))
+
+
+def _compare(field_expr, op: str, value):
+    ops = {
+        "=": lambda: field_expr == value,
+        "!=": lambda: field_expr != value,
+        "<": lambda: field_expr < value,
+        "<=": lambda: field_expr <= value,
+        ">": lambda: field_expr > value,
+        ">=": lambda: field_expr >= value,
+        "in": lambda: field_expr.isin(list(value)),
+    }
+    return ops[op]()
+
+
+def _plain(f: pa.Field) -> pa.Field:
+    if pa.types.is_string_view(f.type) or pa.types.is_large_string(f.type):
+        return pa.field(f.name, pa.string(), f.nullable)
+    if pa.types.is_binary_view(f.type) or pa.types.is_large_binary(f.type):
+        return pa.field(f.name, pa.binary(), f.nullable)
+    return f
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,54 @@
+"""Notification rows: per org, what one batch's commit changed in a table (seed design).
+
+Counts come from the table's change data feed for that exact commit version, so they are the same
+when a retried batch writes them later, and the asset check can recompute them independently.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pyarrow as pa
+
+from engagement_platform.lake.delta import DeltaLake, TableSpec
+
+CHANGE_COLUMNS = {"insert": "inserted", "update_postimage": "updated", "delete": "deleted"}
+
+
+def change_counts(lake: DeltaLake, table: str, version: int) -> dict[str, dict[str, int]]:
+    """org_id -> {inserted, updated, deleted} for one commit, from the change data feed."""
+    cdf = lake.changes(table, version, version).select(["org_id", "_change_type"])
+    grouped = cdf.group_by(["org_id", "_change_type"]).aggregate([([], "count_all")])
+    counts: dict[str, dict[str, int]] = {}
+    for row in grouped.to_pylist():
+        kind = CHANGE_COLUMNS.get(row["_change_type"])
+        if kind:
+            counts.setdefault(row["org_id"], {"inserted": 0, "updated": 0, "deleted": 0})[kind] += row["count_all"]
+    return counts
+
+
+def notification_rows(
+    lake: DeltaLake, spec: TableSpec, table: str, version: int, app_name: str, batch_id: int, at: datetime | None = None
+) -> pa.Table:
+    at = at or datetime.now(timezone.utc)
+    rows = [
+        dict(
+            org_id=org, ingestion_hour=at.strftime("%Y-%m-%dT%H"), table_name=table, table_version=version,
+            last_modified_time=at, app_name=app_name, batch_id=batch_id, **c,
+        )
+        for org, c in sorted(change_counts(lake, table, version).items())
+    ]
+    return pa.Table.from_pylist(rows, schema=spec.schema)
+
+
+def notifications_since(lake: DeltaLake, spec: TableSpec, org_id: str, after_version: int, table: str) -> pa.Table:
+    """Notification rows of one org and table whose table_version is after `after_version`."""
+    if not lake.exists(spec.name):
+        return spec.schema.empty_table()
+    rows = lake.read(spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)])
+    return rows.sort_by("table_version")
+
+
+def total(counts: dict[str, dict[str, int]], kind: str) -> int:
+    return sum(c[kind] for c in counts.values())
+

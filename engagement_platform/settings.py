@@ -1,0 +1,43 @@
+"""Environment -> settings, read at run time (never at import time).
+
+Local defaults point at the servers `scripts/stack.sh` starts on 127.0.0.1; production sets the same
+variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_dir: str
+    lake_root: str
+    kafka_bootstrap_servers: str
+    zookeeper_hosts: str
+    spark_remote: str
+    spark_master: str
+    ingest_max_records_per_partition: int
+
+    @property
+    def lake_is_local(self) -> bool:
+        return "://" not in self.lake_root
+
+
+def load_settings(environ: dict[str, str] | None = None) -> Settings:
+    env = os.environ if environ is None else environ
+    state_dir = env.get("EP_STATE_DIR", str(REPO_ROOT / ".state"))
+    return Settings(
+        state_dir=state_dir,
+        lake_root=env.get("EP_LAKE_ROOT", str(Path(state_dir) / "lake")),
+        kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+        zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
+        # Empty SPARK_REMOTE means an in-process classic session on SPARK_MASTER.
+        spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
+        spark_master=env.get("SPARK_MASTER", "local[2]"),
+        ingest_max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
+    )

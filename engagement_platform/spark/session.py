@@ -1,0 +1,39 @@
+"""Spark sessions: a Spark Connect client when SPARK_REMOTE is set, else a classic local session.
+
+Runs launched by sensors are short-lived processes; a classic session would pay 5-12 s of JVM start
+in each. A long-lived Spark Connect server (started with the stack) makes a run's session cost a gRPC
+connection instead (BENCHMARKS.md). Data reaches Spark through Python data sources executed by the
+server, never by shipping rows from the client (createDataFrame over Connect is slow).
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyspark.sql import SparkSession
+
+from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
+
+# Settings for a 2-core machine; a cluster overrides them through its own spark-defaults.
+LOCAL_CONF = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.driver.memory": "4g",
+}
+
+
+def build_session(remote: str = "", master: str = "local[2]", app_name: str = "engagement-platform") -> SparkSession:
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+    else:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    spark.dataSource.register(KafkaOffsetsDataSource)
+    return spark

@@ -1,0 +1,176 @@
+"""Thin Kafka client over confluent-kafka: watermarks, exact offset-range reads, producing.
+
+Positions are assigned and sought explicitly; no consumer-group commit is ever the source of truth
+(the Delta txn version is). Configuration is plain librdkafka config, so production only changes
+`bootstrap.servers` (plus security settings passed through `extra`).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    """Half-open range [start, end) of one partition."""
+
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Message:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+def _consumer_config(bootstrap: str, extra: dict | None) -> dict:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "engagement-platform-reader",  # required by librdkafka; never committed
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        # Brokers may answer with more than one fetch's worth; never stall on a large response.
+        "receive.message.max.bytes": 2147483647,
+        **(extra or {}),
+    }
+
+
+class KafkaClient:
+    def __init__(self, bootstrap_servers: str, extra_config: dict | None = None):
+        self.bootstrap_servers = bootstrap_servers
+        self.extra_config = extra_config or {}
+
+    def _admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.extra_config})
+
+    def create_topics(self, topics: dict[str, int], replication: int = 1, timeout: float = 30) -> None:
+        """Create missing topics (name -> partition count); existing ones are left alone."""
+        admin = self._admin()
+        existing = set(admin.list_topics(timeout=timeout).topics)
+        new = [NewTopic(t, num_partitions=n, replication_factor=replication) for t, n in topics.items() if t not in existing]
+        for topic, future in (admin.create_topics(new) if new else {}).items():
+            try:
+                future.result(timeout)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+        deadline = time.monotonic() + timeout
+        while not set(topics) <= set(admin.list_topics(timeout=timeout).topics):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topics not visible after {timeout}s: {sorted(topics)}")
+            time.sleep(0.2)
+
+    def partitions(self, topic: str, timeout: float = 10) -> list[int]:
+        meta = self._admin().list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise LookupError(f"topic {topic!r} not found on {self.bootstrap_servers}: {meta and meta.error}")
+        return sorted(meta.partitions)
+
+    def watermarks(self, topic: str, timeout: float = 10) -> dict[int, tuple[int, int]]:
+        """partition -> (low, high) watermark, asked of the broker (not cached)."""
+        consumer = Consumer(_consumer_config(self.bootstrap_servers, self.extra_config))
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
+                for p in self.partitions(topic, timeout)
+            }
+        finally:
+            consumer.close()
+
+    def read_range(self, topic: str, ranges: Iterable[OffsetRange], timeout: float = 60) -> Iterator[Message]:
+        """Yield exactly the messages of each [start, end) range, in offset order per partition."""
+        wanted = {r.partition: r for r in ranges if r.size > 0}
+        if not wanted:
+            return
+        consumer = Consumer(_consumer_config(self.bootstrap_servers, self.extra_config))
+        consumer.assign([TopicPartition(topic, r.partition, r.start) for r in wanted.values()])
+        next_offset = {p: r.start for p, r in wanted.items()}
+        deadline = time.monotonic() + timeout
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # the fetch loop allocates millions of small objects; GC pauses dominate otherwise
+        try:
+            while next_offset:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{topic}: still missing offsets {next_offset} of {wanted}")
+                for msg in consumer.consume(num_messages=10000, timeout=1.0):
+                    p = msg.partition()
+                    if msg.error() is not None:
+                        if msg.error().code() == -191:  # _PARTITION_EOF: nothing more yet
+                            continue
+                        raise KafkaException(msg.error())
+                    if p not in next_offset:
+                        continue
+                    offset = msg.offset()
+                    end = wanted[p].end
+                    if offset < next_offset[p] or offset >= end:
+                        continue
+                    next_offset[p] = offset + 1
+                    yield Message(p, offset, msg.key(), msg.value(), msg.timestamp()[1])
+                    if offset + 1 >= end:
+                        del next_offset[p]
+                        consumer.incremental_unassign([TopicPartition(topic, p)])
+                # Compacted/deleted offsets: a partition whose position passed `end` is done.
+                for p in list(next_offset):
+                    pos = consumer.position([TopicPartition(topic, p)])[0].offset
+                    if pos >= wanted[p].end:
+                        del next_offset[p]
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+            consumer.close()
+
+    def producer(self, **config) -> Producer:
+        return Producer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "batch.num.messages": 10000,
+                "queue.buffering.max.messages": 1000000,
+                **self.extra_config,
+                **config,
+            }
+        )
+
+    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None) -> dict[int, int]:
+        """Produce (key, value) pairs, flush, and return partition -> next offset seen in delivery reports."""
+        producer = self.producer()
+        last: dict[int, int] = {}
+        errors: list[str] = []
+
+        def on_delivery(err, msg):
+            if err is not None:
+                errors.append(str(err))
+            else:
+                last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset() + 1)
+
+        for key, value in records:
+            kwargs = {"partition": partition} if partition is not None else {}
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **kwargs)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+        remaining = producer.flush(60)
+        if errors or remaining:
+            raise KafkaException(f"produce to {topic} failed: {remaining} undelivered, errors {errors[:3]}")
+        return last

@@ -1,0 +1,341 @@
+#!/usr/bin/env bash
+# Local stack: ZooKeeper, a Kafka-protocol broker (noida-db) and a Spark Connect server.
+#
+#   scripts/stack.sh start|stop|status [zookeeper|kafka|spark ...]   (default: all three)
+#
+# Environment (defaults in brackets):
+#   EP_STATE_DIR [<repo>/.state]  EP_ZK_PORT [12181]  EP_KAFKA_PORT [19092]
+#   EP_SPARK_CONNECT_PORT [15002]  SPARK_MASTER [local[2]]  EP_SPARK_DRIVER_MEMORY [4g]
+#   EP_START_TIMEOUT [per server: 60 s, Spark 180 s]
+#
+# Layout per server <name>: data $EP_STATE_DIR/<name>, log $EP_STATE_DIR/logs/<name>.log,
+# pid $EP_STATE_DIR/pids/<name>.pid (the process that listens on the port) and
+# $EP_STATE_DIR/pids/<name>.pgid (the session it was started in, swept on stop).
+# `status` exits 0 only when every selected server is running and answering, else 3.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+EP_STATE_DIR="${EP_STATE_DIR:-$REPO/.state}"
+EP_ZK_PORT="${EP_ZK_PORT:-12181}"
+EP_KAFKA_PORT="${EP_KAFKA_PORT:-19092}"
+EP_SPARK_CONNECT_PORT="${EP_SPARK_CONNECT_PORT:-15002}"
+PY="$REPO/.venv/bin/python"
+LOG_DIR="$EP_STATE_DIR/logs"
+PID_DIR="$EP_STATE_DIR/pids"
+STOP_TIMEOUT=30
+ALL=(zookeeper kafka spark)
+
+die() { echo "stack: $*" >&2; exit 1; }
+say() { echo "stack: $*"; }
+
+port_of() {
+    case "$1" in
+        zookeeper) echo "$EP_ZK_PORT" ;;
+        kafka) echo "$EP_KAFKA_PORT" ;;
+        spark) echo "$EP_SPARK_CONNECT_PORT" ;;
+    esac
+}
+
+# A string that must appear in the process command line; protects against PID reuse.
+signature_of() {
+    case "$1" in
+        zookeeper) echo "QuorumPeerMain" ;;
+        kafka) echo "noida-db" ;;
+        spark) echo "SparkConnectServer" ;;
+    esac
+}
+
+start_timeout_of() {
+    case "$1" in
+        spark) echo "${EP_START_TIMEOUT:-180}" ;;  # JVM + Spark session on 2 cores
+        *) echo "${EP_START_TIMEOUT:-60}" ;;
+    esac
+}
+
+pid_file() { echo "$PID_DIR/$1.pid"; }
+pgid_file() { echo "$PID_DIR/$1.pgid"; }
+read_file() { if [ -f "$1" ]; then tr -dc '0-9' <"$1"; fi; }
+
+# Alive and really ours. Zombies have an empty cmdline, so they count as dead.
+pid_matches() {
+    local pid="$1" sig="$2"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null \
+        && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$sig"
+}
+
+# Live processes of a session we created with setsid (session id == leader pid).
+session_members() { [ -n "$1" ] && pgrep -s "$1" 2>/dev/null || true; }
+
+port_open() { timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+
+# PID of the process that has a LISTEN socket on 127.0.0.1:<port> (Spark shows as ::ffff:127.0.0.1).
+listener_pid() {
+    ss -Hltnp "sport = :$1" 2>/dev/null | grep -o 'pid=[0-9]*' | head -n1 | cut -d= -f2 || true
+}
+
+zk_healthy() {
+    local out
+    # Four-letter word over plain TCP; the server answers "imok" and closes.
+    out="$(timeout 3 bash -c "exec 3<>/dev/tcp/127.0.0.1/$EP_ZK_PORT; printf ruok >&3; cat <&3" 2>/dev/null)" || true
+    [ "$out" = "imok" ]
+}
+
+kafka_healthy() {
+    port_open "$EP_KAFKA_PORT" || return 1
+    # An open port is not enough: the broker must answer a metadata request.
+    timeout 15 "$PY" - "$EP_KAFKA_PORT" >/dev/null 2>&1 <<'EOF'
+import sys
+from confluent_kafka.admin import AdminClient
+AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"}).list_topics(timeout=5)
+EOF
+}
+
+spark_healthy() { port_open "$EP_SPARK_CONNECT_PORT"; }
+
+healthy() {
+    case "$1" in
+        zookeeper) zk_healthy ;;
+        kafka) kafka_healthy ;;
+        spark) spark_healthy ;;
+    esac
+}
+
+# --- per-server launch commands (fill CMD) ---
+
+zookeeper_cmd() {
+    local dir="$EP_STATE_DIR/zookeeper" jar cp=""
+    mkdir -p "$dir/data"
+    # Our own config so the Debian service config (/etc/zookeeper/conf/zoo.cfg) is never touched.
+    cat >"$dir/zoo.cfg" <<EOF
+tickTime=2000
+initLimit=10
+syncLimit=5
+dataDir=$dir/data
+clientPort=$EP_ZK_PORT
+clientPortAddress=127.0.0.1
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,stat,srvr,mntr
+EOF
+    # zookeeper.jar's manifest Class-Path pulls in netty, jute, jackson, slf4j-api etc.
+    for jar in zookeeper.jar zookeeper-jute.jar slf4j-api.jar slf4j-log4j12.jar log4j-1.2.jar \
+               netty-buffer.jar netty-common.jar netty-handler.jar netty-transport.jar \
+               netty-transport-native-epoll.jar netty-transport-native-unix-common.jar \
+               netty-resolver.jar netty-codec.jar metrics-core.jar commons-cli.jar; do
+        [ -f "/usr/share/java/$jar" ] || die "missing /usr/share/java/$jar (run scripts/install.sh)"
+        cp="$cp:/usr/share/java/$jar"
+    done
+    CMD=(java -Xmx512m -cp "/etc/zookeeper/conf$cp"
+         -Dzookeeper.root.logger=INFO,CONSOLE
+         -Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties
+         org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg")
+}
+
+kafka_cmd() {
+    mkdir -p "$EP_STATE_DIR/kafka"
+    [ -x "$REPO/.venv/bin/noida-db" ] || die "missing .venv/bin/noida-db (run scripts/install.sh)"
+    # The wrapper spawns the real binary; we later record the binary (the listener) as the pid.
+    CMD=("$REPO/.venv/bin/noida-db" start --data-dir "$EP_STATE_DIR/kafka" --only kafka
+         --kafka-port "$EP_KAFKA_PORT" --host 127.0.0.1)
+}
+
+spark_cmd() {
+    local spark_home
+    mkdir -p "$EP_STATE_DIR/spark"
+    spark_home="$("$PY" -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))')" \
+        || die "pyspark not importable from .venv (run scripts/install.sh)"
+    # Pin SPARK_HOME so an unrelated SPARK_HOME in the caller's env is not picked up.
+    export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PY"
+    CMD=("$spark_home/bin/spark-submit"
+         --class org.apache.spark.sql.connect.service.SparkConnectServer
+         --master "${SPARK_MASTER:-local[2]}"
+         --conf "spark.connect.grpc.binding.port=$EP_SPARK_CONNECT_PORT"
+         --conf spark.connect.grpc.binding.address=127.0.0.1
+         --conf spark.ui.enabled=false
+         --conf spark.sql.shuffle.partitions=4
+         --conf spark.sql.session.timeZone=UTC
+         --conf "spark.driver.memory=${EP_SPARK_DRIVER_MEMORY:-4g}"
+         --conf "spark.pyspark.python=$PY"
+         --conf "spark.pyspark.driver.python=$PY"
+         --name engagement-platform-connect
+         spark-internal)
+}
+
+# --- lifecycle ---
+
+# Kill a process by pid (TERM, wait, KILL), then sweep whatever is left in its session.
+kill_server() {
+    local name="$1" pid="$2" pgid="$3" sig i member
+    sig="$(signature_of "$name")"
+    if pid_matches "$pid" "$sig"; then
+        kill -TERM "$pid" 2>/dev/null || true
+        for ((i = 0; i < STOP_TIMEOUT * 5; i++)); do
+            pid_matches "$pid" "$sig" || break
+            sleep 0.2
+        done
+        if pid_matches "$pid" "$sig"; then
+            say "$name: pid $pid still alive after ${STOP_TIMEOUT}s, sending SIGKILL"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    # Wrapper processes (python noida-db launcher, spark-submit) live in the same session.
+    if [ -n "$(session_members "$pgid")" ]; then
+        for member in $(session_members "$pgid"); do kill -TERM "$member" 2>/dev/null || true; done
+        for ((i = 0; i < 25; i++)); do
+            [ -n "$(session_members "$pgid")" ] || break
+            sleep 0.2
+        done
+        for member in $(session_members "$pgid"); do kill -KILL "$member" 2>/dev/null || true; done
+    fi
+}
+
+stop_one() {
+    local name="$1" pid pgid lp
+    pid="$(read_file "$(pid_file "$name")")"
+    pgid="$(read_file "$(pgid_file "$name")")"
+    if [ -z "$pid" ] && [ -z "$pgid" ]; then
+        lp="$(listener_pid "$(port_of "$name")")"
+        if [ -n "$lp" ]; then
+            say "$name: no pid file; port $(port_of "$name") is held by pid $lp, not managed here, left alone"
+        else
+            say "$name: not running"
+        fi
+        return 0
+    fi
+    say "$name: stopping (pid ${pid:-?})"
+    kill_server "$name" "$pid" "$pgid"
+    rm -f "$(pid_file "$name")" "$(pgid_file "$name")"
+    say "$name: stopped"
+}
+
+start_one() {
+    local name="$1" port sig timeout pid pgid lp leader log deadline
+    port="$(port_of "$name")"
+    sig="$(signature_of "$name")"
+    timeout="$(start_timeout_of "$name")"
+    log="$LOG_DIR/$name.log"
+    pid="$(read_file "$(pid_file "$name")")"
+
+    if pid_matches "$pid" "$sig"; then
+        if healthy "$name"; then
+            say "$name: already running (pid $pid, 127.0.0.1:$port)"
+            return 0
+        fi
+        say "$name: pid $pid alive but not answering yet, waiting"
+        leader="$(read_file "$(pgid_file "$name")")"
+    else
+        if [ -n "$pid" ] || [ -f "$(pgid_file "$name")" ]; then
+            # Stale files from a crash; also sweep any leftover wrapper processes.
+            say "$name: removing stale pid file"
+            kill_server "$name" "" "$(read_file "$(pgid_file "$name")")"
+            rm -f "$(pid_file "$name")" "$(pgid_file "$name")"
+        fi
+        lp="$(listener_pid "$port")"
+        if [ -n "$lp" ] || port_open "$port"; then
+            die "$name: port 127.0.0.1:$port is already in use (pid ${lp:-unknown}); pick another port"
+        fi
+        CMD=()
+        "${name}_cmd"
+        mkdir -p "$EP_STATE_DIR/$name"
+        printf '\n=== %s starting %s on 127.0.0.1:%s ===\n' "$(date -u '+%F %T')" "$name" "$port" >>"$log"
+        # setsid: own session, so Ctrl-C in the caller's terminal or the caller exiting does not kill
+        # the server; only `stop` does. fd 9 (the lock) is closed so servers don't hold it.
+        # No job control here, so the subshell is not a group leader and setsid execs in place: $! is the leader.
+        (cd "$EP_STATE_DIR/$name" && exec setsid "${CMD[@]}") >>"$log" 2>&1 </dev/null 9>&- &
+        leader=$!
+        echo "$leader" >"$(pid_file "$name")"
+        echo "$leader" >"$(pgid_file "$name")"
+        say "$name: started (session $leader), waiting for 127.0.0.1:$port"
+    fi
+
+    deadline=$((SECONDS + timeout))
+    pid=""
+    while ((SECONDS < deadline)); do
+        lp="$(listener_pid "$port")"
+        # Record the process that actually listens (java child / real noida-db binary), but only if it is ours.
+        if [ -n "$lp" ] && [ "$(ps -o sid= -p "$lp" 2>/dev/null | tr -d ' ')" = "$leader" ]; then
+            pid="$lp"
+            echo "$pid" >"$(pid_file "$name")"
+            if healthy "$name"; then
+                say "$name: healthy (pid $pid, 127.0.0.1:$port, log $log)"
+                return 0
+            fi
+        elif [ -n "$lp" ]; then
+            echo "stack: $name: port $port taken by foreign pid $lp" >&2
+            break
+        fi
+        if [ -z "$(session_members "$leader")" ]; then
+            echo "stack: $name: process exited during startup" >&2
+            break
+        fi
+        sleep 0.5
+    done
+    ((SECONDS < deadline)) || echo "stack: $name: not healthy after ${timeout}s" >&2
+    echo "----- last lines of $log -----" >&2
+    tail -n 40 "$log" >&2 || true
+    echo "------------------------------" >&2
+    kill_server "$name" "$pid" "$leader"
+    rm -f "$(pid_file "$name")" "$(pgid_file "$name")"
+    exit 1
+}
+
+status_one() {
+    local name="$1" port sig pid lp
+    port="$(port_of "$name")"
+    sig="$(signature_of "$name")"
+    pid="$(read_file "$(pid_file "$name")")"
+    if pid_matches "$pid" "$sig"; then
+        if healthy "$name"; then
+            printf '%-10s running   pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$port"
+            return 0
+        fi
+        printf '%-10s unhealthy pid %-8s 127.0.0.1:%s not answering\n' "$name" "$pid" "$port"
+        return 1
+    fi
+    lp="$(listener_pid "$port")"
+    if [ -n "$lp" ]; then
+        printf '%-10s stopped   (port %s held by pid %s, not managed here)\n' "$name" "$port" "$lp"
+    elif [ -n "$pid" ]; then
+        printf '%-10s stopped   (stale pid file, pid %s gone)\n' "$name" "$pid"
+    else
+        printf '%-10s stopped\n' "$name"
+    fi
+    return 1
+}
+
+usage() { echo "usage: $0 start|stop|status [zookeeper|kafka|spark ...]" >&2; exit 2; }
+
+[ $# -ge 1 ] || usage
+ACTION="$1"
+shift
+SELECTED=("$@")
+[ ${#SELECTED[@]} -gt 0 ] || SELECTED=("${ALL[@]}")
+for n in "${SELECTED[@]}"; do
+    case "$n" in zookeeper | kafka | spark) ;; *) echo "stack: unknown server '$n'" >&2; usage ;; esac
+done
+# Canonical order regardless of argument order: ZooKeeper first on start, last on stop.
+ORDERED=()
+for n in "${ALL[@]}"; do
+    for s in "${SELECTED[@]}"; do [ "$s" = "$n" ] && { ORDERED+=("$n"); break; }; done
+done
+
+case "$ACTION" in
+    start | stop)
+        [ -x "$PY" ] || die "no $PY; run scripts/install.sh first"
+        mkdir -p "$EP_STATE_DIR" "$LOG_DIR" "$PID_DIR"
+        # Serialise start/stop on one state dir (e.g. parallel test workers).
+        exec 9>"$EP_STATE_DIR/.stack.lock"
+        flock 9
+        if [ "$ACTION" = start ]; then
+            for n in "${ORDERED[@]}"; do start_one "$n"; done
+        else
+            for ((i = ${#ORDERED[@]} - 1; i >= 0; i--)); do stop_one "${ORDERED[$i]}"; done
+        fi
+        ;;
+    status)
+        rc=0
+        for n in "${ORDERED[@]}"; do status_one "$n" || rc=3; done
+        exit "$rc"
+        ;;
+    *) usage ;;
+esac
