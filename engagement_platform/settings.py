@@ -22,6 +22,7 @@ class Settings:
     spark_remote: str
     spark_master: str
     ingest_max_records_per_partition: int
+    activities_topic: str
 
     @property
     def lake_is_local(self) -> bool:
@@ -40,4 +41,5 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
         spark_master=env.get("SPARK_MASTER", "local[2]"),
         ingest_max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
+        activities_topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities"),
     )

@@ -8,6 +8,11 @@ cd "$REPO"
 
 say() { printf 'install: %s\n' "$*"; }
 
+# run_tests.sh and run_platform.sh may start together: one install at a time.
+# Locking this (tracked) script file avoids creating a lock file anywhere.
+exec 9<"$REPO/scripts/install.sh"
+flock 9
+
 # Only escalate when needed; CI containers run as root without sudo.
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

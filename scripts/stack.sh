@@ -125,6 +125,8 @@ EOF
         [ -f "/usr/share/java/$jar" ] || die "missing /usr/share/java/$jar (run scripts/install.sh)"
         cp="$cp:/usr/share/java/$jar"
     done
+    # -Xmx: a dev ZooKeeper needs little; the JVM default would be 1/4 of RAM.
+    # shellcheck disable=SC2054  # the comma belongs to the log4j logger value
     CMD=(java -Xmx512m -cp "/etc/zookeeper/conf$cp"
          -Dzookeeper.root.logger=INFO,CONSOLE
          -Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties
@@ -146,6 +148,8 @@ spark_cmd() {
         || die "pyspark not importable from .venv (run scripts/install.sh)"
     # Pin SPARK_HOME so an unrelated SPARK_HOME in the caller's env is not picked up.
     export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PY"
+    # SPARK_REMOTE/SPARK_CONNECT_MODE are for clients: spark-submit refuses to start a server with them.
+    unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
     CMD=("$spark_home/bin/spark-submit"
          --class org.apache.spark.sql.connect.service.SparkConnectServer
          --master "${SPARK_MASTER:-local[2]}"

@@ -30,7 +30,6 @@ from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM = "ingestion"
-TOPIC = "engagement.activities"
 APP_ID = "engagement.ingestion"
 
 
@@ -42,6 +41,7 @@ class IngestResult:
     rows_rejected: int
     errors: int
     versions: Outcomes
+    org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def metadata(self) -> dict:
@@ -142,4 +142,5 @@ def ingest_batch(
         ranges=plan.ranges_json(),
     )
     seconds["commit"] = time.perf_counter() - t1
-    return IngestResult(plan, validated.num_rows, good.num_rows, bad_records, errors.num_rows, versions, seconds)
+    org_ids = sorted(pc.unique(good["org_id"]).to_pylist())
+    return IngestResult(plan, validated.num_rows, good.num_rows, bad_records, errors.num_rows, versions, org_ids, seconds)

@@ -40,7 +40,7 @@ ENGAGEMENT_ACTIVITY = TableSpec(
     ),
     partition_by=("org_id",),
     # Stats where queries and mutations filter (dates, ids); never on the free-text payload.
-    stats_columns=("engagement_date", "engagement_id", "lead_id", "contact_id", "account_id", "event_time", "activity_type"),
+    stats_columns=("engagement_date", "engagement_id", "lead_id", "contact_id", "account_id", "event_time", "activity_type", "batch_id"),
     description="One row per engagement activity (email, call, meeting, video...), partitioned by org.",
 )
 

@@ -205,3 +205,8 @@ def _plain(f: pa.Field) -> pa.Field:
 
 def dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def sql_literal(value: str) -> str:
+    """A SQL string literal for delta-rs predicates (quotes doubled), for values we must inline."""
+    return "'" + str(value).replace("'", "''") + "'"

@@ -25,15 +25,20 @@ LOCAL_CONF = {
 }
 
 
-def build_session(remote: str = "", master: str = "local[2]", app_name: str = "engagement-platform") -> SparkSession:
+def session_config(remote: str, master: str) -> dict[str, str]:
+    """Spark Connect when `remote` is set, else a classic session on `master` tuned for 2 cores."""
     if remote:
-        spark = SparkSession.builder.remote(remote).getOrCreate()
-    else:
+        return {"spark.remote": remote}
+    return {"spark.master": master, "spark.app.name": "engagement-platform", **LOCAL_CONF}
+
+
+def build_session(config: dict[str, str]) -> SparkSession:
+    if "spark.remote" not in config:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in LOCAL_CONF.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+    builder = SparkSession.builder
+    for key, value in config.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.dataSource.register(KafkaOffsetsDataSource)
     return spark

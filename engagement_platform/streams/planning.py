@@ -72,14 +72,19 @@ def plan_next_batch(
 
 
 def offset_gaps_and_overlaps(plans: list[BatchPlan]) -> tuple[int, int]:
-    """(offsets skipped, offsets read twice) between consecutive plans of one stream, per partition."""
-    gaps = overlaps = 0
-    last_end: dict[int, int] = {}
-    for plan in sorted(plans, key=lambda p: p.batch_id):
+    """(offsets never read, offsets read more than once) between the first and last offset planned,
+    per partition, over all plans of one stream (a sweep over the ranges sorted by start)."""
+    by_partition: dict[int, list[OffsetRange]] = {}
+    for plan in plans:
         for r in plan.ranges:
-            if r.partition in last_end:
-                delta = r.start - last_end[r.partition]
-                gaps += max(delta, 0)
-                overlaps += max(-delta, 0)
-            last_end[r.partition] = max(r.end, last_end.get(r.partition, r.end))
+            # Empty ranges count too: they mark where the stream stood (retention may skip past it).
+            by_partition.setdefault(r.partition, []).append(r)
+    gaps = overlaps = 0
+    for ranges in by_partition.values():
+        ranges.sort(key=lambda r: (r.start, r.end))
+        covered_to = ranges[0].start
+        for r in ranges:
+            gaps += max(r.start - covered_to, 0)
+            overlaps += max(min(r.end, covered_to) - r.start, 0)
+            covered_to = max(covered_to, r.end)
     return gaps, overlaps

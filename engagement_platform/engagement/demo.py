@@ -1,0 +1,82 @@
+"""Realistic engagement activity traffic for demos and benchmarks (deterministic for a seed).
+
+A few orgs with sales reps working cadences of email, call and meeting steps on leads and contacts;
+a small share of bad records of every kind the ingestion stream must quarantine.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import datetime, timedelta, timezone
+
+from engagement_platform.engagement.tables import CALL_OUTCOMES
+
+SUBJECTS = ("Quick question about {co}", "Following up", "Ideas for {co}'s Q3 pipeline", "Can we find 15 minutes?",
+            "Re: pricing", "Intro from a mutual contact", "Last note from me")
+STEP_WEIGHTS = {"email_sent": 40, "email_opened": 25, "email_clicked": 6, "email_replied": 4, "email_bounced": 2,
+                "call": 14, "meeting": 3, "video_viewed": 3, "linkedin_message": 2, "task_completed": 1}
+BAD_KINDS = ("not_json", "not_object", "missing_field", "wrong_type", "unknown_activity_type", "oversized")
+
+
+class ActivityGenerator:
+    def __init__(self, seed: int = 7, orgs: int = 20, start: datetime | None = None, bad_ratio: float = 0.01, id_prefix: str = "e"):
+        self.rng = random.Random(seed)
+        self.orgs = [f"00D{n:06d}" for n in range(orgs)]
+        self.bad_ratio = bad_ratio
+        self.clock = start or datetime(2026, 1, 5, 8, tzinfo=timezone.utc)
+        self.sequence = 0
+        self.id_prefix = id_prefix
+        self.types, self.weights = zip(*STEP_WEIGHTS.items())
+
+    def activity(self) -> dict:
+        rng = self.rng
+        self.sequence += 1
+        self.clock += timedelta(seconds=rng.randint(1, 90))
+        org = rng.choice(self.orgs)
+        kind = rng.choices(self.types, self.weights)[0]
+        on_lead = rng.random() < 0.6
+        record = {
+            "engagement_id": f"{self.id_prefix}{self.sequence:012d}",
+            "org_id": org,
+            "activity_type": kind,
+            "event_time": self.clock.isoformat().replace("+00:00", "Z"),
+            "user_id": f"005{rng.randint(0, 49):06d}",
+            "lead_id": f"00Q{rng.randint(0, 4999):06d}" if on_lead else None,
+            "contact_id": None if on_lead else f"003{rng.randint(0, 4999):06d}",
+            "account_id": None if on_lead else f"001{rng.randint(0, 999):06d}",
+            "cadence_id": f"cad{rng.randint(0, 29):03d}",
+            "template_id": f"tpl{rng.randint(0, 99):03d}" if kind.startswith("email") else None,
+            "subject": rng.choice(SUBJECTS).format(co=f"Acme {rng.randint(1, 500)}") if kind.startswith("email") else None,
+            "payload": {"step": rng.randint(1, 8), "channel": "web" if rng.random() < 0.7 else "mobile"},
+        }
+        if kind == "call":
+            record["call_outcome"] = rng.choice(CALL_OUTCOMES)
+            record["duration_seconds"] = rng.randint(0, 1800)
+        if kind == "meeting":
+            record["duration_seconds"] = rng.choice((900, 1800, 3600))
+        return record
+
+    def bad_record(self) -> bytes:
+        kind = self.rng.choice(BAD_KINDS)
+        good = self.activity()
+        if kind == "not_json":
+            return json.dumps(good).encode()[:-7]
+        if kind == "not_object":
+            return json.dumps([good]).encode()
+        if kind == "missing_field":
+            good.pop(self.rng.choice(("org_id", "engagement_id", "activity_type", "event_time")))
+        elif kind == "wrong_type":
+            good["event_time"] = "yesterday"
+        elif kind == "unknown_activity_type":
+            good["activity_type"] = "fax_sent"
+        elif kind == "oversized":
+            good["payload"] = {"body": "x" * 70_000}
+        return json.dumps(good).encode()
+
+    def message(self) -> tuple[bytes, bytes]:
+        """(key, value); keyed by org so one org's activities stay in order within a partition."""
+        if self.rng.random() < self.bad_ratio:
+            return b"bad", self.bad_record()
+        record = self.activity()
+        return record["org_id"].encode(), json.dumps(record, separators=(",", ":")).encode()

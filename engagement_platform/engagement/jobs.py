@@ -1,0 +1,18 @@
+"""Jobs of the engagement lake: one per stream, run in-process so a run starts no extra processes
+(Spark is a long-lived Connect server; a subprocess per step would each pay Python + import time)."""
+
+from dagster import AssetSelection, define_asset_job, in_process_executor
+
+from engagement_platform.engagement.assets import INGESTION_ASSET
+from engagement_platform.engagement.partitions import ingestion_batches
+
+STREAM_TAG = "engagement/stream"
+
+ingestion_job = define_asset_job(
+    "engagement_ingestion_job",
+    selection=AssetSelection.assets(INGESTION_ASSET),
+    partitions_def=ingestion_batches,
+    executor_def=in_process_executor,
+    tags={STREAM_TAG: "ingestion"},
+    description="Ingest one planned Kafka slice into the engagement lake (data, quarantine, notifications).",
+)

@@ -1,0 +1,5 @@
+"""Dynamic partitions: one per planned batch of a stream (key = zero-padded batch id)."""
+
+from dagster import DynamicPartitionsDefinition
+
+ingestion_batches = DynamicPartitionsDefinition(name="engagement_ingestion_batches")

@@ -1,0 +1,103 @@
+"""The ingestion batch end to end on the real broker, Spark Connect and Delta tables, including
+processes killed between the table commits and re-run."""
+
+import os
+import subprocess
+import sys
+from collections import Counter
+
+import pyarrow.compute as pc
+import pytest
+
+from engagement_platform.engagement.ingestion import APP_ID, STREAM, ingest_batch
+from engagement_platform.engagement.integrity import audit_notifications, duplicate_engagement_ids
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
+from engagement_platform.streams.batch import FAILPOINT_ENV
+from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.helpers import BAD_RECORDS, produce_activities
+
+
+def plan(kafka, checkpoints, topic, max_per_partition=10_000):
+    p = plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), max_per_partition)
+    assert checkpoints.record_plan(p)
+    return p
+
+
+def assert_lake_equals_kafka(lake, expected: dict, bad_count: int):
+    data = lake.read(ENGAGEMENT_ACTIVITY.name).to_pylist()
+    ids = Counter(r["engagement_id"] for r in data)
+    assert ids == Counter(expected), "each good record exactly once, nothing missing"
+    for row in data:
+        src = expected[row["engagement_id"]]
+        assert (row["org_id"], row["activity_type"], row["lead_id"]) == (src["org_id"], src["activity_type"], src["lead_id"])
+    notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name).to_pylist()
+    per_org = Counter()
+    for n in notes:
+        per_org[n["org_id"]] += n["inserted"]
+    assert per_org == Counter(r["org_id"] for r in expected.values())
+    assert len({(n["org_id"], n["batch_id"]) for n in notes}) == len(notes), "one notification per org per batch"
+    quarantined = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name)
+    assert pc.count_distinct(quarantined["row_id"]).as_py() == bad_count
+
+
+def test_batch_appends_good_rows_quarantines_bad_ones_and_notifies(spark, kafka, topic, lake, checkpoints):
+    expected = produce_activities(kafka, topic, 400, bad=BAD_RECORDS)
+    p = plan(kafka, checkpoints, topic)
+    result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+
+    assert (result.records_read, result.rows_appended, result.rows_rejected) == (400 + len(BAD_RECORDS), 400, len(BAD_RECORDS))
+    assert_lake_equals_kafka(lake, expected, len(BAD_RECORDS))
+    q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
+    assert {r["raw"] for r in q} == set(BAD_RECORDS.values())
+    assert all(r["source"] == topic and r["source_offset"] is not None and r["message"] for r in q)
+    assert checkpoints.is_done(STREAM, p.batch_id)
+    audit = audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, result.versions[ENGAGEMENT_ACTIVITY.name], APP_ID, p.batch_id)
+    assert audit.orgs_mismatched == 0 and audit.rows_changed == 400
+
+
+def test_rerunning_a_committed_batch_changes_nothing(spark, kafka, topic, lake, checkpoints):
+    expected = produce_activities(kafka, topic, 200)
+    p = plan(kafka, checkpoints, topic)
+    ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+    versions = {t: lake.table(t).version() for t in (ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_NOTIFICATIONS.name)}
+    again = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+    assert set(again.versions.values()) == {None}
+    assert {t: lake.table(t).version() for t in versions} == versions
+    assert_lake_equals_kafka(lake, expected, 0)
+
+
+def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, lake, checkpoints):
+    expected = produce_activities(kafka, topic, 300)
+    while (p := plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 40)) is not None:
+        checkpoints.record_plan(p)
+        ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+    assert checkpoints.latest_plan(STREAM).batch_id >= 3
+    assert_lake_equals_kafka(lake, expected, 0)
+    assert duplicate_engagement_ids(lake) == 0
+
+
+def run_batch_process(lake_root, batch_id, failpoint=None):
+    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
+    env.pop(FAILPOINT_ENV, None)
+    if failpoint:
+        env[FAILPOINT_ENV] = failpoint
+    return subprocess.run([sys.executable, "-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(batch_id)],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name])
+def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, kafka, topic, lake, lake_root, checkpoints, crash_after):
+    expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
+    p = plan(kafka, checkpoints, topic)
+
+    crashed = run_batch_process(lake_root, p.batch_id, failpoint=f"{STREAM}:after:{crash_after}")
+    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    assert not checkpoints.is_done(STREAM, p.batch_id)
+    assert lake.committed_version(crash_after, APP_ID) == p.batch_id
+
+    rerun = run_batch_process(lake_root, p.batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert checkpoints.is_done(STREAM, p.batch_id)
+    assert_lake_equals_kafka(lake, expected, 1)
+    states = checkpoints.states(STREAM, p.batch_id)
+    assert states[crash_after] == "already_committed"

@@ -1,0 +1,165 @@
+"""CheckpointStore on a real Delta table: plans stored once, states as an audit log, streams isolated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN
+from engagement_platform.streams.kafka import OffsetRange
+from engagement_platform.streams.planning import BatchPlan
+
+
+def make_plan(stream: str, batch_id: int, topic: str = "t.activities", base: int = 0) -> BatchPlan:
+    return BatchPlan(
+        stream,
+        batch_id,
+        topic,
+        (
+            OffsetRange(0, base + (batch_id - 1) * 10, base + batch_id * 10),
+            OffsetRange(1, base + (batch_id - 1) * 5, base + batch_id * 5),
+            OffsetRange(2, 7, 7),
+        ),
+    )
+
+
+def test_empty_store(checkpoints, lake):
+    assert not lake.exists(CHECKPOINTS.name)
+    assert checkpoints.plans("s") == []
+    assert checkpoints.latest_plan("s") is None
+    assert checkpoints.states("s", 1) == {}
+    assert not checkpoints.is_done("s", 1)
+    assert checkpoints.rows("s").num_rows == 0
+    with pytest.raises(LookupError):
+        checkpoints.plan("s", 1)
+
+
+def test_record_plan_stores_once(checkpoints, lake):
+    plan = make_plan("s", 1)
+    assert checkpoints.record_plan(plan) is True
+    assert checkpoints.record_plan(plan) is False
+    # A different slice under the same batch id is refused too: the first plan wins.
+    other = BatchPlan("s", 1, "t.activities", (OffsetRange(0, 0, 999),))
+    assert checkpoints.record_plan(other) is False
+    assert checkpoints.plans("s") == [plan]
+    rows = checkpoints.rows("s").to_pylist()
+    assert len(rows) == 1
+    assert rows[0]["process"] == PLAN and rows[0]["state"] == "planned"
+    assert json.loads(rows[0]["ranges"]) == [[0, 0, 10], [1, 0, 5], [2, 7, 7]]
+    assert lake.table(CHECKPOINTS.name).metadata().partition_columns == ["stream"]
+
+
+def test_plans_round_trip(checkpoints):
+    plans = [make_plan("s", i) for i in (1, 2, 3)]
+    for p in plans:
+        assert checkpoints.record_plan(p)
+    assert checkpoints.plans("s") == plans
+    assert checkpoints.latest_plan("s") == plans[-1]
+    for p in plans:
+        got = checkpoints.plan("s", p.batch_id)
+        assert got == p
+        assert got.ranges == p.ranges
+        assert got.run_key == p.run_key
+        assert got.topic == "t.activities"
+    with pytest.raises(LookupError):
+        checkpoints.plan("s", 4)
+
+
+def test_plans_sorted_by_batch_id_numerically(checkpoints):
+    # 2 and 10: string order would put 10 first.
+    for i in (1, 2, 9, 10, 11):
+        assert checkpoints.record_plan(make_plan("s", i))
+    assert [p.batch_id for p in checkpoints.plans("s")] == [1, 2, 9, 10, 11]
+    assert checkpoints.latest_plan("s").batch_id == 11
+
+
+def test_states_show_latest_state_per_process(checkpoints):
+    plan = make_plan("s", 1)
+    checkpoints.record_plan(plan)
+    assert checkpoints.states("s", 1) == {PLAN: "planned"}
+
+    checkpoints.record_state(plan, "engagement_activity", "started")
+    checkpoints.record_state(plan, "engagement_activity", "committed", table_version=3, rows=10)
+    checkpoints.record_state(plan, "engagement_notifications", "already_committed")
+    assert checkpoints.states("s", 1) == {
+        PLAN: "planned",
+        "engagement_activity": "committed",
+        "engagement_notifications": "already_committed",
+    }
+    assert not checkpoints.is_done("s", 1)
+
+    rows = [r for r in checkpoints.rows("s").to_pylist() if r["state"] == "committed"]
+    assert len(rows) == 1
+    assert rows[0]["table_version"] == 3
+    assert json.loads(rows[0]["detail"]) == {"rows": 10}
+    assert rows[0]["ranges"] == plan.ranges_json()
+    assert rows[0]["recorded_at"] is not None
+
+    # Repeating a state for the same batch is a no-op (its txn is already there).
+    checkpoints.record_state(plan, "engagement_activity", "committed", table_version=99)
+    assert [r["table_version"] for r in checkpoints.rows("s").to_pylist() if r["state"] == "committed"] == [3]
+
+
+def test_states_are_per_batch(checkpoints):
+    p1, p2 = make_plan("s", 1), make_plan("s", 2)
+    for p in (p1, p2):
+        checkpoints.record_plan(p)
+    checkpoints.record_state(p1, "step", "committed")
+    checkpoints.mark_done(p1)
+    checkpoints.record_state(p2, "step", "started")
+    assert checkpoints.states("s", 1) == {PLAN: "planned", "step": "committed", BATCH: "done"}
+    assert checkpoints.states("s", 2) == {PLAN: "planned", "step": "started"}
+    assert checkpoints.is_done("s", 1)
+    assert not checkpoints.is_done("s", 2)
+
+
+def test_is_done_after_mark_done(checkpoints):
+    plan = make_plan("s", 1)
+    checkpoints.record_plan(plan)
+    assert not checkpoints.is_done("s", 1)
+    checkpoints.mark_done(plan, engagement_activity_version=4)
+    assert checkpoints.is_done("s", 1)
+    done = [r for r in checkpoints.rows("s").to_pylist() if r["process"] == BATCH]
+    assert len(done) == 1 and done[0]["state"] == "done"
+    assert json.loads(done[0]["detail"]) == {"engagement_activity_version": 4}
+    # Marking again is harmless.
+    checkpoints.mark_done(plan)
+    assert checkpoints.is_done("s", 1)
+    assert len([r for r in checkpoints.rows("s").to_pylist() if r["process"] == BATCH]) == 1
+
+
+def test_streams_are_isolated(checkpoints, lake):
+    a1, a2 = make_plan("stream.a", 1), make_plan("stream.a", 2)
+    b1 = make_plan("stream.b", 1, topic="t.other", base=1000)
+    assert checkpoints.record_plan(a1)
+    assert checkpoints.record_plan(b1)  # same batch id, other stream: its own txn
+    assert checkpoints.record_plan(a2)
+    checkpoints.mark_done(b1)
+
+    assert checkpoints.plans("stream.a") == [a1, a2]
+    assert checkpoints.plans("stream.b") == [b1]
+    assert checkpoints.latest_plan("stream.b").topic == "t.other"
+    assert checkpoints.plan("stream.b", 1).ranges[0] == OffsetRange(0, 1000, 1010)
+    assert checkpoints.is_done("stream.b", 1)
+    assert not checkpoints.is_done("stream.a", 1)
+    assert checkpoints.states("stream.a", 1) == {PLAN: "planned"}
+    assert checkpoints.plans("stream.c") == []
+    assert set(checkpoints.rows("stream.a")["stream"].to_pylist()) == {"stream.a"}
+
+    # Each stream is its own partition of the table.
+    partitions = set(lake.file_stats(CHECKPOINTS.name)["partition.stream"].to_pylist())
+    assert partitions == {"stream.a", "stream.b"}
+
+
+def test_store_survives_reopen(lake):
+    from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.lake.delta import DeltaLake
+
+    plan = make_plan("s", 1)
+    CheckpointStore(lake).record_plan(plan)
+    CheckpointStore(lake).mark_done(plan)
+    fresh = CheckpointStore(DeltaLake(lake.root))
+    assert fresh.latest_plan("s") == plan
+    assert fresh.is_done("s", 1)
+    assert fresh.record_plan(plan) is False

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Run the whole platform locally: stack (ZooKeeper, broker, Spark Connect), topics,
+# a demo producer and `dagster dev`. Ctrl-C (or SIGTERM) stops everything it started.
+#
+# Environment: EP_STATE_DIR [<repo>/.state], EP_DAGSTER_PORT [3000], plus the
+# port variables of scripts/stack.sh.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+
+bash scripts/install.sh
+
+# Exported so stack.sh, the CLI and Dagster all agree on where local state lives.
+export EP_STATE_DIR="${EP_STATE_DIR:-$REPO/.state}"
+export DAGSTER_HOME="$EP_STATE_DIR/dagster_home"
+DAGSTER_PORT="${EP_DAGSTER_PORT:-3000}"
+LOG_DIR="$EP_STATE_DIR/logs"
+PID_DIR="$EP_STATE_DIR/pids"
+mkdir -p "$DAGSTER_HOME" "$LOG_DIR" "$PID_DIR"
+if [ -f "$REPO/dagster.yaml" ]; then cp "$REPO/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"; fi
+
+PRODUCER_PID=""
+DAGSTER_PID=""
+CLEANED=0
+
+# Wait until pid is gone (or a timeout in seconds passes); returns 1 on timeout.
+wait_gone() {
+    local pid="$1" secs="$2" i
+    for ((i = 0; i < secs * 5; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# Both background jobs run in their own process group (set -m), so sweep the group
+# to catch children (dagster's webserver/daemon/code server, anything the producer forked).
+kill_group_leftovers() {
+    local pgid="$1"
+    kill -0 -- "-$pgid" 2>/dev/null || return 0
+    kill -TERM -- "-$pgid" 2>/dev/null || true
+    sleep 2
+    kill -KILL -- "-$pgid" 2>/dev/null || true
+}
+
+cleanup() {
+    # Runs from the INT/TERM handler and again from EXIT; only do the work once.
+    [ "$CLEANED" -eq 0 ] || return 0
+    CLEANED=1
+    set +e
+    trap '' INT TERM  # a second Ctrl-C must not abort the shutdown half-way
+    echo "run_platform: shutting down"
+    if [ -n "$PRODUCER_PID" ] && kill -0 "$PRODUCER_PID" 2>/dev/null; then
+        echo "run_platform: stopping demo producer (pid $PRODUCER_PID)"
+        kill -TERM "$PRODUCER_PID" 2>/dev/null
+        wait_gone "$PRODUCER_PID" 10 || kill -KILL "$PRODUCER_PID" 2>/dev/null
+    fi
+    [ -z "$PRODUCER_PID" ] || kill_group_leftovers "$PRODUCER_PID"
+    rm -f "$PID_DIR/demo-produce.pid"
+    if [ -n "$DAGSTER_PID" ] && kill -0 "$DAGSTER_PID" 2>/dev/null; then
+        # dagster dev shuts down cleanly on SIGINT (it does not act on SIGTERM here).
+        echo "run_platform: stopping dagster dev (pid $DAGSTER_PID)"
+        kill -INT "$DAGSTER_PID" 2>/dev/null
+        if ! wait_gone "$DAGSTER_PID" 20; then
+            echo "run_platform: dagster dev still running after 20s, killing"
+            kill -KILL "$DAGSTER_PID" 2>/dev/null
+        fi
+    fi
+    [ -z "$DAGSTER_PID" ] || kill_group_leftovers "$DAGSTER_PID"
+    rm -f "$PID_DIR/dagster.pid"
+    bash "$REPO/scripts/stack.sh" stop
+    echo "run_platform: stopped"
+}
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+trap cleanup EXIT
+
+bash scripts/stack.sh start
+
+.venv/bin/python -m engagement_platform.cli create-topics
+
+# set -m: each background job gets its own process group, so a terminal Ctrl-C reaches only
+# this script (which stops things in order) and leftovers can be swept per group.
+set -m
+.venv/bin/python -m engagement_platform.cli demo-produce >>"$LOG_DIR/demo-produce.log" 2>&1 </dev/null &
+PRODUCER_PID=$!
+# dagster dev only stops cleanly on SIGINT, and Python ignores SIGINT for good if it starts
+# with it ignored (as when this script is itself launched in the background by another
+# script). Reset SIGINT to default before exec'ing dagster so `kill -INT` always works.
+.venv/bin/python -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+    .venv/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p "$DAGSTER_PORT" >>"$LOG_DIR/dagster.log" 2>&1 </dev/null &
+DAGSTER_PID=$!
+set +m
+echo "$PRODUCER_PID" >"$PID_DIR/demo-produce.pid"
+echo "$DAGSTER_PID" >"$PID_DIR/dagster.pid"
+echo "run_platform: demo producer pid $PRODUCER_PID (log $LOG_DIR/demo-produce.log)"
+echo "run_platform: dagster dev pid $DAGSTER_PID (log $LOG_DIR/dagster.log)"
+
+# Ready when the webserver answers; fail fast if dagster dev dies while loading.
+deadline=$((SECONDS + ${EP_DAGSTER_START_TIMEOUT:-180}))
+until .venv/bin/python -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "http://127.0.0.1:$DAGSTER_PORT/server_info" >/dev/null 2>&1; do
+    if ! kill -0 "$DAGSTER_PID" 2>/dev/null || ((SECONDS >= deadline)); then
+        echo "run_platform: dagster dev did not come up; last lines of $LOG_DIR/dagster.log:" >&2
+        tail -n 40 "$LOG_DIR/dagster.log" >&2 || true
+        exit 1
+    fi
+    sleep 1
+done
+echo "Dagster UI: http://127.0.0.1:$DAGSTER_PORT"
+
+# Stay in the foreground until dagster dev exits or we get INT/TERM (wait is interruptible).
+set +e
+wait "$DAGSTER_PID"
+rc=$?
+set -e
+echo "run_platform: dagster dev exited with status $rc"
+exit "$rc"
