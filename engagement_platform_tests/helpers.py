@@ -16,7 +16,7 @@ BAD_RECORDS = {
 }
 EXPECTED_CODES = {
     "not_json": {"not_json"},
-    "not_json_array": {"not_json", "not_json_object"},
+    "not_json_array": {"not_json"},
     "missing_field": {"missing_field"},
     "wrong_type": {"wrong_type"},
     "unknown_activity_type": {"unknown_activity_type"},

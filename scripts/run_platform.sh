@@ -19,6 +19,13 @@ LOG_DIR="$EP_STATE_DIR/logs"
 PID_DIR="$EP_STATE_DIR/pids"
 mkdir -p "$DAGSTER_HOME" "$LOG_DIR" "$PID_DIR"
 if [ -f "$REPO/dagster.yaml" ]; then cp "$REPO/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"; fi
+# The platform's settings (engagement_platform/settings.py) follow the local stack's ports unless
+# the caller points them elsewhere.
+export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:${EP_KAFKA_PORT:-19092}}"
+export ZOOKEEPER_HOSTS="${ZOOKEEPER_HOSTS:-127.0.0.1:${EP_ZK_PORT:-12181}}"
+export SPARK_REMOTE="${SPARK_REMOTE-sc://127.0.0.1:${EP_SPARK_CONNECT_PORT:-15002}}"
+export EP_LAKE_ROOT="${EP_LAKE_ROOT:-$EP_STATE_DIR/lake}"
+export SPARK_LOCAL_IP=127.0.0.1
 
 PRODUCER_PID=""
 DAGSTER_PID=""

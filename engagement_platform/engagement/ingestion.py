@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.records import RecordRules, parse_and_validate
+from engagement_platform.engagement.records import RecordRules, mark_duplicates_in_batch, parse_and_validate
 from engagement_platform.engagement.tables import (
     ENGAGEMENT_ACTIVITY,
     ENGAGEMENT_NOTIFICATIONS,
@@ -25,8 +25,9 @@ from engagement_platform.engagement.tables import (
 )
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.notifications import notification_rows
+from engagement_platform.lake.notifications import inserted_counts, notification_rows
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM = "ingestion"
@@ -68,7 +69,27 @@ def read_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kaf
 
 
 def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, rules: RecordRules) -> pa.Table:
-    return parse_and_validate(read_slice(spark, bootstrap_servers, plan), rules).toArrow()
+    """Spark parses and validates the slice; duplicates within it are marked on the driver and their
+    raw bytes (which Spark returns only for rows it rejected) are read back from Kafka by offset."""
+    validated = parse_and_validate(read_slice(spark, bootstrap_servers, plan), rules).toArrow()
+    validated, duplicates = mark_duplicates_in_batch(validated)
+    if duplicates:
+        wanted = {(validated["kafka_partition"][i].as_py(), validated["kafka_offset"][i].as_py()): i for i in duplicates}
+        raw = fetch_values(KafkaClient(bootstrap_servers), plan.topic, set(wanted))
+        values = validated["value"].to_pylist()
+        for position, i in wanted.items():
+            values[i] = raw[position]
+        validated = validated.set_column(validated.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
+    return validated
+
+
+def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """Raw values at exact (partition, offset) positions (one range read per partition)."""
+    spans: dict[int, list[int]] = {}
+    for p, o in positions:
+        spans.setdefault(p, []).append(o)
+    ranges = [OffsetRange(p, min(offsets), max(offsets) + 1) for p, offsets in spans.items()]
+    return {(m.partition, m.offset): m.value for m in kafka.read_range(topic, ranges) if (m.partition, m.offset) in positions}
 
 
 def split_rows(validated: pa.Table, plan: BatchPlan, ingested_at: datetime) -> tuple[pa.Table, pa.Table]:
@@ -123,10 +144,10 @@ def ingest_batch(
     bad_records = validated.num_rows - good.num_rows
 
     def notify(txn: BatchTxn, done: Outcomes) -> int | None:
-        version = done[ENGAGEMENT_ACTIVITY.name]
-        if version is None:  # data was committed by an earlier attempt: find that commit
-            version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, plan.batch_id)
-        rows = notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, version, APP_ID, plan.batch_id, ingested_at)
+        version, counts = done[ENGAGEMENT_ACTIVITY.name], inserted_counts(good)
+        if version is None:  # an earlier attempt committed the data: count what that commit holds
+            version, counts = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, plan.batch_id), None
+        rows = notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, version, APP_ID, plan.batch_id, ingested_at, counts)
         return lake.append(ENGAGEMENT_NOTIFICATIONS, rows, txn)
 
     t1 = time.perf_counter()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.window import Window
 
 from engagement_platform.engagement.tables import ACTIVITY_TYPES
 
@@ -30,7 +31,6 @@ PLUGIN = "engagement_record"
 class RecordRules:
     max_record_bytes: int = 64 * 1024
     activity_types: tuple[str, ...] = ACTIVITY_TYPES
-    reject_duplicates_in_batch: bool = True
 
 
 def _error(stage: str, column: str | None, code: str, message: Column, value: Column | None = None) -> Column:
@@ -45,60 +45,85 @@ def _error(stage: str, column: str | None, code: str, message: Column, value: Co
 
 
 def parse_and_validate(raw: DataFrame, rules: RecordRules) -> DataFrame:
-    """Raw Kafka rows (kafka_partition, kafka_offset, value...) -> typed columns + `errors` array."""
-    text = F.col("value").cast("string")
-    size = F.length(F.col("value"))
-    oversized = size > rules.max_record_bytes
-    parsed = raw.select(
-        "kafka_partition",
-        "kafka_offset",
-        "value",
-        size.alias("_size"),
-        F.when(~oversized, F.from_json(text, RAW_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"})).alias("j"),
-        F.ltrim(F.substring(text, 1, 16)).startswith("{").alias("_is_object"),
-    )
-    typed = {f: F.expr(f"try_cast(j.`{f}` as {t})") for f, (t, _) in TYPED_FIELDS.items()}
+    """Raw Kafka rows (kafka_partition, kafka_offset, value...) -> typed columns + `errors` array.
 
+    Staged selects so the string cast, the JSON parse and each typed cast run once per row.
+    """
+    size = F.length(F.col("value"))
+    staged = raw.select(
+        "kafka_partition", "kafka_offset", "value", size.alias("_size"),
+        F.when(size <= rules.max_record_bytes, F.col("value").cast("string")).alias("_text"),
+    )
+    parsed = staged.select(
+        "kafka_partition", "kafka_offset", "value", "_size", "_text",
+        F.from_json("_text", RAW_SCHEMA, {"columnNameOfCorruptRecord": "_corrupt_record", "mode": "PERMISSIVE"}).alias("j"),
+    )
+    typed = parsed.select(
+        "kafka_partition", "kafka_offset", "value", "_size", "_text",
+        F.col("j._corrupt_record").alias("_corrupt"),
+        *[F.col(f"j.{f}").alias(f) for f in STRING_FIELDS],
+        *[F.col(f"j.{f}").alias(f"_raw_{f}") for f in TYPED_FIELDS],
+        *[F.expr(f"try_cast(j.`{f}` as {t})").alias(f"_typed_{f}") for f, (t, _) in TYPED_FIELDS.items()],
+    )
+
+    oversized = F.col("_size") > rules.max_record_bytes
+    parsed_ok = F.col("_text").isNotNull() & F.col("_corrupt").isNull()
     checks: list[tuple[Column, Column]] = [
         (F.col("value").isNull(), _error("parse", None, "empty_record", F.lit("record has no value"))),
         (oversized, _error("parse", None, "oversized", F.format_string(f"record is %d bytes, limit {rules.max_record_bytes}", F.col("_size")))),
-        (~oversized & F.col("j._corrupt_record").isNotNull(), _error("parse", None, "not_json", F.lit("record is not valid JSON"), F.substring(text, 1, 200))),
-        (~oversized & F.col("j._corrupt_record").isNull() & ~F.col("_is_object"), _error("parse", None, "not_json_object", F.lit("JSON value is not an object"), F.substring(text, 1, 200))),
+        # from_json marks anything that is not one JSON object (invalid text, arrays, scalars) as corrupt.
+        (F.col("_corrupt").isNotNull(), _error("parse", None, "not_json", F.lit("record is not a JSON object"), F.substring("_text", 1, 200))),
     ]
-    parsed_ok = ~oversized & F.col("j._corrupt_record").isNull() & F.col("_is_object")
     for field in REQUIRED:
-        checks.append((parsed_ok & F.col(f"j.{field}").isNull(), _error("validate", field, "missing_field", F.lit(f"required field '{field}' is missing or null"))))
+        source = F.col(f"_raw_{field}") if field in TYPED_FIELDS else F.col(field)
+        checks.append((parsed_ok & source.isNull(), _error("validate", field, "missing_field", F.lit(f"required field '{field}' is missing or null"))))
     for field, (_, human) in TYPED_FIELDS.items():
-        raw_value = F.col(f"j.{field}")
+        raw_value = F.col(f"_raw_{field}")
         checks.append(
-            (parsed_ok & raw_value.isNotNull() & typed[field].isNull(),
+            (raw_value.isNotNull() & F.col(f"_typed_{field}").isNull(),
              _error("validate", field, "wrong_type", F.format_string(f"field '{field}' is not a valid {human}: %s", raw_value), raw_value))
         )
-    activity = F.col("j.activity_type")
+    activity = F.col("activity_type")
     allowed = ", ".join(rules.activity_types)
     checks.append(
-        (parsed_ok & activity.isNotNull() & ~activity.isin(*rules.activity_types),
+        (activity.isNotNull() & ~activity.isin(*rules.activity_types),
          _error("validate", "activity_type", "unknown_activity_type", F.format_string(f"unknown activity_type '%s' (allowed: {allowed})", activity), activity))
     )
-
-    errors = F.filter(F.array(*[F.when(cond, err) for cond, err in checks]), lambda e: e.isNotNull())
-    out = parsed.select(
+    errors = F.array_compact(F.array(*[F.when(cond, err) for cond, err in checks]))
+    return typed.select(
         "kafka_partition",
         "kafka_offset",
-        *[F.col(f"j.{f}").alias(f) for f in STRING_FIELDS],
-        typed["event_time"].alias("event_time"),
-        F.coalesce(typed["engagement_date"], F.to_date(typed["event_time"])).alias("engagement_date"),
-        typed["duration_seconds"].alias("duration_seconds"),
+        *STRING_FIELDS,
+        F.col("_typed_event_time").alias("event_time"),
+        F.coalesce(F.col("_typed_engagement_date"), F.to_date("_typed_event_time")).alias("engagement_date"),
+        F.col("_typed_duration_seconds").alias("duration_seconds"),
         errors.alias("errors"),
-        "value",
+        # Only bad records carry their raw bytes back to the driver.
+        F.when(F.size(errors) > 0, F.col("value")).alias("value"),
     )
-    if rules.reject_duplicates_in_batch:
-        # The first occurrence (lowest partition/offset) wins; later copies are reported, not dropped.
-        # Invalid rows sort last so they never make a valid later copy look like a duplicate.
-        has_errors = F.size("errors") > 0
-        first = Window.partitionBy("org_id", "engagement_id").orderBy(has_errors, "kafka_partition", "kafka_offset")
-        rank = F.when(~has_errors, F.row_number().over(first))
-        dup = _error("validate", "engagement_id", "duplicate_in_batch", F.format_string("engagement_id '%s' already appears earlier in this batch", F.col("engagement_id")), F.col("engagement_id"))
-        out = out.withColumn("errors", F.when(rank > 1, F.array_append("errors", dup)).otherwise(F.col("errors")))
-    # Only bad records carry their raw bytes back to the driver.
-    return out.withColumn("value", F.when(F.size("errors") > 0, F.col("value")))
+
+
+def mark_duplicates_in_batch(validated: pa.Table) -> tuple[pa.Table, list[int]]:
+    """Give later copies of an (org_id, engagement_id) a duplicate_in_batch error; return their rows.
+
+    Among valid rows the first occurrence (lowest partition, offset) wins. Runs on the driver over
+    the Arrow result (a hash group-by on two columns) instead of a sort-based window shuffle in Spark.
+    The flagged rows come back from Spark without raw bytes: the caller fetches those.
+    """
+    valid = pc.equal(pc.list_value_length(validated["errors"]), 0)
+    keys = pa.table({
+        "org_id": validated["org_id"], "engagement_id": validated["engagement_id"],
+        "p": validated["kafka_partition"], "o": validated["kafka_offset"], "i": pa.array(range(validated.num_rows), pa.int64()),
+    }).filter(valid)
+    firsts = (keys.sort_by([("p", "ascending"), ("o", "ascending")])
+              .group_by(["org_id", "engagement_id"], use_threads=False).aggregate([("i", "first")]))
+    if firsts.num_rows == keys.num_rows:
+        return validated, []
+    duplicates = sorted(pc.filter(keys["i"], pc.invert(pc.is_in(keys["i"], firsts["i_first"]))).to_pylist())
+    errors = validated["errors"].to_pylist()
+    for i in duplicates:
+        eid = validated["engagement_id"][i].as_py()
+        errors[i] = [{"stage": "validate", "plugin": PLUGIN, "column_name": "engagement_id", "error_code": "duplicate_in_batch",
+                      "message": f"engagement_id '{eid}' already appears earlier in this batch", "value": eid}]
+    column = validated.schema.get_field_index("errors")
+    return validated.set_column(column, "errors", pa.array(errors, validated.schema.field("errors").type)), duplicates

@@ -12,7 +12,6 @@ import json
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 SCHEMA = "kafka_partition int, kafka_offset long, key binary, value binary, kafka_timestamp_ms long"
-ARROW_BATCH_ROWS = 20_000
 
 
 class OffsetSlice(InputPartition):
@@ -40,7 +39,7 @@ class KafkaOffsetsReader(DataSourceReader):
         self.bootstrap = options["bootstrap_servers"]
         self.topic = options["topic"]
         self.ranges = [tuple(map(int, r)) for r in json.loads(options["ranges"])]
-        self.slice_size = int(options.get("slice_size", "250000"))
+        self.slice_size = int(options.get("slice_size", "1000000"))
         self.kafka_config = json.loads(options.get("kafka_config", "{}"))
 
     def partitions(self):
@@ -56,23 +55,14 @@ class KafkaOffsetsReader(DataSourceReader):
         from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 
         client = KafkaClient(self.bootstrap, self.kafka_config)
-        cols: tuple[list, ...] = ([], [], [], [], [])
-        names = ["kafka_partition", "kafka_offset", "key", "value", "kafka_timestamp_ms"]
-        types = [pa.int32(), pa.int64(), pa.binary(), pa.binary(), pa.int64()]
-
-        def flush():
-            batch = pa.RecordBatch.from_arrays([pa.array(c, t) for c, t in zip(cols, types)], names=names)
-            for c in cols:
-                c.clear()
-            return batch
-
-        for msg in client.read_range(self.topic, [OffsetRange(part.partition, part.start, part.end)]):
-            cols[0].append(msg.partition)
-            cols[1].append(msg.offset)
-            cols[2].append(msg.key)
-            cols[3].append(msg.value)
-            cols[4].append(msg.timestamp_ms)
-            if len(cols[0]) >= ARROW_BATCH_ROWS:
-                yield flush()
-        if cols[0]:
-            yield flush()
+        for chunk in client.fetch(self.topic, [OffsetRange(part.partition, part.start, part.end)]):
+            yield pa.RecordBatch.from_arrays(
+                [
+                    pa.array([m.partition() for m in chunk], pa.int32()),
+                    pa.array([m.offset() for m in chunk], pa.int64()),
+                    pa.array([m.key() for m in chunk], pa.binary()),
+                    pa.array([m.value() for m in chunk], pa.binary()),
+                    pa.array([m.timestamp()[1] for m in chunk], pa.int64()),
+                ],
+                names=["kafka_partition", "kafka_offset", "key", "value", "kafka_timestamp_ms"],
+            )

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -96,6 +96,15 @@ class KafkaClient:
 
     def read_range(self, topic: str, ranges: Iterable[OffsetRange], timeout: float = 60) -> Iterator[Message]:
         """Yield exactly the messages of each [start, end) range, in offset order per partition."""
+        for chunk in self.fetch(topic, ranges, timeout):
+            for m in chunk:
+                yield Message(m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1])
+
+    def fetch(self, topic: str, ranges: Iterable[OffsetRange], timeout: float = 60) -> Iterator[list]:
+        """Chunks of raw confluent-kafka messages, exactly the offsets of each [start, end) range.
+
+        The hot path of ingestion: no per-message Python object beyond librdkafka's own.
+        """
         wanted = {r.partition: r for r in ranges if r.size > 0}
         if not wanted:
             return
@@ -109,27 +118,28 @@ class KafkaClient:
             while next_offset:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{topic}: still missing offsets {next_offset} of {wanted}")
-                for msg in consumer.consume(num_messages=10000, timeout=1.0):
-                    p = msg.partition()
+                chunk = []
+                # Ask for no more than what is left: consume() waits out its timeout when it cannot
+                # fill num_messages, which would add a full timeout to every range's last chunk.
+                remaining = sum(wanted[p].end - o for p, o in next_offset.items())
+                for msg in consumer.consume(num_messages=min(20000, remaining), timeout=1.0):
                     if msg.error() is not None:
-                        if msg.error().code() == -191:  # _PARTITION_EOF: nothing more yet
+                        if msg.error().code() == KafkaError._PARTITION_EOF:
                             continue
                         raise KafkaException(msg.error())
-                    if p not in next_offset:
-                        continue
-                    offset = msg.offset()
-                    end = wanted[p].end
-                    if offset < next_offset[p] or offset >= end:
+                    p, offset = msg.partition(), msg.offset()
+                    if p not in next_offset or offset < next_offset[p] or offset >= wanted[p].end:
                         continue
                     next_offset[p] = offset + 1
-                    yield Message(p, offset, msg.key(), msg.value(), msg.timestamp()[1])
-                    if offset + 1 >= end:
+                    chunk.append(msg)
+                    if offset + 1 >= wanted[p].end:
                         del next_offset[p]
                         consumer.incremental_unassign([TopicPartition(topic, p)])
-                # Compacted/deleted offsets: a partition whose position passed `end` is done.
+                if chunk:
+                    yield chunk
+                # Compacted or aborted-transaction offsets never arrive: past `end` means done.
                 for p in list(next_offset):
-                    pos = consumer.position([TopicPartition(topic, p)])[0].offset
-                    if pos >= wanted[p].end:
+                    if consumer.position([TopicPartition(topic, p)])[0].offset >= wanted[p].end:
                         del next_offset[p]
         finally:
             if gc_was_enabled:

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from engagement_platform.engagement.records import RecordRules, parse_and_validate
+from engagement_platform.engagement.records import RecordRules, mark_duplicates_in_batch, parse_and_validate
 from engagement_platform_tests.helpers import BAD_RECORDS, EXPECTED_CODES
 
 SCHEMA = "kafka_partition int, kafka_offset long, key binary, value binary, kafka_timestamp_ms long"
@@ -45,9 +45,12 @@ def test_a_record_reports_all_its_errors_at_once(spark):
 
 def test_duplicates_within_a_batch_keep_the_first_and_report_the_rest(spark):
     first, copy = json.dumps(GOOD).encode(), json.dumps({**GOOD, "call_outcome": "no_answer"}).encode()
-    rows = validate(spark, [first, b"garbage", copy])
-    by_offset = {r["kafka_offset"]: [e["error_code"] for e in r["errors"]] for r in rows}
-    assert by_offset == {0: [], 1: ["not_json"], 2: ["duplicate_in_batch"]}
+    other_org = json.dumps({**GOOD, "org_id": "00D2"}).encode()
+    df = spark.createDataFrame([(1, 5, None, copy, 0), (0, 9, None, b"garbage", 0), (0, 7, None, first, 0), (0, 8, None, other_org, 0)], SCHEMA)
+    marked, duplicates = mark_duplicates_in_batch(parse_and_validate(df, RecordRules()).toArrow())
+    codes = {(r["kafka_partition"], r["kafka_offset"]): [e["error_code"] for e in r["errors"]] for r in marked.to_pylist()}
+    assert codes == {(0, 7): [], (0, 8): [], (0, 9): ["not_json"], (1, 5): ["duplicate_in_batch"]}
+    assert [marked["kafka_offset"][i].as_py() for i in duplicates] == [5]
 
 
 def test_empty_value_and_size_limit_are_configurable(spark):

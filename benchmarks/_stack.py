@@ -1,0 +1,70 @@
+"""Benchmarks run on their own copy of the local stack (own ports and state folder)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PORTS = {"EP_ZK_PORT": "42181", "EP_KAFKA_PORT": "49092", "EP_SPARK_CONNECT_PORT": "45002"}
+
+
+@contextmanager
+def bench_stack(name: str, servers: tuple[str, ...] = ("kafka", "spark")):
+    """Start the servers fresh (state wiped), export the settings, yield the env; stop at the end."""
+    state = REPO / ".state" / f"bench-{name}"
+    env = {**os.environ, **PORTS, "EP_STATE_DIR": str(state)}
+    subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop"], env=env, check=False, capture_output=True)
+    subprocess.run(["rm", "-rf", str(state)], check=True)
+    t0 = time.perf_counter()
+    subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "start", *servers], env=env, check=True, capture_output=True)
+    started = time.perf_counter() - t0
+    settings = {
+        "EP_STATE_DIR": str(state),
+        "EP_LAKE_ROOT": str(state / "lake"),
+        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}",
+        "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
+        "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}",
+    }
+    os.environ.update(settings)
+    try:
+        yield {**settings, "stack_start_seconds": started}
+    finally:
+        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop"], env=env, check=False, capture_output=True)
+
+
+def machine() -> str:
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores, {mem:.0f} GiB, {platform.python_implementation()} {platform.python_version()}, {platform.system()}"
+
+
+def wait_for_broker_idle(state_dir: str, quiet_seconds: float = 3.0, timeout: float = 300.0) -> float:
+    """Wait until the local broker stops using CPU; returns seconds waited.
+
+    noida-db persists its whole log as one JSON file shortly after writes, which takes a core for
+    many seconds after a big produce; timing ingestion during that would measure the local broker's
+    persistence, which a real Kafka cluster does not put on the consumer's machine.
+    """
+    pid = int((Path(state_dir) / "pids" / "kafka.pid").read_text().split()[0])
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    start = time.monotonic()
+    quiet_since = time.monotonic()
+    last = cpu()
+    while time.monotonic() - start < timeout:
+        time.sleep(0.5)
+        now = cpu()
+        if now - last > 0.05:  # more than 10% of a core in the last half second
+            quiet_since = time.monotonic()
+        last = now
+        if time.monotonic() - quiet_since >= quiet_seconds:
+            break
+    return time.monotonic() - start

@@ -1,0 +1,96 @@
+"""Ingestion throughput: Kafka -> Spark (kafka_offsets source, parse, validate) -> delta-rs commits.
+
+    .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000]
+
+Produces the events to a fresh local broker, then ingests them in planned batches exactly as the
+sensor-launched runs do (plan -> read -> validate -> data + quarantine + notifications + checkpoint).
+Prints events/s from the first read to the last commit; the Spark Connect server start is reported
+separately. Baseline in the same run: reading the same offsets with confluent-kafka alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stack import bench_stack, machine, wait_for_broker_idle  # noqa: E402
+
+from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
+from engagement_platform.engagement.ingestion import STREAM, ingest_batch  # noqa: E402
+from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
+from engagement_platform.lake.delta import DeltaLake  # noqa: E402
+from engagement_platform.spark.session import build_session  # noqa: E402
+from engagement_platform.streams.kafka import KafkaClient, OffsetRange  # noqa: E402
+from engagement_platform.streams.planning import plan_next_batch  # noqa: E402
+
+TOPIC = "bench.engagement.activities"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=2_000_000)
+    parser.add_argument("--per-partition", type=int, default=250_000, help="batch bound per Kafka partition")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--orgs", type=int, default=1000)
+    args = parser.parse_args()
+
+    with bench_stack("ingest") as env:
+        kafka = KafkaClient(env["KAFKA_BOOTSTRAP_SERVERS"])
+        kafka.create_topics({TOPIC: args.partitions})
+        gen = ActivityGenerator(seed=11, orgs=args.orgs, bad_ratio=0.001)
+        t = time.perf_counter()
+        kafka.produce(TOPIC, (gen.message() for _ in range(args.events)))
+        produce_s = time.perf_counter() - t
+        settle_s = wait_for_broker_idle(env["EP_STATE_DIR"])
+        marks = kafka.watermarks(TOPIC)
+        total = sum(h for _, h in marks.values())
+        avg_bytes = None
+
+        t = time.perf_counter()
+        read = 0
+        size = 0
+        for msg in kafka.read_range(TOPIC, [OffsetRange(p, lo, hi) for p, (lo, hi) in marks.items()]):
+            read += 1
+            size += len(msg.value)
+        baseline_s = time.perf_counter() - t
+        avg_bytes = size / max(read, 1)
+
+        t = time.perf_counter()
+        spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
+        spark.range(1).count()
+        connect_s = time.perf_counter() - t
+
+        lake = DeltaLake(env["EP_LAKE_ROOT"])
+        store = CheckpointStore(lake)
+        appended = rejected = batches = 0
+        phases = {"read_validate": 0.0, "commit": 0.0}
+        t = time.perf_counter()
+        while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, args.per_partition)) is not None:
+            store.record_plan(plan)
+            result = ingest_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan)
+            appended += result.rows_appended
+            rejected += result.rows_rejected
+            batches += 1
+            for k in phases:
+                phases[k] += result.seconds[k]
+        ingest_s = time.perf_counter() - t
+        files = len(lake.file_stats("engagement_activity"))
+
+    print(f"machine: {machine()}")
+    print(f"input: {total:,} events ({avg_bytes:.0f} B avg) on {args.partitions} partitions, {args.orgs} orgs; batches of <= {args.per_partition:,}/partition")
+    print(f"stack start (ZooKeeper not needed; broker + Spark Connect server JVM): {env['stack_start_seconds']:.1f} s")
+    print(f"produce: {produce_s:.1f} s ({total / produce_s:,.0f} events/s); then {settle_s:.0f} s until the broker finished persisting")
+    print(f"spark connect session + first job: {connect_s:.2f} s")
+    print(f"ingest: {batches} batches, {appended:,} appended, {rejected:,} quarantined, {files} data files")
+    print(f"ingest: {ingest_s:.1f} s first read -> last commit = {total / ingest_s:,.0f} events/s "
+          f"(read+validate {phases['read_validate']:.1f} s, commits {phases['commit']:.1f} s)")
+    print(f"baseline (confluent-kafka exact-range read only, no parse/write): {baseline_s:.1f} s = {total / baseline_s:,.0f} events/s")
+    print(f"ratio ingest/baseline throughput: {baseline_s / ingest_s:.2f}")
+    assert appended + rejected == total, "every event is appended or quarantined"
+
+
+if __name__ == "__main__":
+    main()
