@@ -56,7 +56,7 @@ cleanup() {
     [ "$CLEANED" -eq 0 ] || return 0
     CLEANED=1
     set +e
-    trap '' INT TERM  # a second Ctrl-C must not abort the shutdown half-way
+    trap '' INT TERM HUP  # a second Ctrl-C (or the terminal closing) must not abort the shutdown
     echo "run_platform: shutting down"
     if [ -n "$PRODUCER_PID" ] && kill -0 "$PRODUCER_PID" 2>/dev/null; then
         echo "run_platform: stopping demo producer (pid $PRODUCER_PID)"
@@ -81,6 +81,7 @@ cleanup() {
 }
 trap 'cleanup; exit 130' INT
 trap 'cleanup; exit 143' TERM
+trap 'cleanup; exit 129' HUP  # terminal closed: still stop everything
 trap cleanup EXIT
 
 bash scripts/stack.sh start

@@ -35,6 +35,8 @@ def session_config(remote: str, master: str) -> dict[str, str]:
 def build_session(config: dict[str, str]) -> SparkSession:
     if "spark.remote" not in config:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # PySpark turns any session into a Connect client while SPARK_REMOTE is set (even empty).
+        os.environ.pop("SPARK_REMOTE", None)
     builder = SparkSession.builder
     for key, value in config.items():
         builder = builder.config(key, value)

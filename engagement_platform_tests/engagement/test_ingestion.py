@@ -1,6 +1,7 @@
 """The ingestion batch end to end on the real broker, Spark Connect and Delta tables, including
 processes killed between the table commits and re-run."""
 
+import json
 import os
 import subprocess
 import sys
@@ -101,3 +102,19 @@ def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, 
     assert_lake_equals_kafka(lake, expected, 1)
     states = checkpoints.states(STREAM, p.batch_id)
     assert states[crash_after] == "already_committed"
+
+
+def test_duplicate_in_batch_is_quarantined_with_its_own_raw_bytes(spark, kafka, topic, lake, checkpoints):
+    expected = produce_activities(kafka, topic, 40)
+    replayed = produce_activities(kafka, topic, 3)  # the same generator seed: ids e..01-03 again
+    dup_raw = {json.dumps(r).encode() for r in replayed.values()}
+    p = plan(kafka, checkpoints, topic)
+    result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+
+    assert (result.rows_appended, result.rows_rejected) == (40, 3)
+    assert_lake_equals_kafka(lake, expected, 3)
+    q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
+    assert {r["error_code"] for r in q} == {"duplicate_in_batch"}
+    assert {r["raw"] for r in q} == dup_raw
+    first_offsets = {(r["source_partition"], r["source_offset"]) for r in lake.read(ENGAGEMENT_ACTIVITY.name).to_pylist()}
+    assert all((r["source_partition"], r["source_offset"]) not in first_offsets for r in q)
