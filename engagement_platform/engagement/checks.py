@@ -34,7 +34,9 @@ def evaluate_ingestion_checks(lake: DeltaLake, checkpoints: CheckpointStore, res
     plan = result.plan
     duplicates = integrity.duplicate_engagement_ids(lake, org_ids) if org_ids else 0
 
-    data_version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, plan.batch_id)
+    data_version = result.versions.get(ENGAGEMENT_ACTIVITY.name)
+    if data_version is None:  # committed by an earlier attempt of this batch
+        data_version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, plan.batch_id)
     audit = integrity.audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, data_version, APP_ID, plan.batch_id)
 
     gaps, overlaps = offset_gaps_and_overlaps(checkpoints.plans(STREAM))

@@ -19,6 +19,7 @@ from engagement_platform.streams.planning import BatchPlan
 
 PLAN = "plan"
 BATCH = "batch"  # the whole batch: state "done" once every table is committed
+COMPACT_EVERY = 200  # batches between compactions of a stream's checkpoint partition
 
 CHECKPOINTS = TableSpec(
     name="checkpoints",
@@ -100,3 +101,6 @@ class CheckpointStore:
 
     def mark_done(self, plan: BatchPlan, **detail) -> None:
         self.record_state(plan, BATCH, "done", **detail)
+        if plan.batch_id % COMPACT_EVERY == 0:
+            # Each batch appends ~5 tiny files and every sensor tick reads the stream's partition.
+            self.lake.compact(CHECKPOINTS.name, partition_filters=[("stream", "=", plan.stream)])

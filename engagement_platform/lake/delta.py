@@ -7,7 +7,6 @@ what makes a retried batch a no-op on the tables it already reached (kafka-delta
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,11 +136,17 @@ class DeltaLake:
             commit_properties=txn.commit_properties(),
         )
 
-    def find_batch_commit(self, name: str, app_id: str, version: int) -> int | None:
-        """Table version at which `app_id` committed batch `version` (from commit metadata)."""
-        for commit in self.table(name).history():
-            if commit.get("app_id") == app_id and commit.get("batch_id") == str(version):
-                return int(commit["version"])
+    def find_batch_commit(self, name: str, app_id: str, version: int, recent: int = 200) -> int | None:
+        """Table version at which `app_id` committed batch `version` (from commit metadata).
+
+        Looks at the newest `recent` commits first (a retried batch is almost always among them),
+        and reads the whole history only if it is not there.
+        """
+        table = self.table(name)
+        for limit in (recent, None):
+            for commit in table.history(limit=limit):
+                if commit.get("app_id") == app_id and commit.get("batch_id") == str(version):
+                    return int(commit["version"])
         return None
 
     # ---- reads --------------------------------------------------------------------------------
@@ -201,10 +206,6 @@ def _plain(f: pa.Field) -> pa.Field:
     if pa.types.is_binary_view(f.type) or pa.types.is_large_binary(f.type):
         return pa.field(f.name, pa.binary(), f.nullable)
     return f
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def sql_literal(value: str) -> str:

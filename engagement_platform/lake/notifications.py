@@ -58,7 +58,3 @@ def notifications_since(lake: DeltaLake, spec: TableSpec, org_id: str, after_ver
     rows = lake.read(spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)])
     return rows.sort_by("table_version")
 
-
-def total(counts: dict[str, dict[str, int]], kind: str) -> int:
-    return sum(c[kind] for c in counts.values())
-

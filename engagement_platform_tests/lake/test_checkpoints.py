@@ -163,3 +163,20 @@ def test_store_survives_reopen(lake):
     assert fresh.latest_plan("s") == plan
     assert fresh.is_done("s", 1)
     assert fresh.record_plan(plan) is False
+
+
+def test_checkpoint_partition_is_compacted_every_n_batches(checkpoints, lake, monkeypatch):
+    from engagement_platform.lake import checkpoints as module
+    from engagement_platform.streams.kafka import OffsetRange
+    from engagement_platform.streams.planning import BatchPlan
+
+    monkeypatch.setattr(module, "COMPACT_EVERY", 3)
+    files = []
+    for batch in (1, 2, 3):
+        plan = BatchPlan("s", batch, "t", (OffsetRange(0, batch * 10, batch * 10 + 10),))
+        checkpoints.record_plan(plan)
+        checkpoints.mark_done(plan)
+        files.append(len(lake.file_stats(module.CHECKPOINTS.name)))
+    assert files[:2] == [2, 4] and files[2] == 1
+    assert [p.batch_id for p in checkpoints.plans("s")] == [1, 2, 3]
+    assert all(checkpoints.is_done("s", b) for b in (1, 2, 3))
