@@ -11,6 +11,7 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     AssetMaterialization,
+    AssetObservation,
     AssetSpec,
     DataVersion,
     MaterializeResult,
@@ -32,15 +33,23 @@ INGESTION_ASSET = AssetKey("engagement_ingestion")
 TOPIC_ASSET = AssetKey(["kafka", "engagement_activities"])
 
 
+def watermark_metadata(watermarks: dict[int, tuple[int, int]]) -> dict:
+    return {
+        "messages_total": sum(h for _, h in watermarks.values()),
+        **{f"partition_{p}_high": h for p, (_, h) in sorted(watermarks.items())},
+        **{f"partition_{p}_low": lo for p, (lo, _) in sorted(watermarks.items())},
+    }
+
+
+def topic_observation(watermarks: dict[int, tuple[int, int]]) -> AssetObservation:
+    """What the ingestion sensor reports on every tick that reads the watermarks."""
+    return AssetObservation(asset_key=TOPIC_ASSET, metadata=watermark_metadata(watermarks))
+
+
 @observable_source_asset(key=TOPIC_ASSET, group_name=GROUP, description="Kafka topic of engagement activities from the sales apps (EP_ACTIVITIES_TOPIC).")
 def engagement_activities_topic(kafka: KafkaResource) -> ObserveResult:
     marks = kafka.client.watermarks(load_settings().activities_topic)
-    high = sum(h for _, h in marks.values())
-    return ObserveResult(
-        data_version=DataVersion(str(high)),
-        metadata={"messages_total": high, **{f"partition_{p}_high": h for p, (_, h) in marks.items()},
-                  **{f"partition_{p}_low": lo for p, (lo, _) in marks.items()}},
-    )
+    return ObserveResult(data_version=DataVersion(str(sum(h for _, h in marks.values()))), metadata=watermark_metadata(marks))
 
 
 @asset(

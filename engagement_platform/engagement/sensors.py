@@ -19,6 +19,7 @@ from dagster import (
     sensor,
 )
 
+from engagement_platform.engagement.assets import topic_observation
 from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.engagement.jobs import STREAM_TAG, ingestion_job
 from engagement_platform.engagement.partitions import ingestion_batches
@@ -71,10 +72,14 @@ def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaRe
     watermarks = kafka.client.watermarks(topic)
     plan = plan_next_batch(STREAM, topic, latest, watermarks, settings.ingest_max_records_per_partition)
     if plan is None:
-        return SkipReason(f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})")
+        return SensorResult(
+            skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
+            asset_events=[topic_observation(watermarks)],
+        )
     store.record_plan(plan)
     return SensorResult(
         run_requests=[_request(plan, 1)],
+        asset_events=[topic_observation(watermarks)],
         dynamic_partitions_requests=[ingestion_batches.build_add_request([plan.partition_key])],
         cursor=_cursor(plan),
     )

@@ -44,11 +44,22 @@ def test_first_tick_plans_a_bounded_batch_and_requests_its_run(kafka, topic, ins
     assert all(r.start == 0 and r.end == min(30, marks[r.partition][1]) for r in plan.ranges)
     assert result.dynamic_partitions_requests[0].partition_keys == ["00000001"]
     assert json.loads(result.cursor) == {"batch_id": 1, "next_offsets": {str(r.partition): r.end for r in plan.ranges}}
+    (observation,) = result.asset_events
+    assert observation.metadata["messages_total"].value == 120
 
 
-def test_no_new_messages_is_a_skip_with_a_reason(kafka, topic, instance, resources):
+def skipped(result) -> str | None:
+    if isinstance(result, SkipReason):
+        return result.skip_message
+    return result.skip_reason.skip_message if isinstance(result, SensorResult) and result.skip_reason else None
+
+
+def test_no_new_messages_is_a_skip_with_a_reason_and_the_topic_is_observed(kafka, topic, instance, resources):
     result = tick(instance, resources)
-    assert isinstance(result, SkipReason) and "no new messages" in result.skip_message
+    assert "no new messages" in skipped(result)
+    (observation,) = result.asset_events
+    assert observation.asset_key.to_user_string() == "kafka/engagement_activities"
+    assert observation.metadata["messages_total"].value == 0
 
 
 def test_unfinished_batch_is_requested_again_with_the_same_key_then_next_batch_after_done(
@@ -65,7 +76,7 @@ def test_unfinished_batch_is_requested_again_with_the_same_key_then_next_batch_a
         resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})},
     )
     assert out.success
-    assert isinstance(tick(instance, resources, again.cursor), SkipReason)
+    assert "no new messages" in skipped(tick(instance, resources, again.cursor))
 
     produce_activities(kafka, topic, 10, seed=2, id_prefix="f")
     nxt = tick(instance, resources, again.cursor)
