@@ -32,7 +32,7 @@ def ingestion_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
 
 def evaluate_ingestion_checks(lake: DeltaLake, checkpoints: CheckpointStore, result: IngestResult, org_ids: list[str]) -> list[AssetCheckResult]:
     plan = result.plan
-    duplicates = integrity.duplicate_engagement_ids(lake, org_ids) if org_ids else 0
+    duplicates, appended = integrity.key_audit(lake, org_ids, plan.batch_id) if org_ids else (0, 0)
 
     data_version = result.versions.get(ENGAGEMENT_ACTIVITY.name)
     if data_version is None:  # committed by an earlier attempt of this batch
@@ -41,7 +41,6 @@ def evaluate_ingestion_checks(lake: DeltaLake, checkpoints: CheckpointStore, res
 
     gaps, overlaps = offset_gaps_and_overlaps(checkpoints.plans(STREAM))
 
-    appended = integrity.batch_rows(lake, plan.batch_id, org_ids) if org_ids else 0
     quarantined = integrity.quarantined_records(lake, STREAM, plan.batch_id)
     unaccounted = result.records_read - appended - quarantined
     unread = plan.record_count - result.records_read

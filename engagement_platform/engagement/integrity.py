@@ -11,12 +11,18 @@ from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.notifications import change_counts
 
 
-def duplicate_engagement_ids(lake: DeltaLake, org_ids: list[str] | None = None) -> int:
-    """Rows beyond the first per (org_id, engagement_id), within the given orgs (all if None)."""
+def key_audit(lake: DeltaLake, org_ids: list[str] | None = None, batch_id: int | None = None) -> tuple[int, int]:
+    """(rows beyond the first per (org_id, engagement_id), rows of `batch_id`) within the given orgs
+    (all if None), from one read of the key columns."""
     filters = [("org_id", "in", org_ids)] if org_ids else None
-    keys = lake.read(ENGAGEMENT_ACTIVITY.name, filters=filters, columns=["org_id", "engagement_id"])
-    distinct = keys.group_by(["org_id", "engagement_id"]).aggregate([]).num_rows
-    return keys.num_rows - distinct
+    keys = lake.read(ENGAGEMENT_ACTIVITY.name, filters=filters, columns=["org_id", "engagement_id", "batch_id"])
+    duplicates = keys.num_rows - keys.group_by(["org_id", "engagement_id"]).aggregate([]).num_rows
+    in_batch = 0 if batch_id is None else (pc.sum(pc.equal(keys["batch_id"], batch_id)).as_py() or 0)
+    return duplicates, in_batch
+
+
+def duplicate_engagement_ids(lake: DeltaLake, org_ids: list[str] | None = None) -> int:
+    return key_audit(lake, org_ids)[0]
 
 
 @dataclass(frozen=True)
@@ -53,8 +59,3 @@ def quarantined_records(lake: DeltaLake, pipeline: str, batch_id: int) -> int:
         columns=["row_id"],
     )
     return pc.count_distinct(rows["row_id"]).as_py()
-
-
-def batch_rows(lake: DeltaLake, batch_id: int, org_ids: list[str]) -> int:
-    rows = lake.read(ENGAGEMENT_ACTIVITY.name, filters=[("org_id", "in", org_ids), ("batch_id", "=", batch_id)], columns=["batch_id"])
-    return rows.num_rows

@@ -53,8 +53,8 @@ def _cursor(plan: BatchPlan) -> str:
 def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
     """Plans the next offset slice of engagement.activities when the previous batch is done."""
     store = lake.checkpoints
-    latest = store.latest_plan(STREAM)
-    if latest is not None and not store.is_done(STREAM, latest.batch_id):
+    latest, done = store.latest(STREAM)
+    if latest is not None and not done:
         runs = context.instance.get_runs(filters=RunsFilter(tags={"dagster/partition": latest.partition_key, STREAM_TAG: STREAM}))
         if any(r.status in UNFINISHED for r in runs):
             return SkipReason(f"batch {latest.batch_id} is in flight")

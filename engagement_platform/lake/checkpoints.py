@@ -73,12 +73,7 @@ class CheckpointStore:
         return self.lake.read(CHECKPOINTS.name, filters=[("stream", "=", stream)])
 
     def plans(self, stream: str) -> list[BatchPlan]:
-        rows = self.rows(stream)
-        rows = rows.filter(pc.equal(rows["process"], PLAN)).to_pylist()
-        return sorted(
-            (BatchPlan(stream, r["batch_id"], r["topic"], BatchPlan.ranges_from_json(r["ranges"])) for r in rows),
-            key=lambda p: p.batch_id,
-        )
+        return _plans(stream, self.rows(stream))
 
     def plan(self, stream: str, batch_id: int) -> BatchPlan:
         for p in self.plans(stream):
@@ -90,11 +85,17 @@ class CheckpointStore:
         plans = self.plans(stream)
         return plans[-1] if plans else None
 
+    def latest(self, stream: str) -> tuple[BatchPlan | None, bool]:
+        """(latest plan, whether it is done), from one read: what the sensor asks on every tick."""
+        rows = self.rows(stream)
+        plans = _plans(stream, rows)
+        if not plans:
+            return None, False
+        return plans[-1], _states(rows, plans[-1].batch_id).get(BATCH) == "done"
+
     def states(self, stream: str, batch_id: int) -> dict[str, str]:
         """process -> latest state for one batch."""
-        rows = self.rows(stream)
-        rows = rows.filter(pc.equal(rows["batch_id"], batch_id)).sort_by("recorded_at").to_pylist()
-        return {r["process"]: r["state"] for r in rows}
+        return _states(self.rows(stream), batch_id)
 
     def is_done(self, stream: str, batch_id: int) -> bool:
         return self.states(stream, batch_id).get(BATCH) == "done"
@@ -104,3 +105,16 @@ class CheckpointStore:
         if plan.batch_id % COMPACT_EVERY == 0:
             # Each batch appends ~5 tiny files and every sensor tick reads the stream's partition.
             self.lake.compact(CHECKPOINTS.name, partition_filters=[("stream", "=", plan.stream)])
+
+
+def _plans(stream: str, rows: pa.Table) -> list[BatchPlan]:
+    rows = rows.filter(pc.equal(rows["process"], PLAN)).to_pylist()
+    return sorted(
+        (BatchPlan(stream, r["batch_id"], r["topic"], BatchPlan.ranges_from_json(r["ranges"])) for r in rows),
+        key=lambda p: p.batch_id,
+    )
+
+
+def _states(rows: pa.Table, batch_id: int) -> dict[str, str]:
+    rows = rows.filter(pc.equal(rows["batch_id"], batch_id)).sort_by("recorded_at").to_pylist()
+    return {r["process"]: r["state"] for r in rows}
