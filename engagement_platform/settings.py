@@ -23,6 +23,8 @@ class Settings:
     spark_master: str
     ingest_max_records_per_partition: int
     activities_topic: str
+    landing_root: str
+    pipelines_dir: str
 
     @property
     def lake_is_local(self) -> bool:
@@ -42,4 +44,7 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         spark_master=env.get("SPARK_MASTER", "local[2]"),
         ingest_max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
         activities_topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities"),
+        # Files land here (written elsewhere, then renamed in: a file is complete once it is visible).
+        landing_root=env.get("EP_LANDING_ROOT", str(Path(state_dir) / "landing")),
+        pipelines_dir=env.get("EP_PIPELINES_DIR", str(REPO_ROOT / "pipelines")),
     )

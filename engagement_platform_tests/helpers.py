@@ -14,12 +14,12 @@ BAD_RECORDS = {
     "unknown_activity_type": json.dumps({"engagement_id": "bad5", "org_id": "00D000001", "activity_type": "fax_sent", "event_time": "2026-01-05T10:00:00Z"}).encode(),
     "oversized": json.dumps({"engagement_id": "bad6", "org_id": "00D000001", "activity_type": "call", "event_time": "2026-01-05T10:00:00Z", "payload": {"x": "y" * 70_000}}).encode(),
 }
-EXPECTED_CODES = {
-    "not_json": {"not_json"},
-    "not_json_array": {"not_json"},
-    "missing_field": {"missing_field"},
+EXPECTED_CODES = {  # the ingest framework's error codes (engagement_platform/ingest)
+    "not_json": {"malformed_record"},
+    "not_json_array": {"malformed_record"},
+    "missing_field": {"missing_required"},
     "wrong_type": {"wrong_type"},
-    "unknown_activity_type": {"unknown_activity_type"},
+    "unknown_activity_type": {"not_in_enum"},
     "oversized": {"oversized"},
 }
 

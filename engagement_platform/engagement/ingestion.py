@@ -1,14 +1,14 @@
 """Ingestion stream: one planned Kafka slice -> engagement_activity + quarantine + notifications.
 
-compute: Spark reads the exact offsets (kafka_offsets data source), parses and validates; one
-         Arrow result comes back, split into good rows and error rows.
+compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses
+         and validates (ingestion_pipeline.yaml); one Arrow result comes back, split into good
+         rows and quarantine rows.
 commit:  data table, then quarantine, then notifications (counts from the data commit's change
          feed), each with the txn (app id, batch id); then the checkpoint says done.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -17,12 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.records import RecordRules, mark_duplicates_in_batch, parse_and_validate
+from engagement_platform.engagement.records import ingestion_pipeline, mark_duplicates_in_batch
 from engagement_platform.engagement.tables import (
     ENGAGEMENT_ACTIVITY,
     ENGAGEMENT_NOTIFICATIONS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
+from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
+from engagement_platform.ingest.sources import INPUT, read_kafka
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.notifications import inserted_counts, notification_rows
@@ -57,29 +60,21 @@ class IngestResult:
         }
 
 
-def read_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None):
-    return (
-        spark.read.format("kafka_offsets")
-        .option("bootstrap_servers", bootstrap_servers)
-        .option("topic", plan.topic)
-        .option("ranges", plan.ranges_json())
-        .option("kafka_config", json.dumps(kafka_config or {}))
-        .load()
-    )
-
-
-def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, rules: RecordRules) -> pa.Table:
-    """Spark parses and validates the slice; duplicates within it are marked on the driver and their
-    raw bytes (which Spark returns only for rows it rejected) are read back from Kafka by offset."""
-    validated = parse_and_validate(read_slice(spark, bootstrap_servers, plan), rules).toArrow()
+def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> pa.Table:
+    """The ingest framework parses and validates the slice in Spark; duplicates within it are marked
+    on the driver and their raw bytes (which Spark returns only for rows it rejected) are read back
+    from Kafka by offset."""
+    config = ingestion_pipeline(plan.topic)
+    parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
+    validated = Pipeline.from_config(config).transform(parsed).toArrow()
     validated, duplicates = mark_duplicates_in_batch(validated)
     if duplicates:
-        wanted = {(validated["kafka_partition"][i].as_py(), validated["kafka_offset"][i].as_py()): i for i in duplicates}
+        wanted = {(validated[SOURCE_PARTITION][i].as_py(), validated[SOURCE_OFFSET][i].as_py()): i for i in duplicates}
         raw = fetch_values(KafkaClient(bootstrap_servers), plan.topic, set(wanted))
-        values = validated["value"].to_pylist()
+        values = validated[RAW].to_pylist()
         for position, i in wanted.items():
             values[i] = raw[position]
-        validated = validated.set_column(validated.schema.get_field_index("value"), "value", pa.array(values, pa.binary()))
+        validated = validated.set_column(validated.schema.get_field_index(RAW), RAW, pa.array(values, pa.binary()))
     return validated
 
 
@@ -94,36 +89,17 @@ def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]
 
 def split_rows(validated: pa.Table, plan: BatchPlan, ingested_at: datetime) -> tuple[pa.Table, pa.Table]:
     """(rows for engagement_activity, one quarantine row per error of each bad record)."""
-    n_errors = pc.list_value_length(validated["errors"])
+    n_errors = pc.list_value_length(validated[ERRORS])
     good = validated.filter(pc.equal(n_errors, 0))
+    n = good.num_rows
     good = (
-        good.drop_columns(["errors", "value"])
-        .rename_columns({"kafka_partition": "source_partition", "kafka_offset": "source_offset"})
-        .append_column("ingestion_time", pa.array([ingested_at] * good.num_rows, pa.timestamp("us", tz="UTC")))
-        .append_column("batch_id", pa.array([plan.batch_id] * good.num_rows, pa.int64()))
+        good.drop_columns([ERRORS, RAW, INPUT, ROW_ID])
+        .rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
+        .append_column("ingestion_time", pa.array([ingested_at] * n, pa.timestamp("us", tz="UTC")))
+        .append_column("batch_id", pa.array([plan.batch_id] * n, pa.int64()))
     )
-    bad = validated.filter(pc.greater(n_errors, 0))
-    flat = pc.list_flatten(bad["errors"])
-    parent = pc.list_parent_indices(bad["errors"])
-    take = lambda col: pc.take(bad[col], parent)  # noqa: E731 - one record's columns per error row
-    n = len(flat)
-    partitions, offsets = take("kafka_partition"), take("kafka_offset")
-    errors = pa.table(
-        {
-            "pipeline": pa.array([STREAM] * n, pa.string()),
-            "batch_id": pa.array([plan.batch_id] * n, pa.int64()),
-            "row_id": pc.binary_join_element_wise(plan.topic, pc.cast(partitions, pa.string()), pc.cast(offsets, pa.string()), ":"),
-            "source": pa.array([plan.topic] * n, pa.string()),
-            "source_partition": partitions,
-            "source_offset": offsets,
-            "org_id": take("org_id"),
-            "raw": take("value"),
-            **{name: pc.struct_field(flat, name) for name in ("stage", "plugin", "column_name", "error_code", "message", "value")},
-            "quarantined_at": pa.array([ingested_at] * n, pa.timestamp("us", tz="UTC")),
-            "quarantine_date": pa.array([ingested_at.date()] * n, pa.date32()),
-        }
-    )
-    return good, errors
+    context = QuarantineContext(STREAM, plan.batch_id, plan.topic, ingested_at, kafka=True)
+    return good, quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context)
 
 
 def ingest_batch(
@@ -132,11 +108,10 @@ def ingest_batch(
     checkpoints: CheckpointStore,
     bootstrap_servers: str,
     plan: BatchPlan,
-    rules: RecordRules = RecordRules(),
 ) -> IngestResult:
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    validated = validate_slice(spark, bootstrap_servers, plan, rules)
+    validated = validate_slice(spark, bootstrap_servers, plan)
     seconds["read_validate"] = time.perf_counter() - t0
 
     ingested_at = datetime.now(timezone.utc)

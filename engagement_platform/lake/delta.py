@@ -111,6 +111,7 @@ class DeltaLake:
             table,
             rows.select(spec.schema.names).cast(spec.schema),
             mode="append",
+            schema_mode="merge",  # a spec that gained a column keeps writing to a table created before
             partition_by=list(spec.partition_by) or None,
             target_file_size=spec.target_file_size,
             commit_properties=txn.commit_properties(),

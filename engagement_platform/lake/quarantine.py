@@ -14,6 +14,7 @@ QUARANTINE_SCHEMA = pa.schema(
         ("source_offset", pa.int64()),
         ("org_id", pa.string()),
         ("raw", pa.binary()),
+        ("input", pa.string()),  # the record's parsed input columns as JSON (null if it did not parse)
         ("stage", pa.string()),  # parse | convert | validate
         ("plugin", pa.string()),
         ("column_name", pa.string()),

@@ -13,6 +13,7 @@ import os
 from pyspark.sql import SparkSession
 
 from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
+from engagement_platform.spark.landing_source import LandingLinesDataSource
 
 # Settings for a 2-core machine; a cluster overrides them through its own spark-defaults.
 LOCAL_CONF = {
@@ -43,4 +44,5 @@ def build_session(config: dict[str, str]) -> SparkSession:
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.dataSource.register(KafkaOffsetsDataSource)
+    spark.dataSource.register(LandingLinesDataSource)
     return spark

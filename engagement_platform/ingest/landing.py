@@ -1,0 +1,131 @@
+"""A landing-file batch of one pipeline, through the shared batch lifecycle.
+
+plan:    the sensor fixes the file (path and size) as batch N of stream `ingest.<pipeline>` in the
+         checkpoint store (the plan's "topic" is the file path, its one range the byte span).
+compute: parse -> converters -> validators in Spark; one Arrow result split on the driver.
+commit:  target table, then quarantine table, each with the txn (app id, batch id); then done.
+A re-run of the same batch re-reads the same file and skips the tables that already hold it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result
+from engagement_platform.ingest.sources import read_file
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.streams.batch import CommitStep, commit_batch
+from engagement_platform.streams.kafka import OffsetRange
+from engagement_platform.streams.planning import BatchPlan
+
+SPARK_TO_ARROW = {
+    "string": pa.string(), "boolean": pa.bool_(), "int": pa.int32(), "integer": pa.int32(), "short": pa.int16(),
+    "long": pa.int64(), "bigint": pa.int64(), "double": pa.float64(), "float": pa.float32(),
+    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+}
+
+
+def stream_name(config: PipelineConfig) -> str:
+    return f"ingest.{config.name}"
+
+
+def app_id(config: PipelineConfig) -> str:
+    return f"ingest.{config.name}"
+
+
+def _arrow_type(type_: str) -> pa.DataType:
+    if type_.startswith("decimal"):
+        precision, scale = (int(x) for x in type_[type_.index("(") + 1 : -1].split(","))
+        return pa.decimal128(precision, scale)
+    return SPARK_TO_ARROW[type_]
+
+
+def target_spec(config: PipelineConfig) -> TableSpec:
+    schema = pa.schema([(name, _arrow_type(spec.type)) for name, spec in config.target.columns.items()]
+                       + [("batch_id", pa.int64()), ("ingested_at", pa.timestamp("us", tz="UTC"))])
+    return TableSpec(name=config.target.table, schema=schema, partition_by=tuple(config.target.partition_by),
+                     description=config.description or f"Target table of ingest pipeline {config.name}.")
+
+
+def quarantine_spec(config: PipelineConfig) -> TableSpec:
+    return TableSpec(name=config.target.quarantine_table, schema=QUARANTINE_SCHEMA, partition_by=("pipeline", "quarantine_date"),
+                     stats_columns=("source_offset", "batch_id", "error_code"),
+                     description=f"Records pipeline {config.name} rejected: raw content, input columns, position, every reason.")
+
+
+def landing_files(landing_root: str, config: PipelineConfig) -> list[Path]:
+    """Complete files matching the pipeline's glob (dot-files are in-flight uploads, skipped)."""
+    return sorted(p for p in Path(landing_root).glob(config.source.path or "") if p.is_file() and not p.name.startswith("."))
+
+
+def file_plan(config: PipelineConfig, batch_id: int, path: str, size: int) -> BatchPlan:
+    return BatchPlan(stream_name(config), batch_id, str(path), (OffsetRange(0, 0, size),))
+
+
+@dataclass
+class LandingResult:
+    plan: BatchPlan
+    records_read: int
+    rows_written: int
+    rows_rejected: int
+    errors: int
+    errors_by_code: dict[str, int]
+    versions: dict[str, int | None]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def error_rate(self) -> float:
+        return self.rows_rejected / self.records_read if self.records_read else 0.0
+
+    def metadata(self) -> dict:
+        return {
+            "batch_id": self.plan.batch_id, "file": self.plan.topic, "records_read": self.records_read,
+            "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "errors": self.errors,
+            "error_rate": round(self.error_rate, 6), **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
+            **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+        }
+
+
+def compute_file(spark: SparkSession, config: PipelineConfig, path: str, batch_id: int, at: datetime,
+                 split_bytes: int | None = None) -> tuple[pa.Table, pa.Table, int]:
+    """(target rows, quarantine rows, records read) for one file."""
+    pipeline = Pipeline.from_config(config)
+    result = pipeline.transform(read_file(spark, config.source, path, split_bytes)).toArrow()
+    good, quarantine = split_result(result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at))
+    n = good.num_rows
+    good = good.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column("ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC")))
+    return good, quarantine, result.num_rows
+
+
+def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan) -> LandingResult:
+    path = plan.topic
+    planned_size = plan.ranges[0].end
+    if os.path.getsize(path) != planned_size:
+        raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {os.path.getsize(path)} now): "
+                           "landing files must be complete when they appear (write elsewhere, then rename)")
+    seconds = {}
+    t0 = time.perf_counter()
+    at = datetime.now(timezone.utc)
+    good, quarantine, read = compute_file(spark, config, path, plan.batch_id, at)
+    seconds["compute"] = time.perf_counter() - t0
+    target, quarantined = target_spec(config), quarantine_spec(config)
+    t1 = time.perf_counter()
+    versions = commit_batch(plan, app_id(config), [
+        CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
+        CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
+    ], checkpoints, file=path)
+    seconds["commit"] = time.perf_counter() - t1
+    codes: dict[str, int] = {}
+    for code in quarantine["error_code"].to_pylist():
+        codes[code] = codes.get(code, 0) + 1
+    return LandingResult(plan, read, good.num_rows, read - good.num_rows, quarantine.num_rows, codes, versions, seconds)

@@ -1,0 +1,236 @@
+"""Plugin contracts and the registry (built-ins plus Python entry points).
+
+Contracts, as in the reference talk:
+- Converter: DataFrame -> (converted DataFrame, error DataFrame). A row that fails goes no further.
+- Validator: DataFrame -> error DataFrame. Every validator sees every converted row.
+Error DataFrames have the one error schema (`errors.ERROR_FRAME_DDL`: _row_id + error fields), and
+converted frames keep `_row_id`.
+
+Most plugins are column expressions, so they subclass ColumnConverter / ColumnValidator: they return
+Spark columns (outputs, and an error struct or null per row) and the pipeline fuses all of them into
+one projection instead of joining a DataFrame per plugin. The DataFrame contract still holds for them
+(`convert`/`validate` are derived), and any plugin may implement the DataFrame contract directly.
+Python code runs row by row through RowConverter, which traps each row's exception as its error.
+
+Other teams register plugins without touching this package, through the entry point groups
+`engagement_platform.converters` and `engagement_platform.validators` (name = plugin name,
+value = "module:Class").
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from engagement_platform.ingest.errors import CONVERT, ERROR_FIELDS, ERRORS, ROW_ID, VALIDATE, error, gather
+
+if TYPE_CHECKING:
+    from engagement_platform.ingest.config import ColumnSpec, PipelineConfig
+
+CONVERTER_GROUP = "engagement_platform.converters"
+VALIDATOR_GROUP = "engagement_platform.validators"
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Plugin:
+    """Base of every plugin: built from validated params and the pipeline's target schema."""
+
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, name: str, params: BaseModel, target: dict[str, ColumnSpec]):
+        self.name = name
+        self.params = params
+        self.target = target
+
+
+class Converter(Plugin):
+    stage = CONVERT
+
+    def convert(self, df: DataFrame) -> tuple[DataFrame, DataFrame]:
+        raise NotImplementedError
+
+
+class Validator(Plugin):
+    stage = VALIDATE
+
+    def validate(self, df: DataFrame) -> DataFrame:
+        raise NotImplementedError
+
+
+class ColumnConverter(Converter):
+    """A converter made of column expressions over the current row.
+
+    prepare(): optional helper columns computed first (e.g. one Python UDF call whose struct result
+    both outputs and errors read), visible to columns() and errors() under their names.
+    columns(): output columns (new or replacing same-named ones). errors(): error-or-null columns,
+    evaluated on the input row (and prepared helpers), never on this plugin's own outputs.
+    """
+
+    drops: tuple[str, ...] = ()
+
+    def prepare(self) -> dict[str, Column]:
+        return {}
+
+    def columns(self) -> dict[str, Column]:
+        return {}
+
+    def errors(self) -> list[Column]:
+        return []
+
+    def err(self, column: str | None, code: str, message: Column | str, value: Column | None = None) -> Column:
+        return error(CONVERT, self.name, column, code, message, value)
+
+    def convert(self, df: DataFrame) -> tuple[DataFrame, DataFrame]:
+        staged = apply_column_converters(df.withColumn(ERRORS, gather([])), [self])
+        return split_frame(staged)
+
+
+class ColumnValidator(Validator):
+    """A validator made of column expressions: errors() returns error-or-null columns."""
+
+    def errors(self) -> list[Column]:
+        return []
+
+    def err(self, column: str | None, code: str, message: Column | str, value: Column | None = None) -> Column:
+        return error(VALIDATE, self.name, column, code, message, value)
+
+    def validate(self, df: DataFrame) -> DataFrame:
+        return explode_errors(df.select(ROW_ID, gather(self.errors()).alias(ERRORS)))
+
+
+class RowConverter(ColumnConverter):
+    """Python code, one row at a time: convert_row(values) -> dict of outputs.
+
+    Runs as an Arrow-optimized Python UDF; an exception on a row becomes that row's error
+    (error_code `plugin_exception`, the exception in the message), never a failed batch.
+    """
+
+    inputs: ClassVar[tuple[str, ...]] = ()  # or override input_columns()
+    outputs: ClassVar[dict[str, str]] = {}  # output column -> Spark type; or override output_types()
+
+    def input_columns(self) -> tuple[str, ...]:
+        return self.inputs
+
+    def output_types(self) -> dict[str, str]:
+        return self.outputs
+
+    def convert_row(self, values: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _result(self) -> str:
+        return f"__{self.name}_result"
+
+    def prepare(self) -> dict[str, Column]:
+        names, outputs = self.input_columns(), self.output_types()
+        ddl = ",".join([f"`{k}`:{t}" for k, t in outputs.items()] + ["__error:string"])
+        udf = F.udf(_trapped(self.convert_row, names, tuple(outputs)), f"struct<{ddl}>", useArrow=True)
+        return {self._result(): udf(*[F.col(n) for n in names])}
+
+    def columns(self) -> dict[str, Column]:
+        return {k: F.col(f"{self._result()}.`{k}`") for k in self.output_types()}
+
+    def errors(self) -> list[Column]:
+        failure = F.col(f"{self._result()}.__error")
+        return [F.when(failure.isNotNull(), self.err(None, "plugin_exception", failure))]
+
+
+def _trapped(fn: Callable[[dict], dict], names: tuple[str, ...], outputs: tuple[str, ...]):
+    def run(*values):
+        try:
+            result = fn(dict(zip(names, values)))
+            return {**{k: result.get(k) for k in outputs}, "__error": None}
+        except Exception as exc:  # noqa: BLE001 - any failure of plugin code is this row's error
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            return {**{k: None for k in outputs}, "__error": f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})"}
+
+    return run
+
+
+def apply_column_converters(df: DataFrame, converters: list[ColumnConverter]) -> DataFrame:
+    """Apply column converters in order on a frame with `_errors`; a row that already has errors
+    keeps them and gets no new ones (it goes no further), so each row reports its first failure."""
+    for conv in converters:
+        prepared = conv.prepare()
+        if prepared:
+            df = df.select("*", *[c.alias(n) for n, c in prepared.items()])
+        outputs = conv.columns()
+        clean = F.size(ERRORS) == 0
+        new_errors = F.when(clean, gather(conv.errors())).otherwise(F.col(ERRORS))
+        kept = [F.col(f"`{c}`") for c in df.columns if c not in outputs and c not in conv.drops and c != ERRORS and c not in prepared]
+        df = df.select(*kept, *[col.alias(n) for n, col in outputs.items()], new_errors.alias(ERRORS))
+    return df
+
+
+def split_frame(staged: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(rows without errors, their `_errors` dropped; error rows in the error schema)."""
+    good = staged.where(F.size(ERRORS) == 0).drop(ERRORS)
+    return good, explode_errors(staged.where(F.size(ERRORS) > 0).select(ROW_ID, ERRORS))
+
+
+def explode_errors(df: DataFrame) -> DataFrame:
+    return df.select(ROW_ID, F.explode(ERRORS).alias("e")).select(ROW_ID, *[F.col(f"e.{f}").alias(f) for f in ERROR_FIELDS])
+
+
+# ---- registry -------------------------------------------------------------------------------------
+
+
+def registry() -> dict[str, dict[str, type[Plugin]]]:
+    """{"converters": name -> class, "validators": name -> class}: built-ins, then entry points."""
+    from engagement_platform.ingest import builtin
+
+    found = {"converters": dict(builtin.CONVERTERS), "validators": dict(builtin.VALIDATORS)}
+    for kind, group in (("converters", CONVERTER_GROUP), ("validators", VALIDATOR_GROUP)):
+        for ep in entry_points(group=group):
+            found[kind][ep.name] = ep  # loaded lazily: a broken plugin only hurts pipelines using it
+    return found
+
+
+def resolve(kind: str, name: str) -> type[Plugin]:
+    entry = registry()[kind].get(name)
+    if entry is None:
+        known = ", ".join(sorted(registry()[kind]))
+        raise LookupError(f"unknown {kind[:-1]} '{name}' (known: {known})")
+    cls = entry if isinstance(entry, type) else entry.load()
+    base = Converter if kind == "converters" else Validator
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise TypeError(f"{kind[:-1]} '{name}' is {cls!r}, not a subclass of {base.__module__}.{base.__name__}")
+    return cls
+
+
+def instantiate(kind: str, ref, target: dict[str, ColumnSpec]) -> Plugin:
+    cls = resolve(kind, ref.plugin)
+    return cls(ref.plugin, cls.Params.model_validate(ref.params), target)
+
+
+def plugin_problems(config: PipelineConfig) -> list[tuple[str, str]]:
+    """(key, problem) for every plugin entry that does not resolve or whose params are invalid."""
+    problems = []
+    for kind in ("converters", "validators"):
+        for i, ref in enumerate(getattr(config, kind)):
+            key = f"{kind}[{i}]"
+            try:
+                cls = resolve(kind, ref.plugin)
+            except (LookupError, TypeError, ImportError, AttributeError) as exc:
+                problems.append((f"{key}.plugin", str(exc)))
+                continue
+            try:
+                params = cls.Params.model_validate(ref.params)
+            except ValidationError as exc:
+                for err in exc.errors():
+                    where = ".".join(str(p) for p in err["loc"])
+                    message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+                    problems.append((f"{key}.{where}" if where else key, message))
+                continue
+            check = getattr(cls, "check_config", None)
+            if check:
+                problems.extend((f"{key}.{k}" if k else key, p) for k, p in check(params, config))
+    return problems

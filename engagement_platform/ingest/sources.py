@@ -1,0 +1,114 @@
+"""Parse stage: a source (landing file or Kafka slice) -> input columns + parse errors.
+
+Text formats use Spark's PERMISSIVE mode with a corrupt-record column: a line that does not parse
+keeps going as a row whose `_errors` says why, with its raw bytes. Every row carries a stable
+`_row_id` derived from its source position (file line, or Kafka partition and offset), so a re-run
+of the same batch produces the same ids.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from engagement_platform.ingest.config import SourceSpec
+from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, error, gather
+from engagement_platform.spark import landing_source
+
+INPUT = "_input"  # struct of the parsed input columns: what the quarantine shows next to the raw record
+CORRUPT = "_corrupt_record"
+PARSER = "parser"
+KAFKA_PARTITION_SHIFT = 40  # row id = partition << 40 | offset (offsets stay far below 2**40)
+
+
+def _truthy(value) -> bool:
+    return str(value).lower() in ("true", "1", "yes")
+
+
+def read_schema(source: SourceSpec) -> str:
+    return ", ".join(f"`{name}` {type_}" for name, type_ in source.columns.items()) + f", `{CORRUPT}` string"
+
+
+def text_options(source: SourceSpec) -> dict[str, str]:
+    opts = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in source.options.items() if k != "header"}
+    return {**opts, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+
+
+def parse_text(rows: DataFrame, source: SourceSpec) -> DataFrame:
+    """rows: _row_id, _source_partition, _source_offset, _raw (binary) -> parsed input frame."""
+    size = F.length(RAW)
+    text = F.when(size <= source.max_record_bytes, F.col(RAW).cast("string"))
+    staged = rows.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, size.alias("_size"), text.alias("_text"))
+    schema, opts = read_schema(source), text_options(source)
+    parse = F.from_csv(F.col("_text"), schema, opts) if source.format == "csv" else F.from_json(F.col("_text"), schema, opts)
+    parsed = staged.select("*", parse.alias("_parsed"))
+    return parsed.select(
+        ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW,
+        *[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns],
+        F.struct(*[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns]).alias(INPUT),
+        gather(parse_errors(source, F.col(RAW), F.col("_size"), F.col("_text"), F.col(f"_parsed.{CORRUPT}"))).alias(ERRORS),
+    )
+
+
+def parse_errors(source: SourceSpec, raw: Column, size: Column, text: Column, corrupt: Column) -> list[Column]:
+    expected = {
+        "csv": f"a CSV line with {len(source.columns)} fields",
+        "jsonl": "one JSON object",
+        "json": "one JSON object",
+        "kafka": "one JSON object",
+    }[source.format]
+    limit = source.max_record_bytes
+    return [
+        F.when(raw.isNull() | (size == 0), error(PARSE, PARSER, None, "empty_record", "record has no content")),
+        F.when(size > limit, error(PARSE, PARSER, None, "oversized", F.format_string(f"record is %d bytes, limit {limit}", size))),
+        F.when(corrupt.isNotNull(), error(PARSE, PARSER, None, "malformed_record", f"record is not {expected}", F.substring(text, 1, 200))),
+    ]
+
+
+def read_lines_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
+    """CSV or JSON lines: one record per line, numbered from 1 (the header line counts)."""
+    skip = 1 if source.format == "csv" and _truthy(source.options.get("header", False)) else 0
+    lines = spark.read.format("landing_lines").options(**landing_source.options(path, skip, split_bytes)).load()
+    rows = lines.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW)
+    return parse_text(rows, source)
+
+
+def read_json_document(spark: SparkSession, source: SourceSpec, path: str) -> DataFrame:
+    """A whole-file JSON document (an object or an array of objects); offsets are element indexes.
+
+    Spark does not split a multi-line JSON file, so monotonically_increasing_id is the element's
+    index within the file: stable across re-runs of the same file."""
+    df = spark.read.schema(read_schema(source)).options(**text_options(source), multiLine="true").json(path)
+    cols = list(source.columns)
+    raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*cols))).cast("binary")
+    return df.select(
+        F.monotonically_increasing_id().alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION),
+        F.monotonically_increasing_id().alias(SOURCE_OFFSET), raw.alias(RAW),
+        *cols, F.struct(*cols).alias(INPUT),
+        gather([F.when(F.col(CORRUPT).isNotNull(), error(PARSE, PARSER, None, "malformed_record", "document is not valid JSON", F.substring(CORRUPT, 1, 200)))]).alias(ERRORS),
+    )
+
+
+def read_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
+    if source.format in ("csv", "jsonl"):
+        return read_lines_file(spark, source, path, split_bytes)
+    if source.format == "json":
+        return read_json_document(spark, source, path)
+    raise ValueError(f"{source.format} is not a file format")
+
+
+def read_kafka(spark: SparkSession, source: SourceSpec, bootstrap_servers: str, topic: str, ranges_json: str, kafka_config: dict | None = None) -> DataFrame:
+    """Exact Kafka offset ranges (the kafka_offsets data source), message values parsed as JSON."""
+    messages = (
+        spark.read.format("kafka_offsets")
+        .option("bootstrap_servers", bootstrap_servers)
+        .option("topic", topic)
+        .option("ranges", ranges_json)
+        .option("kafka_config", json.dumps(kafka_config or {}))
+        .load()
+    )
+    row_id = F.shiftleft(F.col("kafka_partition").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("kafka_offset")
+    rows = messages.select(row_id.alias(ROW_ID), F.col("kafka_partition").alias(SOURCE_PARTITION), F.col("kafka_offset").alias(SOURCE_OFFSET), F.col("value").alias(RAW))
+    return parse_text(rows, source)

@@ -1,0 +1,85 @@
+"""Spark Python data source `landing_lines`: a landing file's records with their line numbers.
+
+Spark's own text and CSV readers do not say which line a row came from, and a quarantine row must
+point at its source position. This source splits each file into byte ranges that start on a line
+boundary (so both cores read), numbers lines exactly, and returns (line, raw bytes) as Arrow.
+One record per line: CSV with embedded newlines is not supported by this path (JSON lines never has them).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+SCHEMA = "_source_offset long, _raw binary"
+
+
+class LineSpan(InputPartition):
+    def __init__(self, path: str, start: int, end: int, first_line: int, skip_lines: int):
+        self.path, self.start, self.end, self.first_line, self.skip_lines = path, start, end, first_line, skip_lines
+
+
+class LandingLinesDataSource(DataSource):
+    """Options: path (one file), split_bytes (default 16 MiB), skip_lines (header lines, default 0)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "landing_lines"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return LandingLinesReader(dict(self.options))
+
+
+def line_spans(data: bytes, split_bytes: int) -> list[tuple[int, int, int]]:
+    """(start, end, number of the first line) per span; spans end just after a newline."""
+    spans, start, line = [], 0, 1
+    while start < len(data):
+        end = data.find(b"\n", min(start + split_bytes, len(data)) - 1)
+        end = len(data) if end < 0 else end + 1
+        spans.append((start, end, line))
+        line += data.count(b"\n", start, end)
+        start = end
+    return spans
+
+
+class LandingLinesReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]):
+        self.path = options["path"]
+        self.split_bytes = int(options.get("split_bytes", str(16 << 20)))
+        self.skip_lines = int(options.get("skip_lines", "0"))
+
+    def partitions(self):
+        with open(self.path, "rb") as f:
+            data = f.read()
+        spans = line_spans(data, self.split_bytes)
+        return [LineSpan(self.path, s, e, line, self.skip_lines) for s, e, line in spans] or [LineSpan(self.path, 0, 0, 1, 0)]
+
+    def read(self, span: LineSpan):
+        import pyarrow as pa
+
+        with open(span.path, "rb") as f:
+            f.seek(span.start)
+            data = f.read(span.end - span.start)
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()  # the file's (or span's) final newline ends the last line, it starts none
+        numbers, raws = [], []
+        for i, line in enumerate(lines):
+            number = span.first_line + i
+            if number <= span.skip_lines:
+                continue
+            line = line[:-1] if line.endswith(b"\r") else line
+            if line.strip():  # blank lines are not records
+                numbers.append(number)
+                raws.append(line)
+        yield pa.RecordBatch.from_arrays([pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"])
+
+
+def options(path: str, skip_lines: int = 0, split_bytes: int | None = None) -> dict[str, str]:
+    opts = {"path": path, "skip_lines": str(skip_lines)}
+    if split_bytes:
+        opts["split_bytes"] = str(split_bytes)
+    return opts
+
