@@ -1,15 +1,27 @@
-"""The only place Definitions are assembled (named by pyproject's [tool.dagster] and workspace.yaml)."""
+"""The only place Definitions are assembled (named by pyproject's [tool.dagster] and workspace.yaml).
+
+Ingest pipelines come from the YAML files in EP_PIPELINES_DIR (default: the repo's pipelines/):
+each file adds its landing folder, pipeline asset (with checks), tables, job and landing sensor.
+"""
 
 from dagster import Definitions
 
 from engagement_platform.engagement.assets import engagement_activities_topic, engagement_ingestion, engagement_tables
 from engagement_platform.engagement.jobs import ingestion_job
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor
+from engagement_platform.ingest.assets import pipeline_assets
+from engagement_platform.ingest.config import load_pipelines
+from engagement_platform.ingest.jobs import pipeline_job
+from engagement_platform.ingest.sensors import landing_sensor
 from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
+from engagement_platform.settings import load_settings
+
+pipelines = load_pipelines(load_settings().pipelines_dir)
+pipeline_jobs = {p.name: pipeline_job(p) for p in pipelines}
 
 defs = Definitions(
-    assets=[engagement_activities_topic, engagement_ingestion, *engagement_tables],
-    jobs=[ingestion_job],
-    sensors=[engagement_ingestion_sensor],
+    assets=[engagement_activities_topic, engagement_ingestion, *engagement_tables, *[a for p in pipelines for a in pipeline_assets(p)]],
+    jobs=[ingestion_job, *pipeline_jobs.values()],
+    sensors=[engagement_ingestion_sensor, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
     resources={"spark": SparkResource(), "lake": LakeResource(), "kafka": KafkaResource()},
 )

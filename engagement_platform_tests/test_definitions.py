@@ -9,12 +9,17 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert keys == {
         "kafka/engagement_activities", "engagement_ingestion", "engagement_activity",
         "engagement_notifications", "quarantine_engagement_ingestion", "checkpoints",
+        # pipelines/rewards_members.yaml
+        "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
     assert checks == {("engagement_ingestion", n) for n in (
-        "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "records_conserved")}
-    assert {s.name for s in repo.sensor_defs} == {"engagement_ingestion_sensor"}
-    assert "engagement_ingestion_job" in repo.job_names
+        "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "records_conserved")} | {
+        ("ingest_rewards_members", n) for n in ("records_conserved", "error_rate_under_threshold")}
+    assert {s.name for s in repo.sensor_defs} == {"engagement_ingestion_sensor", "ingest_rewards_members_landing_sensor"}
+    assert {"engagement_ingestion_job", "ingest_rewards_members_job"} <= set(repo.job_names)
     lineage = repo.asset_graph
     assert AssetKey("engagement_ingestion") in lineage.get(AssetKey("engagement_activity")).parent_keys
     assert AssetKey(["kafka", "engagement_activities"]) in lineage.get(AssetKey("engagement_ingestion")).parent_keys
+    assert AssetKey(["landing", "rewards_members"]) in lineage.get(AssetKey("ingest_rewards_members")).parent_keys
+    assert AssetKey("ingest_rewards_members") in lineage.get(AssetKey("quarantine_rewards_members")).parent_keys

@@ -3,10 +3,9 @@
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
+from engagement_platform.batch_sensors import STREAM_TAG
 from engagement_platform.engagement.assets import INGESTION_ASSET
 from engagement_platform.engagement.partitions import ingestion_batches
-
-STREAM_TAG = "engagement/stream"
 
 ingestion_job = define_asset_job(
     "engagement_ingestion_job",

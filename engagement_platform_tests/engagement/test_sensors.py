@@ -5,9 +5,9 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 
 from engagement_platform.engagement.assets import engagement_ingestion
 from engagement_platform.engagement.ingestion import STREAM
-from engagement_platform.engagement.jobs import STREAM_TAG
+from engagement_platform.batch_sensors import MAX_ATTEMPTS, STREAM_TAG
 from engagement_platform.engagement.partitions import ingestion_batches
-from engagement_platform.engagement.sensors import MAX_ATTEMPTS, engagement_ingestion_sensor
+from engagement_platform.engagement.sensors import engagement_ingestion_sensor
 from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.helpers import produce_activities
 

@@ -1,0 +1,63 @@
+"""Assets of an ingest pipeline: landing folder -> pipeline batches -> target + quarantine tables.
+
+As for the engagement streams, the pipeline is a partitioned asset (one partition per landing file
+batch) and the Delta tables are downstream assets whose materializations each batch reports.
+"""
+
+
+from dagster import AssetExecutionContext, AssetKey, AssetMaterialization, AssetSpec, MaterializeResult, asset
+
+from engagement_platform.ingest.checks import evaluate_pipeline_checks, pipeline_check_specs
+from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.ingest.landing import quarantine_spec, run_file_batch, stream_name, target_spec
+from engagement_platform.ingest.partitions import pipeline_batches
+from engagement_platform.resources import LakeResource, SparkResource
+
+GROUP = "ingest"
+
+
+def landing_key(config: PipelineConfig) -> AssetKey:
+    return AssetKey(["landing", config.name])
+
+
+def pipeline_key(config: PipelineConfig) -> AssetKey:
+    return AssetKey(f"ingest_{config.name}")
+
+
+def pipeline_assets(config: PipelineConfig) -> list:
+    """[landing folder spec, the pipeline asset, target table spec, quarantine table spec]."""
+    key = pipeline_key(config)
+    stream = stream_name(config)
+    target, quarantine = target_spec(config), quarantine_spec(config)
+
+    @asset(
+        key=key,
+        deps=[landing_key(config)],
+        partitions_def=pipeline_batches(config),
+        check_specs=pipeline_check_specs(config, key),
+        group_name=GROUP,
+        kinds={"spark", "deltalake"},
+        description=f"Pipeline {config.name}: each partition is one landing file, parsed, converted and validated exactly once. {config.description}",
+        metadata={"converters": ", ".join(c.plugin for c in config.converters) or "-",
+                  "validators": ", ".join(v.plugin for v in config.validators) or "-",
+                  "max_error_rate": config.error_rate.max_error_rate},
+    )
+    def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
+        plan = lake.checkpoints.plan(stream, int(context.partition_key))
+        result = run_file_batch(spark.spark_session, lake.lake, lake.checkpoints, config, plan)
+        for table, version in result.versions.items():
+            context.log_event(AssetMaterialization(
+                asset_key=table, description=f"{stream} batch {plan.batch_id}",
+                metadata={"batch_id": plan.batch_id, "table_version": version if version is not None else "already committed", "file": plan.topic},
+            ))
+        return MaterializeResult(metadata=result.metadata(), check_results=evaluate_pipeline_checks(lake.lake, config, result))
+
+    landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},
+                        description=f"Landing folder of pipeline {config.name}: files matching {config.source.path} ({config.source.format}).")
+    tables = [
+        AssetSpec(key=spec.name, deps=[key], group_name=GROUP, kinds={"deltalake"}, description=description,
+                  metadata={"partitioned_by": ", ".join(spec.partition_by) or "-"})
+        for spec, description in ((target, f"Rows of pipeline {config.name} that passed every stage."),
+                                  (quarantine, f"Records pipeline {config.name} rejected, one row per error, in the one error schema."))
+    ]
+    return [landing, _pipeline, *tables]
