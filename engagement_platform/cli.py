@@ -2,6 +2,7 @@
 
     engagement-platform create-topics
     engagement-platform demo-produce --rate 200
+    engagement-platform demo-landing --files 2 --rows 5000
     engagement-platform changes --org 00D000001 --since -1
     engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
     engagement-platform ingest-batch --batch-id 3
@@ -92,6 +93,18 @@ def ingest_batch(args) -> None:
     print(json.dumps(result.metadata(), default=str))
 
 
+def demo_landing(args) -> None:
+    from pathlib import Path
+
+    from engagement_platform.ingest.demo import write_members_file
+
+    folder = Path(load_settings().landing_root) / "rewards_members"
+    for n in range(args.files):
+        seed = args.seed + n
+        path = write_members_file(folder, f"members-{seed}.csv", args.rows, seed, args.bad_ratio, first_id=seed * args.rows)
+        print(f"landed {path} ({args.rows} rows)")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +117,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-ratio", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.set_defaults(fn=demo_produce)
+
+    p = sub.add_parser("demo-landing", help="land demo CSV files for the rewards_members ingest pipeline")
+    p.add_argument("--files", type=int, default=2)
+    p.add_argument("--rows", type=int, default=5000)
+    p.add_argument("--bad-ratio", type=float, default=0.03)
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.set_defaults(fn=demo_landing)
 
     p = sub.add_parser("changes", help="rows of one org changed since a notification checkpoint")
     p.add_argument("--org", required=True)

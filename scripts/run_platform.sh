@@ -87,6 +87,8 @@ trap cleanup EXIT
 bash scripts/stack.sh start
 
 .venv/bin/python -m engagement_platform.cli create-topics
+# Two store exports for the rewards_members ingest pipeline (its landing sensor picks them up).
+.venv/bin/python -m engagement_platform.cli demo-landing --files 2 --rows 5000
 
 # set -m: each background job gets its own process group, so a terminal Ctrl-C reaches only
 # this script (which stops things in order) and leftovers can be swept per group.
