@@ -6,9 +6,15 @@ each file adds its landing folder, pipeline asset (with checks), tables, job and
 
 from dagster import Definitions
 
-from engagement_platform.engagement.assets import engagement_activities_topic, engagement_ingestion, engagement_tables
-from engagement_platform.engagement.jobs import ingestion_job
-from engagement_platform.engagement.sensors import engagement_ingestion_sensor
+from engagement_platform.engagement.assets import (
+    engagement_activities_topic,
+    engagement_ingestion,
+    engagement_mutation,
+    engagement_mutations_topic,
+    engagement_tables,
+)
+from engagement_platform.engagement.jobs import ingestion_job, mutation_job
+from engagement_platform.engagement.sensors import engagement_ingestion_sensor, engagement_mutation_sensor
 from engagement_platform.ingest.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipelines
 from engagement_platform.ingest.jobs import pipeline_job
@@ -20,8 +26,11 @@ pipelines = load_pipelines(load_settings().pipelines_dir)
 pipeline_jobs = {p.name: pipeline_job(p) for p in pipelines}
 
 defs = Definitions(
-    assets=[engagement_activities_topic, engagement_ingestion, *engagement_tables, *[a for p in pipelines for a in pipeline_assets(p)]],
-    jobs=[ingestion_job, *pipeline_jobs.values()],
-    sensors=[engagement_ingestion_sensor, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
+    assets=[
+        engagement_activities_topic, engagement_mutations_topic, engagement_ingestion, engagement_mutation, *engagement_tables,
+        *[a for p in pipelines for a in pipeline_assets(p)],
+    ],
+    jobs=[ingestion_job, mutation_job, *pipeline_jobs.values()],
+    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
     resources={"spark": SparkResource(), "lake": LakeResource(), "kafka": KafkaResource()},
 )

@@ -9,17 +9,23 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert keys == {
         "kafka/engagement_activities", "engagement_ingestion", "engagement_activity",
         "engagement_notifications", "quarantine_engagement_ingestion", "checkpoints",
+        "kafka/engagement_mutations", "engagement_mutation", "engagement_mutation_requests",
+        "engagement_mutations_pending", "quarantine_engagement_mutations",
         # pipelines/rewards_members.yaml
         "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
     assert checks == {("engagement_ingestion", n) for n in (
         "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "records_conserved")} | {
+        ("engagement_mutation", n) for n in (
+        "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted")} | {
         ("ingest_rewards_members", n) for n in ("records_conserved", "error_rate_under_threshold")}
-    assert {s.name for s in repo.sensor_defs} == {"engagement_ingestion_sensor", "ingest_rewards_members_landing_sensor"}
-    assert {"engagement_ingestion_job", "ingest_rewards_members_job"} <= set(repo.job_names)
+    assert {s.name for s in repo.sensor_defs} == {"engagement_ingestion_sensor", "engagement_mutation_sensor", "ingest_rewards_members_landing_sensor"}
+    assert {"engagement_ingestion_job", "engagement_mutation_job", "ingest_rewards_members_job"} <= set(repo.job_names)
     lineage = repo.asset_graph
     assert AssetKey("engagement_ingestion") in lineage.get(AssetKey("engagement_activity")).parent_keys
     assert AssetKey(["kafka", "engagement_activities"]) in lineage.get(AssetKey("engagement_ingestion")).parent_keys
+    assert AssetKey("engagement_mutation") in lineage.get(AssetKey("engagement_activity")).parent_keys
+    assert AssetKey(["kafka", "engagement_mutations"]) in lineage.get(AssetKey("engagement_mutation")).parent_keys
     assert AssetKey(["landing", "rewards_members"]) in lineage.get(AssetKey("ingest_rewards_members")).parent_keys
     assert AssetKey("ingest_rewards_members") in lineage.get(AssetKey("quarantine_rewards_members")).parent_keys

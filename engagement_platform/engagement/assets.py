@@ -20,9 +20,15 @@ from dagster import (
     observable_source_asset,
 )
 
-from engagement_platform.engagement.checks import evaluate_ingestion_checks, ingestion_check_specs
+from engagement_platform.engagement import mutations
+from engagement_platform.engagement.checks import evaluate_ingestion_checks, evaluate_mutation_checks, ingestion_check_specs, mutation_check_specs
 from engagement_platform.engagement.ingestion import STREAM, ingest_batch
-from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.mutation_tables import (
+    ENGAGEMENT_MUTATION_REQUESTS,
+    ENGAGEMENT_MUTATIONS_PENDING,
+    QUARANTINE_ENGAGEMENT_MUTATIONS,
+)
+from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.lake.checkpoints import CHECKPOINTS
 from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
@@ -31,6 +37,8 @@ from engagement_platform.settings import load_settings
 GROUP = "engagement"
 INGESTION_ASSET = AssetKey("engagement_ingestion")
 TOPIC_ASSET = AssetKey(["kafka", "engagement_activities"])
+MUTATION_ASSET = AssetKey("engagement_mutation")
+MUTATIONS_TOPIC_ASSET = AssetKey(["kafka", "engagement_mutations"])
 
 
 def watermark_metadata(watermarks: dict[int, tuple[int, int]]) -> dict:
@@ -41,9 +49,9 @@ def watermark_metadata(watermarks: dict[int, tuple[int, int]]) -> dict:
     }
 
 
-def topic_observation(watermarks: dict[int, tuple[int, int]]) -> AssetObservation:
-    """What the ingestion sensor reports on every tick that reads the watermarks."""
-    return AssetObservation(asset_key=TOPIC_ASSET, metadata=watermark_metadata(watermarks))
+def topic_observation(watermarks: dict[int, tuple[int, int]], key: AssetKey = TOPIC_ASSET) -> AssetObservation:
+    """What a stream's sensor reports on every tick that reads the watermarks."""
+    return AssetObservation(asset_key=key, metadata=watermark_metadata(watermarks))
 
 
 @observable_source_asset(key=TOPIC_ASSET, group_name=GROUP, description="Kafka topic of engagement activities from the sales apps (EP_ACTIVITIES_TOPIC).")
@@ -78,6 +86,36 @@ def engagement_ingestion(context: AssetExecutionContext, spark: SparkResource, l
     )
 
 
+@observable_source_asset(key=MUTATIONS_TOPIC_ASSET, group_name=GROUP, description="Kafka topic of ID mutation requests: convert, merge, delete, update (EP_MUTATIONS_TOPIC).")
+def engagement_mutations_topic(kafka: KafkaResource) -> ObserveResult:
+    marks = kafka.client.watermarks(mutations.mutations_topic())
+    return ObserveResult(data_version=DataVersion(str(sum(h for _, h in marks.values()))), metadata=watermark_metadata(marks))
+
+
+@asset(
+    key=MUTATION_ASSET,
+    deps=[MUTATIONS_TOPIC_ASSET],
+    partitions_def=mutation_batches,
+    check_specs=mutation_check_specs(MUTATION_ASSET),
+    group_name=GROUP,
+    kinds={"deltalake", "kafka"},
+)
+def engagement_mutation(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
+    """Mutation stream: each partition is one planned slice of requests, reduced (cascades) and
+    applied as one MERGE exactly once; requests whose targets are not ingested yet wait in pending."""
+    plan = lake.checkpoints.plan(mutations.STREAM, int(context.partition_key))
+    result = mutations.apply_mutation_batch(spark.spark_session, lake.lake, lake.checkpoints, kafka.servers, plan)
+    for table, version in result.versions.items():
+        context.log_event(
+            AssetMaterialization(
+                asset_key=table,
+                description=f"{mutations.STREAM} batch {plan.batch_id}",
+                metadata={"batch_id": plan.batch_id, "table_version": version if version is not None else "already committed", "stream": mutations.STREAM},
+            )
+        )
+    return MaterializeResult(metadata=result.metadata(), check_results=evaluate_mutation_checks(lake.lake, lake.checkpoints, result))
+
+
 def _table_spec(spec, writers: list[AssetKey], description: str) -> AssetSpec:
     return AssetSpec(
         key=spec.name,
@@ -90,8 +128,11 @@ def _table_spec(spec, writers: list[AssetKey], description: str) -> AssetSpec:
 
 
 engagement_tables = [
-    _table_spec(ENGAGEMENT_ACTIVITY, [INGESTION_ASSET], "One row per engagement activity, partitioned by org, clustered by engagement date."),
-    _table_spec(ENGAGEMENT_NOTIFICATIONS, [INGESTION_ASSET], "Per org and batch: rows inserted/updated/deleted in a table, for incremental readers."),
+    _table_spec(ENGAGEMENT_ACTIVITY, [INGESTION_ASSET, MUTATION_ASSET], "One row per engagement activity, partitioned by org, clustered by engagement date."),
+    _table_spec(ENGAGEMENT_NOTIFICATIONS, [INGESTION_ASSET, MUTATION_ASSET], "Per org and batch: rows inserted/updated/deleted in a table, for incremental readers."),
     _table_spec(QUARANTINE_ENGAGEMENT_INGESTION, [INGESTION_ASSET], "Records that could not be ingested, with raw bytes, source offset and reason."),
-    _table_spec(CHECKPOINTS, [INGESTION_ASSET], "Batch plans (offset ranges) and per-process state of every stream."),
+    _table_spec(CHECKPOINTS, [INGESTION_ASSET, MUTATION_ASSET], "Batch plans (offset ranges) and per-process state of every stream."),
+    _table_spec(ENGAGEMENT_MUTATION_REQUESTS, [MUTATION_ASSET], "Every valid ID mutation request, as received, partitioned by org and request date."),
+    _table_spec(ENGAGEMENT_MUTATIONS_PENDING, [MUTATION_ASSET], "Requests whose targets are not in engagement_activity yet, retried until their horizon."),
+    _table_spec(QUARANTINE_ENGAGEMENT_MUTATIONS, [MUTATION_ASSET], "Malformed requests and requests whose target never arrived, with reason."),
 ]

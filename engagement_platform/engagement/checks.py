@@ -15,6 +15,7 @@ NO_DUPLICATE_ENGAGEMENT_IDS = "no_duplicate_engagement_ids"
 NOTIFICATIONS_MATCH_CHANGES = "notifications_match_changes"
 OFFSET_RANGES_CONTIGUOUS = "offset_ranges_contiguous"
 RECORDS_CONSERVED = "records_conserved"
+REQUESTS_ACCOUNTED = "requests_accounted"
 
 
 def ingestion_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
@@ -27,6 +28,48 @@ def ingestion_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
                        description="Planned offset ranges of the stream have no gap and no overlap per partition."),
         AssetCheckSpec(RECORDS_CONSERVED, asset=asset, blocking=True,
                        description="Records read = rows appended + records quarantined, and every planned offset was read."),
+    ]
+
+
+def mutation_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
+    return [
+        AssetCheckSpec(NO_DUPLICATE_ENGAGEMENT_IDS, asset=asset, blocking=True,
+                       description="No (org_id, engagement_id) appears twice in engagement_activity, in the orgs this batch touched."),
+        AssetCheckSpec(NOTIFICATIONS_MATCH_CHANGES, asset=asset, blocking=True,
+                       description="The batch's notification rows equal the MERGE commit's change data feed, per org."),
+        AssetCheckSpec(OFFSET_RANGES_CONTIGUOUS, asset=asset, blocking=True,
+                       description="Planned offset ranges of the stream have no gap and no overlap per partition."),
+        AssetCheckSpec(REQUESTS_ACCOUNTED, asset=asset, blocking=True,
+                       description="Requests in = applied + still pending + quarantined (malformed or expired); none dropped."),
+    ]
+
+
+def evaluate_mutation_checks(lake: DeltaLake, checkpoints: CheckpointStore, result) -> list[AssetCheckResult]:
+    from engagement_platform.engagement import mutations
+
+    plan = result.plan
+    duplicates, _ = integrity.key_audit(lake, result.org_ids, None) if result.org_ids else (0, 0)
+    version = result.versions.get(ENGAGEMENT_ACTIVITY.name)
+    if version is None:
+        version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, mutations.APP_ID, plan.batch_id)
+    if version is not None:
+        audit = integrity.audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, version, mutations.APP_ID, plan.batch_id)
+        mismatched, notify_meta = audit.orgs_mismatched, {"orgs_changed": audit.orgs_changed, "rows_changed": audit.rows_changed, "rows_notified": audit.rows_notified}
+    else:  # nothing to change in this batch: no MERGE commit, nothing to notify
+        mismatched, notify_meta = 0, {"orgs_changed": 0}
+    gaps, overlaps = offset_gaps_and_overlaps(checkpoints.plans(mutations.STREAM))
+    pending_now = result.pending_added + result.pending_retained
+    unaccounted = result.requests_read - result.requests_malformed - result.requests_valid
+    return [
+        AssetCheckResult(check_name=NO_DUPLICATE_ENGAGEMENT_IDS, passed=duplicates == 0, metadata={"duplicate_rows": duplicates, "orgs_checked": len(result.org_ids)}),
+        AssetCheckResult(check_name=NOTIFICATIONS_MATCH_CHANGES, passed=mismatched == 0, metadata={"orgs_mismatched": mismatched, **notify_meta, "data_version": version}),
+        AssetCheckResult(check_name=OFFSET_RANGES_CONTIGUOUS, passed=gaps == 0 and overlaps == 0, metadata={"gap_offsets": gaps, "overlap_offsets": overlaps}),
+        AssetCheckResult(
+            check_name=REQUESTS_ACCOUNTED, passed=unaccounted == 0,
+            metadata={"requests_read": result.requests_read, "requests_valid": result.requests_valid, "requests_malformed": result.requests_malformed,
+                      "requests_applied": result.requests_applied, "pending_now": pending_now, "pending_expired": result.pending_expired,
+                      "unaccounted": unaccounted},
+        ),
     ]
 
 

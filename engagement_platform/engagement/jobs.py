@@ -4,8 +4,8 @@
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from engagement_platform.batch_sensors import STREAM_TAG
-from engagement_platform.engagement.assets import INGESTION_ASSET
-from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.assets import INGESTION_ASSET, MUTATION_ASSET
+from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches
 
 ingestion_job = define_asset_job(
     "engagement_ingestion_job",
@@ -14,4 +14,13 @@ ingestion_job = define_asset_job(
     executor_def=in_process_executor,
     tags={STREAM_TAG: "ingestion"},
     description="Ingest one planned Kafka slice into the engagement lake (data, quarantine, notifications).",
+)
+
+mutation_job = define_asset_job(
+    "engagement_mutation_job",
+    selection=AssetSelection.assets(MUTATION_ASSET),
+    partitions_def=mutation_batches,
+    executor_def=in_process_executor,
+    tags={STREAM_TAG: "mutation"},
+    description="Apply one planned slice of ID mutation requests to the engagement lake (one MERGE).",
 )

@@ -3,3 +3,4 @@
 from dagster import DynamicPartitionsDefinition
 
 ingestion_batches = DynamicPartitionsDefinition(name="engagement_ingestion_batches")
+mutation_batches = DynamicPartitionsDefinition(name="engagement_mutation_batches")

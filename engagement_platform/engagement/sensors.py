@@ -1,4 +1,4 @@
-"""Sensor of the ingestion stream: plans the next Kafka slice and requests its run.
+"""Sensors of the Kafka-fed streams (ingestion, mutation): plan the next slice and request its run.
 
 One batch in flight at a time, retried with the same plan after a failure (batch_sensors.py).
 """
@@ -6,13 +6,14 @@ One batch in flight at a time, retried with the same plan after a failure (batch
 
 import json
 
-from dagster import DefaultSensorStatus, SensorEvaluationContext, SensorResult, sensor
+from dagster import AssetKey, DefaultSensorStatus, DynamicPartitionsDefinition, SensorEvaluationContext, SensorResult, sensor
 
 from engagement_platform.batch_sensors import resume_unfinished, run_request
-from engagement_platform.engagement.assets import topic_observation
+from engagement_platform.engagement import mutations
+from engagement_platform.engagement.assets import MUTATIONS_TOPIC_ASSET, TOPIC_ASSET, topic_observation
 from engagement_platform.engagement.ingestion import STREAM
-from engagement_platform.engagement.jobs import ingestion_job
-from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.jobs import ingestion_job, mutation_job
+from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches
 from engagement_platform.resources import KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan, plan_next_batch
@@ -26,27 +27,39 @@ def _cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
-@sensor(job=ingestion_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
-def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-    """Plans the next offset slice of engagement.activities when the previous batch is done."""
+def kafka_stream_tick(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource, stream: str, topic: str,
+                      partitions: DynamicPartitionsDefinition, topic_key: AssetKey):
+    """One tick of a Kafka-fed stream: resume the unfinished batch, or plan the next slice."""
     store = lake.checkpoints
-    latest, done = store.latest(STREAM)
+    latest, done = store.latest(stream)
     if latest is not None and not done:
-        return resume_unfinished(context, latest, ingestion_batches, _tags, _cursor(latest))
-
-    settings = load_settings()
-    topic = settings.activities_topic
+        return resume_unfinished(context, latest, partitions, _tags, _cursor(latest))
     watermarks = kafka.client.watermarks(topic)
-    plan = plan_next_batch(STREAM, topic, latest, watermarks, settings.ingest_max_records_per_partition)
+    plan = plan_next_batch(stream, topic, latest, watermarks, load_settings().ingest_max_records_per_partition)
+    observed = [topic_observation(watermarks, topic_key)]
     if plan is None:
         return SensorResult(
             skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
-            asset_events=[topic_observation(watermarks)],
+            asset_events=observed,
         )
     store.record_plan(plan)
     return SensorResult(
         run_requests=[run_request(plan, 1, _tags(plan))],
-        asset_events=[topic_observation(watermarks)],
-        dynamic_partitions_requests=[ingestion_batches.build_add_request([plan.partition_key])],
+        asset_events=observed,
+        dynamic_partitions_requests=[partitions.build_add_request([plan.partition_key])],
         cursor=_cursor(plan),
     )
+
+
+@sensor(job=ingestion_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
+def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+    """Plans the next offset slice of engagement.activities when the previous batch is done."""
+    return kafka_stream_tick(context, kafka, lake, STREAM, load_settings().activities_topic, ingestion_batches, TOPIC_ASSET)
+
+
+@sensor(job=mutation_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
+def engagement_mutation_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+    """Plans the next slice of engagement.mutations when the previous mutation batch is done.
+
+    Pending requests are retried with the next batch of requests (not on their own yet)."""
+    return kafka_stream_tick(context, kafka, lake, mutations.STREAM, mutations.mutations_topic(), mutation_batches, MUTATIONS_TOPIC_ASSET)

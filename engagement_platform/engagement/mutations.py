@@ -1,0 +1,753 @@
+"""ID mutation stream (issue 4): one planned slice of `engagement.mutations` -> one MERGE of
+engagement_activity, plus the request log, the pending requests, quarantine and notifications.
+
+Requests (JSON, one per Kafka message; keys map onto cascade.MutationRequest):
+
+    common   request_id (str), org_id (str), request_time (ISO timestamp), op: convert|merge|delete|update,
+             optional date_from / date_to (ISO dates, inclusive): only rows whose engagement_date is in range
+    convert  from_field, from_id, to_field, to_id     -> MutationRequest(field=from_field, owner_id=from_id, to_field, to_id)
+    merge    field, from_ids ([str, ...]), to_id       -> MutationRequest(field, from_ids, to_id)
+    delete   engagement_id                             -> MutationRequest(engagement_id)          (one row)
+             or field + id                             -> MutationRequest(field, owner_id=id)     (every row of an owner)
+    update   engagement_id, record {column: value}     -> MutationRequest(engagement_id, record)
+
+    Owner fields: lead_id, contact_id, account_id, user_id. An update's record may name any
+    engagement_activity column except org_id, engagement_id and the ingestion columns; it replaces
+    the owner ids and engagement_date (a missing one becomes null, as in the cascade reference) and
+    sets every other column it names; columns it does not name keep their values.
+
+    {"request_id": "r1", "org_id": "00D000001", "request_time": "2026-01-06T10:00:00Z", "op": "convert",
+     "from_field": "lead_id", "from_id": "00Q000001", "to_field": "contact_id", "to_id": "003000009"}
+
+Lifecycle (streams/batch.py; txn app id `engagement.mutation`, version = batch id, stream `mutation`):
+
+compute  The ingest framework parses and validates the slice (mutation_pipeline.yaml: required
+         fields, op and owner-field enums, timestamp/date types); what depends on the op, the JSON
+         shapes of from_ids/record, date order and duplicate request ids are checked here on the
+         driver in the same error schema. Valid requests plus every pending request are grouped by
+         org and reduced with the exact cascade reduction (cascade.reduce_requests, on the driver:
+         there is no cascade_spark). One I/O-pruned read of engagement_activity (org partitions AND
+         the owner ids / engagement ids involved, AND the date span when every request of the org is
+         bounded; min/max stats skip files) gives the rows any request can touch; each row's outcome
+         is cascade.reduced_row (unchanged / updated / replaced / deleted).
+pending  A request whose external target (Reduction.external_targets: an id or engagement no earlier
+         request of the batch produced) has no row in the table within the request's date range is
+         held back whole, and the org is re-reduced without it until no external target is missing (a
+         request that needed what a held-back request would have produced is then held back too, so a
+         chain keeps its order). Held-back requests go to the pending table and are retried in each of
+         the next `horizon_batches` batches; then they are quarantined with `target_not_found_within_horizon`.
+commit   request log (append), engagement_activity (ONE delta-rs MERGE), pending (one overwrite),
+         quarantine (append), notifications (counts from the MERGE commit's change data feed); each
+         commit carries the txn. A re-run after a crash recomputes against the table versions pinned
+         in the request log's commit (time travel), so it reaches the same decisions and only writes
+         the tables the first attempt did not reach.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date, datetime, timezone
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+from engagement_platform.engagement.cascade import (
+    OWNER_FIELDS, REPLACE, MutationRequest, Reduction, reduce_requests, reduced_row,
+)
+from engagement_platform.engagement.ingestion import fetch_values
+from engagement_platform.engagement.mutation_tables import (
+    ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
+)
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.ingest.config import PipelineConfig, load_pipeline
+from engagement_platform.ingest.errors import ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION, VALIDATE
+from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
+from engagement_platform.ingest.sources import INPUT, read_kafka
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
+from engagement_platform.lake.notifications import notification_rows
+from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.kafka import KafkaClient
+from engagement_platform.streams.planning import BatchPlan
+
+STREAM = "mutation"
+APP_ID = "engagement.mutation"
+PIPELINE_NAME = "engagement_mutations"
+PIPELINE_FILE = Path(__file__).with_name("mutation_pipeline.yaml")
+DEFAULT_TOPIC = "engagement.mutations"
+DEFAULT_HORIZON_BATCHES = 10
+REDUCER = "driver"  # cascade.reduce_requests per org on the driver (no cascade_spark module)
+
+CHECKS = "mutation_request"  # plugin name of the driver-side request checks
+APPLY = "apply"  # stage of errors found while applying (targets never arrived)
+TARGET_NOT_FOUND = "target_not_found_within_horizon"
+ACTION = "_action"  # MERGE source column: update | delete
+UPDATE, DELETE = "update", "delete"
+# Columns an update's record may set (the rest are the row's identity or ingestion bookkeeping).
+RECORD_COLUMNS = tuple(
+    n for n in ENGAGEMENT_ACTIVITY.schema.names
+    if n not in ("org_id", "engagement_id", "ingestion_time", "source_partition", "source_offset", "batch_id")
+)
+REQUEST_KEYS = ("request_id", "org_id", "request_time", "op", "from_field", "from_id", "to_field", "to_id",
+                "field", "from_ids", "id", "engagement_id", "record", "date_from", "date_to")
+OP_REQUIRED = {
+    "convert": ("from_field", "from_id", "to_field", "to_id"),
+    "merge": ("field", "from_ids", "to_id"),
+    "update": ("engagement_id", "record"),
+}
+
+
+def mutations_topic() -> str:
+    """The requests topic (EP_MUTATIONS_TOPIC, default engagement.mutations), read at run time."""
+    return os.environ.get("EP_MUTATIONS_TOPIC", DEFAULT_TOPIC)
+
+
+@cache
+def mutation_pipeline(topic: str) -> PipelineConfig:
+    config = load_pipeline(PIPELINE_FILE)
+    return config.model_copy(update={"source": config.source.model_copy(update={"topic": topic})})
+
+
+# ---- requests: JSON <-> MutationRequest ----------------------------------------------------------
+
+
+def _iso(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value.isoformat().replace("+00:00", "Z")
+    return value.isoformat() if isinstance(value, date) else str(value)
+
+
+def _timestamp(text: str) -> datetime:
+    value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def typed_record(record: dict) -> dict:
+    """An update's record with engagement_activity types; ValueError naming the bad column."""
+    types = {f.name: f.type for f in ENGAGEMENT_ACTIVITY.schema}
+    out = {}
+    for name, value in record.items():
+        if name not in RECORD_COLUMNS:
+            raise ValueError(f"record.{name}: not a column an update can set (allowed: {', '.join(RECORD_COLUMNS)})")
+        type_ = types[name]
+        try:
+            if value is None:
+                out[name] = None
+            elif pa.types.is_date(type_):
+                out[name] = date.fromisoformat(str(value))
+            elif pa.types.is_timestamp(type_):
+                out[name] = _timestamp(value)
+            elif pa.types.is_integer(type_):
+                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                    raise ValueError(value)
+                out[name] = int(value)
+            elif name == "payload":
+                out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            elif isinstance(value, (dict, list)):
+                raise ValueError(value)
+            else:
+                out[name] = str(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"record.{name}: {value!r} is not a valid {type_}") from None
+    return out
+
+
+def request_from_json(d: dict) -> MutationRequest:
+    """The canonical request JSON (request_json column) -> cascade.MutationRequest."""
+    dates = {k: date.fromisoformat(d[k]) if d.get(k) else None for k in ("date_from", "date_to")}
+    rid, org, at, op = d["request_id"], d["org_id"], _timestamp(d["request_time"]), d["op"]
+    if op == "convert":
+        return MutationRequest.convert(rid, org, at, d["from_field"], d["from_id"], d["to_field"], d["to_id"], **dates)
+    if op == "merge":
+        return MutationRequest.merge(rid, org, at, d["field"], d["from_ids"], d["to_id"], **dates)
+    if op == "delete" and d.get("engagement_id"):
+        return MutationRequest.delete_engagement(rid, org, at, d["engagement_id"], **dates)
+    if op == "delete":
+        return MutationRequest.delete_owner(rid, org, at, d["field"], d["id"], **dates)
+    if op == "update":
+        return MutationRequest.update(rid, org, at, d["engagement_id"], typed_record(d["record"]), **dates)
+    raise ValueError(f"unknown op {op!r}")
+
+
+def _error(column: str | None, code: str, message: str, value: Any = None) -> dict:
+    return {"stage": VALIDATE, "plugin": CHECKS, "column_name": column, "error_code": code, "message": message,
+            "value": None if value is None else str(value)}
+
+
+def canonical_request(row: dict) -> tuple[dict, list[dict]]:
+    """(canonical request dict, driver-side errors) of one row the framework found valid."""
+    d = {k: row.get(k) for k in REQUEST_KEYS}
+    errors = []
+    op = d["op"]
+    if d["from_ids"] is not None:
+        try:
+            ids = json.loads(d["from_ids"])
+            if not (isinstance(ids, list) and ids and all(isinstance(i, str) and i for i in ids)):
+                raise ValueError
+            d["from_ids"] = ids
+        except ValueError:
+            errors.append(_error("from_ids", "wrong_type", "from_ids must be a non-empty JSON array of ids", d["from_ids"]))
+    if d["record"] is not None:
+        try:
+            record = json.loads(d["record"])
+            if not isinstance(record, dict):
+                raise ValueError("record must be a JSON object")
+            typed_record(record)
+            d["record"] = record
+        except ValueError as exc:
+            message = str(exc) if str(exc).startswith("record") else "record must be a JSON object of column values"
+            errors.append(_error("record", "wrong_type", message, d["record"]))
+    required = OP_REQUIRED.get(op, ())
+    if op == "delete":
+        if d["engagement_id"] is not None and (d["field"] is not None or d["id"] is not None):
+            errors.append(_error("engagement_id", "ambiguous_target", "delete takes engagement_id or field + id, not both"))
+        elif d["engagement_id"] is None:
+            required = ("field", "id")
+    for name in required:
+        if d[name] is None or (isinstance(d[name], str) and not d[name].strip()):
+            errors.append(_error(name, "missing_required", f"op '{op}' requires '{name}'"))
+    if d["date_from"] is not None and d["date_to"] is not None and d["date_from"] > d["date_to"]:
+        errors.append(_error("date_to", "invalid_date_range", f"date_to {d['date_to']} is before date_from {d['date_from']}", d["date_to"]))
+    d["request_time"] = _iso(d["request_time"])
+    d["date_from"], d["date_to"] = _iso(d["date_from"]), _iso(d["date_to"])
+    keep = set(("request_id", "org_id", "request_time", "op", "date_from", "date_to") + OP_REQUIRED.get(op, ())
+               + (("engagement_id",) if op == "delete" else ()) + (("field", "id") if op == "delete" else ()))
+    return {k: v for k, v in d.items() if k in keep and v is not None}, errors
+
+
+# ---- compute: read + validate -----------------------------------------------------------------
+
+
+def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> tuple[pa.Table, list[dict | None]]:
+    """(validated slice with every error in `_errors`, canonical request per row or None if bad).
+
+    The framework validates in Spark; the op-dependent checks and duplicate request ids are added here
+    (like records.mark_duplicates_in_batch); rows flagged here get their raw bytes back from Kafka."""
+    config = mutation_pipeline(plan.topic)
+    parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
+    validated = Pipeline.from_config(config).transform(parsed).toArrow()
+    validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
+    rows = validated.to_pylist()
+    errors = validated[ERRORS].to_pylist()
+    requests: list[dict | None] = [None] * len(rows)
+    flagged, seen = [], set()
+    for i, row in enumerate(rows):
+        if errors[i]:
+            continue
+        request, found = canonical_request(row)
+        key = (request["org_id"], request["request_id"])
+        if not found and key in seen:
+            found = [_error("request_id", "duplicate_in_batch", f"request_id '{request['request_id']}' already appears earlier in this batch", request["request_id"])]
+        if found:
+            errors[i] = found
+            flagged.append(i)
+        else:
+            seen.add(key)
+            requests[i] = request
+    if flagged:
+        wanted = {(rows[i][SOURCE_PARTITION], rows[i][SOURCE_OFFSET]): i for i in flagged}
+        raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), plan.topic, set(wanted))
+        raws, inputs = validated[RAW].to_pylist(), validated[INPUT].to_pylist()
+        for position, i in wanted.items():
+            raws[i] = raw.get(position)
+            inputs[i] = _input_json(raws[i])
+        validated = (validated.set_column(validated.schema.get_field_index(ERRORS), ERRORS, pa.array(errors, validated.schema.field(ERRORS).type))
+                     .set_column(validated.schema.get_field_index(RAW), RAW, pa.array(raws, validated.schema.field(RAW).type))
+                     .set_column(validated.schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+    return validated, requests
+
+
+def _input_json(raw: bytes | None) -> str | None:
+    try:
+        return json.dumps(json.loads(raw), sort_keys=True) if raw else None
+    except ValueError:
+        return None
+
+
+# ---- compute: requests -> outcome rows ------------------------------------------------------------
+
+
+@dataclass
+class Candidate:
+    """A request taking part in this batch: new from the slice, or carried from the pending table."""
+
+    request: MutationRequest
+    json: dict
+    source_partition: int
+    source_offset: int
+    first_seen_batch: int
+    attempts: int
+    expires_batch: int
+    from_pending: bool
+    missing: list[dict] = field(default_factory=list)
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+
+@dataclass
+class OrgPlan:
+    org_id: str
+    applied: list[Candidate]
+    held: list[Candidate]
+    reduction: Reduction | None
+    rounds: int
+
+
+def _positions(request: MutationRequest) -> tuple[set[tuple[str, str]], set[str]]:
+    """Every (owner field, id) and engagement id a request mentions: what the affected read needs."""
+    owners: set[tuple[str, str]] = set()
+    for name, value in ((request.field, request.owner_id), (request.to_field, request.to_id), (request.field, request.to_id)):
+        if name is not None and value is not None:
+            owners.add((name, value))
+    owners.update((request.field, i) for i in request.from_ids)
+    if request.record:
+        owners.update((n, request.record[n]) for n in OWNER_FIELDS if request.record.get(n) is not None)
+    return owners, {request.engagement_id} if request.engagement_id else set()
+
+
+def affected_filter(by_org: dict[str, list[Candidate]]) -> ds.Expression | None:
+    """org partition AND (owner ids OR engagement ids) [AND the date span], OR-ed over the orgs."""
+    expr = None
+    for org, candidates in sorted(by_org.items()):
+        owners: dict[str, set[str]] = {}
+        engagements: set[str] = set()
+        for c in candidates:
+            o, e = _positions(c.request)
+            for name, value in o:
+                owners.setdefault(name, set()).add(value)
+            engagements |= e
+        terms = [ds.field(name).isin(sorted(ids)) for name, ids in sorted(owners.items())]
+        if engagements:
+            terms.append(ds.field("engagement_id").isin(sorted(engagements)))
+        if not terms:
+            continue
+        ids = terms[0]
+        for t in terms[1:]:
+            ids = ids | t
+        term = (ds.field("org_id") == org) & ids
+        requests = [c.request for c in candidates]
+        if all(r.date_from is not None and r.date_to is not None for r in requests):
+            term = term & (ds.field("engagement_date") >= min(r.date_from for r in requests)) & (ds.field("engagement_date") <= max(r.date_to for r in requests))
+        expr = term if expr is None else expr | term
+    return expr
+
+
+def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None, schema: pa.Schema | None = None) -> tuple[pa.Table, int, int]:
+    """(rows, files read, files in the table) of `name` at `version` (-1: not created yet)."""
+    if version < 0:
+        return schema.empty_table(), 0, 0
+    dataset = lake.table(name, version).to_pyarrow_dataset()
+    total = len(dataset.files)
+    if filter is None:
+        return dataset.to_table(), total, total
+    fragments = list(dataset.get_fragments(filter=filter))
+    return dataset.to_table(filter=filter), len(fragments), total
+
+
+def _target_present(target, request: MutationRequest, rows: list[dict]) -> bool:
+    """A target is present when a row holds it within the request's date range (null date = day one)."""
+    lo, hi = request.date_from or date.min, request.date_to or date.max
+    for row in rows:
+        day = row["engagement_date"] or date.min
+        if lo <= day <= hi and ((target.kind == "engagement" and row["engagement_id"] == target.id)
+                                or (target.kind == "owner" and row.get(target.field) == target.id)):
+            return True
+    return False
+
+
+def plan_org(org_id: str, candidates: list[Candidate], rows: list[dict]) -> OrgPlan:
+    """Reduce, hold back every request with a missing external target, re-reduce, until none is missing."""
+    active = sorted(candidates, key=lambda c: c.request.order)
+    held: list[Candidate] = []
+    rounds = 0
+    while active:
+        rounds += 1
+        reduction = reduce_requests([c.request for c in active])
+        by_id = {c.request_id: c for c in active}
+        missing: dict[str, list] = {}
+        for target in reduction.external_targets:
+            if not _target_present(target, by_id[target.request_id].request, rows):
+                missing.setdefault(target.request_id, []).append(target)
+        if not missing:
+            return OrgPlan(org_id, active, held, reduction, rounds)
+        for rid, targets in missing.items():
+            c = by_id[rid]
+            c.missing = [{"kind": t.kind, "field": t.field, "id": t.id} for t in targets]
+            held.append(c)
+        active = [c for c in active if c.request_id not in missing]
+    return OrgPlan(org_id, [], held, None, rounds)
+
+
+def row_outcomes(rows: list[dict], reduction: Reduction) -> tuple[list[dict], dict[str, int]]:
+    """MERGE source rows (full row + _action) of the rows the reduction changes, and counts per kind."""
+    replaced_ids = {a.engagement_id for a in reduction.engagement_actions if a.action == REPLACE}
+    out, counts = [], {"updated": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
+    for row in rows:
+        new = reduced_row(row, reduction)
+        if new is None:
+            out.append({**row, ACTION: DELETE})
+            counts["deleted"] += 1
+            continue
+        merged = {**row, **new}
+        if merged == row:
+            counts["unchanged"] += 1
+            continue
+        counts["replaced" if row["engagement_id"] in replaced_ids else "updated"] += 1
+        out.append({**merged, ACTION: UPDATE})
+    return out, counts
+
+
+# ---- the batch ---------------------------------------------------------------------------------
+
+
+@dataclass
+class MutationResult:
+    plan: BatchPlan
+    requests_read: int
+    requests_valid: int
+    requests_malformed: int
+    requests_in: int  # valid new + pending retried
+    requests_applied: int
+    actions: int  # owner + engagement actions after reduction
+    rows_scanned: int
+    rows_updated: int
+    rows_replaced: int
+    rows_deleted: int
+    files_read: int
+    files_total: int
+    merge_metrics: dict
+    pending_added: int
+    pending_resolved: int
+    pending_retained: int
+    pending_expired: int
+    quarantined_errors: int
+    versions: Outcomes
+    snapshot: dict[str, int]
+    org_ids: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    reducer: str = REDUCER
+
+    @property
+    def reduction_ratio(self) -> float:
+        return round(self.requests_applied / max(self.actions, 1), 3)
+
+    def metadata(self) -> dict:
+        merge_keys = ("num_source_rows", "num_target_rows_updated", "num_target_rows_deleted", "num_target_rows_copied",
+                      "num_target_files_scanned", "num_target_files_skipped_during_scan", "num_target_files_added", "num_target_files_removed")
+        return {
+            "batch_id": self.plan.batch_id,
+            "offset_ranges": self.plan.ranges_json(),
+            "requests_read": self.requests_read,
+            "requests_valid": self.requests_valid,
+            "requests_malformed": self.requests_malformed,
+            "requests_in": self.requests_in,
+            "requests_applied": self.requests_applied,
+            "actions_after_reduction": self.actions,
+            "reduction_ratio": self.reduction_ratio,
+            "reducer": self.reducer,
+            "rows_scanned": self.rows_scanned,
+            "rows_updated": self.rows_updated,
+            "rows_replaced": self.rows_replaced,
+            "rows_deleted": self.rows_deleted,
+            "files_read": self.files_read,
+            "files_total": self.files_total,
+            **{f"merge_{k}": self.merge_metrics.get(k) for k in merge_keys if k in self.merge_metrics},
+            "pending_added": self.pending_added,
+            "pending_resolved": self.pending_resolved,
+            "pending_retained": self.pending_retained,
+            "pending_expired": self.pending_expired,
+            "quarantined_errors": self.quarantined_errors,
+            "org_ids": ",".join(self.org_ids),
+            **{f"{k}_version": v for k, v in self.versions.items()},
+            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+        }
+
+
+def _commit_info(lake: DeltaLake, name: str, batch_id: int) -> dict | None:
+    if not lake.exists(name):
+        return None
+    for commit in lake.table(name).history():
+        if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id):
+            return commit
+    return None
+
+
+def _current_version(lake: DeltaLake, name: str) -> int:
+    return lake.table(name).version() if lake.exists(name) else -1
+
+
+def snapshot_versions(lake: DeltaLake, batch_id: int) -> dict[str, int]:
+    """Versions of engagement_activity and the pending table this batch computes against: pinned in
+    the request log's commit once that commit exists, so a re-run reaches the same decisions."""
+    info = _commit_info(lake, ENGAGEMENT_MUTATION_REQUESTS.name, batch_id)
+    if info is not None and "activity_version" in info:
+        return {"activity_version": int(info["activity_version"]), "pending_version": int(info["pending_version"])}
+    return {"activity_version": _current_version(lake, ENGAGEMENT_ACTIVITY.name),
+            "pending_version": _current_version(lake, ENGAGEMENT_MUTATIONS_PENDING.name)}
+
+
+def _pending_candidates(pending: pa.Table) -> list[Candidate]:
+    return [
+        Candidate(request_from_json(json.loads(r["request_json"])), json.loads(r["request_json"]), r["source_partition"], r["source_offset"],
+                  r["first_seen_batch"], r["attempts"], r["expires_batch"], from_pending=True)
+        for r in pending.to_pylist()
+    ]
+
+
+def _already_logged(lake: DeltaLake, version_of_log: int, requests: list[dict], batch_id: int) -> set[tuple[str, str]]:
+    """(org_id, request_id) of these requests that an earlier batch already logged (a producer retry)."""
+    if version_of_log < 0 or not requests:
+        return set()
+    orgs = sorted({r["org_id"] for r in requests})
+    expr = ds.field("org_id").isin(orgs) & ds.field("request_id").isin(sorted({r["request_id"] for r in requests})) & (ds.field("batch_id") < batch_id)
+    rows, _, _ = read_at(lake, ENGAGEMENT_MUTATION_REQUESTS.name, version_of_log, expr)
+    return {(r["org_id"], r["request_id"]) for r in rows.select(["org_id", "request_id"]).to_pylist()}
+
+
+def _quarantine_candidates(candidates: list[Candidate], plan: BatchPlan, at: datetime, code: str, message) -> pa.Table:
+    rows = []
+    for c in candidates:
+        text = json.dumps(c.json, sort_keys=True)
+        rows.append(dict(
+            pipeline=PIPELINE_NAME, batch_id=plan.batch_id, row_id=f"{plan.topic}:{c.source_partition}:{c.source_offset}", source=plan.topic,
+            source_partition=c.source_partition, source_offset=c.source_offset, org_id=c.request.org_id, raw=text.encode(), input=text,
+            stage=APPLY, plugin=STREAM, column_name=None, error_code=code, message=message(c), value=json.dumps(c.missing) if c.missing else None,
+            quarantined_at=at, quarantine_date=at.date(),
+        ))
+    return pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA)
+
+
+def _describe_missing(missing: list[dict]) -> str:
+    return ", ".join(f"{m['field'] or 'engagement_id'}={m['id']}" for m in missing)
+
+
+def _merge_source(rows: list[dict]) -> pa.Table:
+    schema = ENGAGEMENT_ACTIVITY.schema.append(pa.field(ACTION, pa.string()))
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _merge_predicate(orgs: list[str]) -> str:
+    partitions = ", ".join(sql_literal(o) for o in orgs)
+    return f"t.org_id IN ({partitions}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id"
+
+
+def apply_mutation_batch(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    horizon_batches: int = DEFAULT_HORIZON_BATCHES,
+    kafka_config: dict | None = None,
+) -> MutationResult:
+    seconds: dict[str, float] = {}
+    batch = plan.batch_id
+    t0 = time.perf_counter()
+    validated, requests = validate_requests(spark, bootstrap_servers, plan, kafka_config)
+    seconds["read_validate"] = time.perf_counter() - t0
+    now = datetime.now(timezone.utc)
+
+    # -- requests of this batch: new valid ones + every pending one (pinned snapshot)
+    t1 = time.perf_counter()
+    snapshot = snapshot_versions(lake, batch)
+    log_version = _current_version(lake, ENGAGEMENT_MUTATION_REQUESTS.name)
+    n_errors = pc.list_value_length(validated[ERRORS])
+    malformed = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), QuarantineContext(PIPELINE_NAME, batch, plan.topic, now, kafka=True))
+    positions = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
+    new_json = [(r, p) for r, p in zip(requests, positions) if r is not None]
+    pending_rows, _, _ = read_at(lake, ENGAGEMENT_MUTATIONS_PENDING.name, snapshot["pending_version"], schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
+    carried = _pending_candidates(pending_rows)
+    seen = _already_logged(lake, log_version, [r for r, _ in new_json], batch) | {(c.request.org_id, c.request_id) for c in carried}
+    new, replayed = [], []
+    for r, p in new_json:
+        c = Candidate(request_from_json(r), r, p[SOURCE_PARTITION], p[SOURCE_OFFSET], batch, 0, batch + horizon_batches, from_pending=False)
+        (replayed if (r["org_id"], r["request_id"]) in seen else new).append(c)
+
+    by_org: dict[str, list[Candidate]] = {}
+    for c in carried + new:
+        by_org.setdefault(c.request.org_id, []).append(c)
+    orgs = sorted(by_org)
+
+    # -- one pruned read of every row a request of the batch may touch
+    expr = affected_filter(by_org)
+    affected, files_read, files_total = (read_at(lake, ENGAGEMENT_ACTIVITY.name, snapshot["activity_version"], expr, ENGAGEMENT_ACTIVITY.schema)
+                                         if expr is not None else (ENGAGEMENT_ACTIVITY.schema.empty_table(), 0, 0))
+    rows_by_org: dict[str, list[dict]] = {}
+    for row in affected.to_pylist():
+        rows_by_org.setdefault(row["org_id"], []).append(row)
+    seconds["read_targets"] = time.perf_counter() - t1
+
+    # -- reduce per org, hold back requests whose targets are missing, outcome per row
+    t2 = time.perf_counter()
+    source_rows: list[dict] = []
+    counts = {"updated": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
+    applied: list[Candidate] = []
+    held: list[Candidate] = []
+    actions = 0
+    for org in orgs:
+        org_plan = plan_org(org, by_org[org], rows_by_org.get(org, []))
+        applied += org_plan.applied
+        held += org_plan.held
+        if org_plan.reduction is not None:
+            actions += org_plan.reduction.stats.actions_out
+            rows, c = row_outcomes(rows_by_org.get(org, []), org_plan.reduction)
+            source_rows += rows
+            for k, v in c.items():
+                counts[k] += v
+    expired = [c for c in held if batch >= c.expires_batch]
+    still_pending = [c for c in held if batch < c.expires_batch]
+    source = _merge_source(source_rows)
+    merge_orgs = sorted({r["org_id"] for r in source_rows})
+    outcome_of = {c.request_id: "applied" for c in applied} | {c.request_id: "pending" for c in still_pending} | {c.request_id: "expired" for c in expired}
+    seconds["reduce"] = time.perf_counter() - t2
+
+    log_rows = _log_rows(new, outcome_of, plan, now)
+    pending_table = pa.Table.from_pylist([
+        dict(org_id=c.request.org_id, request_id=c.request_id, request_time=c.request.request_time, request_json=json.dumps(c.json, sort_keys=True),
+             missing_targets=json.dumps(c.missing), first_seen_batch=c.first_seen_batch, last_batch=batch, attempts=c.attempts + 1,
+             expires_batch=c.expires_batch, source_partition=c.source_partition, source_offset=c.source_offset)
+        for c in sorted(still_pending, key=lambda c: (c.request.org_id, c.request.order))
+    ], schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
+    quarantine = pa.concat_tables([
+        malformed,
+        _quarantine_candidates(replayed, plan, now, "duplicate_request", lambda c: f"request_id '{c.request_id}' was already received by an earlier batch"),
+        _quarantine_candidates(expired, plan, now, TARGET_NOT_FOUND, lambda c: (
+            f"targets {_describe_missing(c.missing)} not found in engagement_activity "
+            f"within {horizon_batches} batch(es) after batch {c.first_seen_batch} ({c.attempts + 1} attempts)")),
+    ])
+
+    merge_metrics: dict = {}
+
+    def merge_step(txn: BatchTxn, _: Outcomes) -> int | None:
+        lake.ensure(ENGAGEMENT_ACTIVITY)
+        if lake.already_committed(ENGAGEMENT_ACTIVITY.name, txn):
+            info = _commit_info(lake, ENGAGEMENT_ACTIVITY.name, batch) or {}
+            merge_metrics.update(info.get("operationMetrics") or {})
+            return None
+        if source.num_rows == 0:
+            return None  # nothing to change: no commit (a re-run finds nothing to do either)
+        metrics = (
+            lake.merge(ENGAGEMENT_ACTIVITY, source, _merge_predicate(merge_orgs), txn)
+            .when_matched_update_all(predicate=f"s.{ACTION} = '{UPDATE}'", except_cols=[ACTION])
+            .when_matched_delete(predicate=f"s.{ACTION} = '{DELETE}'")
+            .execute()
+        )
+        merge_metrics.update(metrics)
+        return lake.table(ENGAGEMENT_ACTIVITY.name).version()
+
+    def pending_step(txn: BatchTxn, _: Outcomes) -> int | None:
+        table = lake.ensure(ENGAGEMENT_MUTATIONS_PENDING)
+        if lake.already_committed(ENGAGEMENT_MUTATIONS_PENDING.name, txn):
+            return None
+        # The whole pending set after this batch, in one commit with the txn (delete resolved/expired + add new).
+        write_deltalake(table, pending_table, mode="overwrite", partition_by=list(ENGAGEMENT_MUTATIONS_PENDING.partition_by),
+                        commit_properties=txn.commit_properties())
+        table.update_incremental()
+        return table.version()
+
+    def notify(txn: BatchTxn, done: Outcomes) -> int | None:
+        version = done.get(ENGAGEMENT_ACTIVITY.name)
+        if version is None:  # an earlier attempt committed the MERGE (or there was nothing to merge)
+            version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch) if lake.exists(ENGAGEMENT_ACTIVITY.name) else None
+        if version is None:
+            rows = ENGAGEMENT_NOTIFICATIONS.schema.empty_table()
+        else:
+            rows = notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, version, APP_ID, batch, now)
+        return lake.append(ENGAGEMENT_NOTIFICATIONS, rows, txn)
+
+    t3 = time.perf_counter()
+    versions = commit_batch(
+        plan,
+        APP_ID,
+        [
+            CommitStep(ENGAGEMENT_MUTATION_REQUESTS.name, lambda txn, _: lake.append(ENGAGEMENT_MUTATION_REQUESTS, log_rows, txn)),
+            CommitStep(ENGAGEMENT_ACTIVITY.name, merge_step),
+            CommitStep(ENGAGEMENT_MUTATIONS_PENDING.name, pending_step),
+            CommitStep(QUARANTINE_ENGAGEMENT_MUTATIONS.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn)),
+            CommitStep(ENGAGEMENT_NOTIFICATIONS.name, notify),
+        ],
+        checkpoints,
+        ranges=plan.ranges_json(),
+        **snapshot,  # pinned in every commit's metadata; the request log's is read back by a re-run
+    )
+    seconds["commit"] = time.perf_counter() - t3
+    return MutationResult(
+        plan=plan,
+        requests_read=validated.num_rows,
+        requests_valid=len(new_json),
+        requests_malformed=validated.num_rows - len(new_json),
+        requests_in=len(carried) + len(new),
+        requests_applied=len(applied),
+        actions=actions,
+        rows_scanned=affected.num_rows,
+        rows_updated=counts["updated"],
+        rows_replaced=counts["replaced"],
+        rows_deleted=counts["deleted"],
+        files_read=files_read,
+        files_total=files_total,
+        merge_metrics=merge_metrics,
+        pending_added=sum(1 for c in still_pending if not c.from_pending),
+        pending_resolved=sum(1 for c in applied if c.from_pending),
+        pending_retained=sum(1 for c in still_pending if c.from_pending),
+        pending_expired=len(expired),
+        quarantined_errors=quarantine.num_rows,
+        versions=versions,
+        snapshot=snapshot,
+        org_ids=orgs,
+        seconds=seconds,
+    )
+
+
+def _log_rows(new: list[Candidate], outcome_of: dict[str, str], plan: BatchPlan, at: datetime) -> pa.Table:
+    rows = []
+    for c in new:
+        j, r = c.json, c.request
+        rows.append(dict(
+            org_id=r.org_id, request_date=r.request_time.date(), request_id=r.request_id, request_time=r.request_time, op=r.op,
+            from_field=j.get("from_field"), from_id=j.get("from_id"), to_field=j.get("to_field"), to_id=j.get("to_id"),
+            field=j.get("field"), from_ids=j.get("from_ids"), id=j.get("id"), engagement_id=j.get("engagement_id"),
+            record=json.dumps(j["record"], sort_keys=True) if "record" in j else None, date_from=r.date_from, date_to=r.date_to,
+            request_json=json.dumps(j, sort_keys=True), outcome=outcome_of.get(r.request_id), batch_id=plan.batch_id,
+            source_partition=c.source_partition, source_offset=c.source_offset, received_at=at,
+        ))
+    return pa.Table.from_pylist(rows, schema=ENGAGEMENT_MUTATION_REQUESTS.schema)
+
+
+# ---- one planned batch by hand (recovery, crash tests); the lead wires Dagster ---------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    from engagement_platform.settings import load_settings
+    from engagement_platform.spark.session import build_session, session_config
+
+    parser = argparse.ArgumentParser(prog="python -m engagement_platform.engagement.mutations")
+    parser.add_argument("--batch-id", type=int, required=True)
+    parser.add_argument("--horizon-batches", type=int, default=DEFAULT_HORIZON_BATCHES)
+    args = parser.parse_args(argv)
+    settings = load_settings()
+    lake = DeltaLake(settings.lake_root)
+    store = CheckpointStore(lake)
+    spark = build_session(session_config(settings.spark_remote, settings.spark_master))
+    result = apply_mutation_batch(spark, lake, store, settings.kafka_bootstrap_servers, store.plan(STREAM, args.batch_id), args.horizon_batches)
+    print(json.dumps(result.metadata(), default=str))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

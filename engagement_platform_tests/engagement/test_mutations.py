@@ -1,0 +1,264 @@
+"""The ID mutation stream's apply path end to end on the real broker, Spark Connect and Delta tables:
+cascades, merges, deletes, updates, pending requests and their horizon, malformed requests, a process
+killed between table commits, and the notifications of the MERGE."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import pyarrow.compute as pc
+import pytest
+
+from engagement_platform.engagement import ingestion
+from engagement_platform.engagement.cascade import OWNER_FIELDS, apply_one_by_one
+from engagement_platform.engagement.integrity import audit_notifications
+from engagement_platform.engagement.mutation_tables import (
+    ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
+)
+from engagement_platform.engagement.mutations import APP_ID, STREAM, TARGET_NOT_FOUND, apply_mutation_batch, request_from_json
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.streams.batch import FAILPOINT_ENV
+from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.helpers import produce_activities
+
+COMPARED = ("engagement_id", *OWNER_FIELDS, "engagement_date")
+
+
+@pytest.fixture
+def mutation_topic(kafka) -> str:
+    name = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({name: 3})
+    return name
+
+
+def ingest(spark, kafka, lake, checkpoints, topic):
+    p = plan_next_batch(ingestion.STREAM, topic, checkpoints.latest_plan(ingestion.STREAM), kafka.watermarks(topic), 10_000)
+    assert checkpoints.record_plan(p)
+    return ingestion.ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+
+
+def produce_requests(kafka, topic, requests: list) -> None:
+    kafka.produce(topic, [(b"m", r if isinstance(r, bytes) else json.dumps(r).encode()) for r in requests])
+
+
+def plan_mutations(kafka, checkpoints, topic):
+    p = plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 10_000)
+    assert checkpoints.record_plan(p)
+    return p
+
+
+def mutate(spark, kafka, lake, checkpoints, topic, requests: list, **kwargs):
+    produce_requests(kafka, topic, requests)
+    return apply_mutation_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_mutations(kafka, checkpoints, topic), **kwargs)
+
+
+def rows_of(lake, org=None) -> list[dict]:
+    filters = [("org_id", "=", org)] if org else None
+    return lake.read(ENGAGEMENT_ACTIVITY.name, filters=filters).to_pylist()
+
+
+def projected(rows) -> dict:
+    return {r["engagement_id"]: tuple(r.get(c) for c in COMPARED) for r in (rows.values() if isinstance(rows, dict) else rows)}
+
+
+def req(rid, org, minute, op, **fields) -> dict:
+    return {"request_id": rid, "org_id": org, "request_time": f"2026-02-01T10:{minute:02d}:00Z", "op": op, **fields}
+
+
+def pick(records: dict, org: str, column: str, count: int = 1) -> list[str]:
+    values = sorted({r[column] for r in records.values() if r["org_id"] == org and r.get(column)})
+    assert len(values) >= count
+    return values[:count]
+
+
+def test_cascade_merge_deletes_and_update_apply_in_one_merge(spark, kafka, topic, mutation_topic, lake, checkpoints):
+    records = produce_activities(kafka, topic, 120)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    before = rows_of(lake)
+    orgs = sorted({r["org_id"] for r in records.values()})
+    a, b, c = orgs[0], orgs[1], orgs[2]
+    lead1 = pick(records, a, "lead_id")[0]
+    lead1_rows = {r["engagement_id"] for r in before if r["lead_id"] == lead1}
+    c1, c2 = pick(records, b, "contact_id", 2)
+    merged_rows = {r["engagement_id"] for r in before if r["org_id"] == b and r["contact_id"] in (c1, c2)}
+    user = Counter(r["user_id"] for r in before if r["org_id"] == c).most_common(1)[0][0]
+    user_rows = {r["engagement_id"] for r in before if r["org_id"] == c and r["user_id"] == user}
+    one_row = sorted(r["engagement_id"] for r in before if r["org_id"] == c and r["user_id"] != user)[0]
+    updated = sorted(r["engagement_id"] for r in before if r["org_id"] == a and r["lead_id"] != lead1)[0]
+    requests = [
+        # the chain 1 -> 2 -> 3 arrives out of order: request_time decides
+        req("a2", a, 2, "convert", from_field="lead_id", from_id="00QCHAIN2", to_field="lead_id", to_id="00QCHAIN3"),
+        req("a1", a, 1, "convert", from_field="lead_id", from_id=lead1, to_field="lead_id", to_id="00QCHAIN2"),
+        req("a3", a, 3, "update", engagement_id=updated, record={"lead_id": "00QUPD", "engagement_date": "2026-03-01", "subject": "rewritten"}),
+        req("b1", b, 1, "merge", field="contact_id", from_ids=[c1, c2], to_id="003MERGED"),
+        req("c1", c, 1, "delete", field="user_id", id=user),
+        req("c2", c, 2, "delete", engagement_id=one_row),
+    ]
+    result = mutate(spark, kafka, lake, checkpoints, mutation_topic, requests)
+
+    after = rows_of(lake)
+    by_id = {r["engagement_id"]: r for r in after}
+    # cascade end to end: everything that was on 1 is on 3, nothing on 1 or 2
+    assert {r["engagement_id"] for r in after if r["lead_id"] == "00QCHAIN3"} == lead1_rows
+    assert not [r for r in after if r["lead_id"] in (lead1, "00QCHAIN2")]
+    assert {r["engagement_id"] for r in after if r["contact_id"] == "003MERGED"} == merged_rows
+    assert not [r for r in after if r["org_id"] == b and r["contact_id"] in (c1, c2)]
+    assert not user_rows & set(by_id) and one_row not in by_id
+    assert (by_id[updated]["lead_id"], str(by_id[updated]["engagement_date"]), by_id[updated]["subject"]) == ("00QUPD", "2026-03-01", "rewritten")
+    assert by_id[updated]["activity_type"] == records[updated]["activity_type"], "columns the record does not name are kept"
+    # the same as the one-at-a-time reference, org by org; other orgs untouched
+    for org in orgs:
+        expected = apply_one_by_one([r for r in before if r["org_id"] == org], [request_from_json(r) for r in requests if r["org_id"] == org])
+        assert projected(rows_of(lake, org)) == projected(expected), org
+
+    assert (result.requests_valid, result.requests_applied, result.pending_added) == (6, 6, 0)
+    assert result.rows_deleted == len(user_rows) + 1
+    assert result.rows_updated == len(lead1_rows) + len(merged_rows) and result.rows_replaced == 1
+    meta = result.metadata()
+    assert meta["actions_after_reduction"] > 0 and meta["reduction_ratio"] == round(6 / meta["actions_after_reduction"], 3)
+    assert meta["merge_num_target_rows_deleted"] == result.rows_deleted
+    assert meta["merge_num_target_rows_updated"] == result.rows_updated + result.rows_replaced
+    # one ingestion batch wrote one file per org: the MERGE and the read touch only the 3 orgs' files
+    assert meta["files_total"] == len(orgs) and meta["files_read"] == 3
+    assert (meta["merge_num_target_files_scanned"], meta["merge_num_target_files_skipped_during_scan"]) == (3, len(orgs) - 3)
+    assert result.rows_scanned < len(before), "the affected read is pruned to the ids involved"
+
+    # notifications: per org the MERGE's updated/deleted counts, matching its change data feed
+    version = result.versions[ENGAGEMENT_ACTIVITY.name]
+    notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
+    per_org = {n["org_id"]: (n["updated"], n["deleted"]) for n in notes}
+    assert per_org == {a: (len(lead1_rows) + 1, 0), b: (len(merged_rows), 0), c: (0, len(user_rows) + 1)}
+    assert {n["table_version"] for n in notes} == {version} and {n["batch_id"] for n in notes} == {1}
+    assert audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, version, APP_ID, 1).orgs_mismatched == 0
+
+    log = lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).to_pylist()
+    assert sorted(r["request_id"] for r in log) == sorted(r["request_id"] for r in requests)
+    assert {r["outcome"] for r in log} == {"applied"} and all(r["source_offset"] is not None and r["request_json"] for r in log)
+    assert checkpoints.is_done(STREAM, 1)
+
+    # a re-run of the committed batch changes nothing
+    tables = (ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_NOTIFICATIONS.name)
+    versions = {t: lake.table(t).version() for t in tables}
+    again = apply_mutation_batch(spark, lake, checkpoints, kafka.bootstrap_servers, checkpoints.plan(STREAM, 1))
+    assert set(again.versions.values()) == {None}
+    assert {t: lake.table(t).version() for t in tables} == versions
+    assert again.requests_applied == 6 and again.pending_added == 0, "the re-run recomputes against the pinned snapshot"
+
+
+def test_request_before_its_activity_waits_in_pending_then_applies(spark, kafka, topic, mutation_topic, lake, checkpoints):
+    records = produce_activities(kafka, topic, 30)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    early = req("early", org, 1, "convert", from_field="lead_id", from_id="00QLATE", to_field="contact_id", to_id="003NEW")
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic, [early])
+    assert (first.pending_added, first.requests_applied, first.rows_updated) == (1, 0, 0)
+    pending = lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).to_pylist()
+    assert [(p["request_id"], p["first_seen_batch"], p["attempts"]) for p in pending] == [("early", 1, 1)]
+    assert json.loads(pending[0]["missing_targets"]) == [{"kind": "owner", "field": "lead_id", "id": "00QLATE"}]
+    assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("outcome").to_pylist() == ["pending"]
+
+    late = {"engagement_id": "late-1", "org_id": org, "activity_type": "call", "event_time": "2026-01-20T09:00:00Z", "lead_id": "00QLATE"}
+    kafka.produce(topic, [(org.encode(), json.dumps(late).encode())])
+    ingest(spark, kafka, lake, checkpoints, topic)
+    other = pick(records, org, "lead_id")[0]
+    second = mutate(spark, kafka, lake, checkpoints, mutation_topic,
+                    [req("later", org, 5, "convert", from_field="lead_id", from_id=other, to_field="lead_id", to_id="00QOTHER")])
+    assert (second.pending_resolved, second.requests_applied, second.pending_retained) == (1, 2, 0)
+    row = [r for r in rows_of(lake, org) if r["engagement_id"] == "late-1"][0]
+    assert (row["lead_id"], row["contact_id"]) == (None, "003NEW")
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows == 0
+    notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID), ("batch_id", "=", 2)]).to_pylist()
+    assert [(n["org_id"], n["updated"], n["deleted"]) for n in notes] == [(org, second.rows_updated, 0)]
+
+
+def test_expired_pending_and_malformed_requests_are_quarantined(spark, kafka, topic, mutation_topic, lake, checkpoints):
+    records = produce_activities(kafka, topic, 20)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    ghost = req("ghost", org, 1, "delete", field="lead_id", id="00QNEVER")
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic, [ghost], horizon_batches=1)
+    assert first.pending_added == 1
+
+    malformed = {
+        b"not json {": "malformed_record",
+        json.dumps(req("m1", org, 2, "convert", from_field="lead_id", from_id="x", to_field="lead_id")).encode(): "missing_required",
+        json.dumps(req("m2", org, 2, "rename", field="lead_id", id="x")).encode(): "not_in_enum",
+        json.dumps(req("m3", org, 2, "delete", field="owner_id", id="x")).encode(): "not_in_enum",
+        json.dumps({**req("m4", org, 2, "merge", field="lead_id", from_ids="x", to_id="y")}).encode(): "wrong_type",
+        json.dumps(req("m5", org, 2, "delete", field="lead_id", id="x", date_from="2026-02-01", date_to="2026-01-01")).encode(): "invalid_date_range",
+        json.dumps({**req("m6", org, 2, "update", engagement_id="e1", record={"colour": "red"})}).encode(): "wrong_type",
+        json.dumps({"request_id": "m7", "org_id": org, "op": "delete", "engagement_id": "e1", "request_time": "soon"}).encode(): "wrong_type",
+    }
+    second = mutate(spark, kafka, lake, checkpoints, mutation_topic, list(malformed), horizon_batches=1)
+    assert (second.requests_malformed, second.pending_expired, second.requests_applied) == (len(malformed), 1, 0)
+
+    q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).to_pylist()
+    expired = [r for r in q if r["error_code"] == TARGET_NOT_FOUND]
+    assert len(expired) == 1 and "00QNEVER" in expired[0]["message"] and "1 batch" in expired[0]["message"]
+    assert json.loads(expired[0]["input"])["request_id"] == "ghost" and expired[0]["batch_id"] == 2
+    by_raw = {}
+    for r in q:
+        if r["error_code"] != TARGET_NOT_FOUND:
+            by_raw.setdefault(r["raw"], set()).add(r["error_code"])
+    assert set(by_raw) == set(malformed), "every malformed request quarantined with its raw bytes, none dropped"
+    for raw, code in malformed.items():
+        assert code in by_raw[raw], (raw, by_raw[raw])
+    assert all(r["pipeline"] == "engagement_mutations" and r["message"] for r in q)
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows == 0
+    assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["ghost"]
+
+
+def run_batch_process(lake_root, batch_id, failpoint=None):
+    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
+    env.pop(FAILPOINT_ENV, None)
+    if failpoint:
+        env[FAILPOINT_ENV] = failpoint
+    return subprocess.run([sys.executable, "-m", "engagement_platform.engagement.mutations", "--batch-id", str(batch_id)],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("crash_after", [ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
+def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
+    records = produce_activities(kafka, topic, 40)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    lead = pick(records, org, "lead_id")[0]
+    lead_rows = {r["engagement_id"] for r in rows_of(lake, org) if r["lead_id"] == lead}
+    requests = [
+        req("r1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="lead_id", to_id="00QMID"),
+        req("r2", org, 2, "convert", from_field="lead_id", from_id="00QMID", to_field="contact_id", to_id="003END"),
+        req("r3", org, 3, "delete", field="lead_id", id="00QMISSING"),
+        b"{broken",
+    ]
+    produce_requests(kafka, mutation_topic, requests)
+    p = plan_mutations(kafka, checkpoints, mutation_topic)
+
+    crashed = run_batch_process(lake_root, p.batch_id, failpoint=f"{STREAM}:after:{crash_after}")
+    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    assert not checkpoints.is_done(STREAM, p.batch_id)
+    assert lake.committed_version(crash_after, APP_ID) == p.batch_id
+
+    rerun = run_batch_process(lake_root, p.batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    meta = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert (meta["requests_applied"], meta["pending_added"]) == (2, 1), "the re-run reaches the first attempt's decisions"
+    assert checkpoints.is_done(STREAM, p.batch_id)
+    assert checkpoints.states(STREAM, p.batch_id)[crash_after] == "already_committed"
+
+    after = rows_of(lake, org)
+    assert {r["engagement_id"] for r in after if r["contact_id"] == "003END"} == lead_rows
+    assert not [r for r in after if r["lead_id"] in (lead, "00QMID")]
+    assert len(after) == len({r["engagement_id"] for r in after})
+    history = [c for c in lake.table(ENGAGEMENT_ACTIVITY.name).history() if c.get("app_id") == APP_ID]
+    assert len(history) == 1, "one MERGE commit for the batch"
+    assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["r1", "r2", "r3"]
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["r3"]
+    q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name)
+    assert pc.count_distinct(q["row_id"]).as_py() == 1
+    notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
+    assert [(n["org_id"], n["updated"], n["deleted"]) for n in notes] == [(org, len(lead_rows), 0)]
