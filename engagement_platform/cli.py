@@ -35,11 +35,15 @@ def create_topics(args) -> None:
 
 
 def demo_produce(args) -> None:
-    from engagement_platform.engagement.demo import ActivityGenerator
+    from datetime import datetime, timezone
+
+    from engagement_platform.engagement.demo import ActivityGenerator, MutationGenerator
+    from engagement_platform.engagement.mutations import mutations_topic
     from engagement_platform.streams.kafka import KafkaClient
 
     topic = load_settings().activities_topic
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
+    mutator = MutationGenerator(seed=args.seed + 1)
     producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
@@ -48,6 +52,12 @@ def demo_produce(args) -> None:
             key, value = gen.message()
             producer.produce(topic, key=key, value=value)
             sent += 1
+            if key != b"bad":
+                mutator.observe(json.loads(value))
+            if args.mutations_every and sent % args.mutations_every == 0:
+                request = mutator.request(datetime.now(timezone.utc))
+                if request:
+                    producer.produce(mutations_topic(), key=request["org_id"].encode(), value=json.dumps(request).encode())
             producer.poll(0)
             ahead = sent / args.rate - (time.monotonic() - started)
             if ahead > 0:
@@ -116,6 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--orgs", type=int, default=20)
     p.add_argument("--bad-ratio", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--mutations-every", type=int, default=50, help="one ID mutation request per this many activities (0: none)")
     p.set_defaults(fn=demo_produce)
 
     p = sub.add_parser("demo-landing", help="land demo CSV files for the rewards_members ingest pipeline")

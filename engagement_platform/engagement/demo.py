@@ -80,3 +80,36 @@ class ActivityGenerator:
             return b"bad", self.bad_record()
         record = self.activity()
         return record["org_id"].encode(), json.dumps(record, separators=(",", ":")).encode()
+
+
+class MutationGenerator:
+    """ID mutation requests about activities already produced: leads converted to contacts, contacts
+    merged, single engagements deleted; sometimes a chain (a converted contact merged again)."""
+
+    def __init__(self, seed: int = 11):
+        self.rng = random.Random(seed)
+        self.seen: list[dict] = []
+        self.converted: list[tuple[str, str]] = []  # (org, contact id made by a convert)
+        self.sequence = 0
+
+    def observe(self, record: dict) -> None:
+        self.seen.append(record)
+        if len(self.seen) > 5000:
+            del self.seen[:1000]
+
+    def request(self, at: datetime) -> dict | None:
+        if not self.seen:
+            return None
+        self.sequence += 1
+        rng, base = self.rng, {"request_id": f"m{at:%Y%m%d%H%M%S}-{self.sequence}", "request_time": at.isoformat().replace("+00:00", "Z")}
+        record = rng.choice(self.seen)
+        roll = rng.random()
+        if roll < 0.2 and self.converted:  # chain: a contact made by an earlier convert is merged away
+            org, contact = rng.choice(self.converted)
+            return {**base, "org_id": org, "op": "merge", "field": "contact_id", "from_ids": [contact], "to_id": f"003M{self.sequence:07d}"}
+        if roll < 0.7 and record.get("lead_id"):
+            contact = f"003C{self.sequence:07d}"
+            self.converted.append((record["org_id"], contact))
+            return {**base, "org_id": record["org_id"], "op": "convert", "from_field": "lead_id", "from_id": record["lead_id"],
+                    "to_field": "contact_id", "to_id": contact}
+        return {**base, "org_id": record["org_id"], "op": "delete", "engagement_id": record["engagement_id"]}
