@@ -6,10 +6,13 @@ try_* functions: a value that cannot convert gives null and the row gets an erro
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from engagement_platform.ingest.config import TYPE, bound_problem, check_formats
 from engagement_platform.ingest.plugins import ColumnConverter, ColumnValidator
 
 
@@ -19,6 +22,13 @@ class _Params(BaseModel):
 
 def _col(name: str) -> Column:
     return F.col(".".join(f"`{part}`" for part in name.split(".")))  # nested fields: a.b.c
+
+
+def _known_type(value: str | None) -> str | None:
+    """A plugin's `type` parameter is checked at load time, like the target schema's types."""
+    if value is not None and not TYPE.match(value):
+        raise ValueError(f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))")
+    return value
 
 
 def _shown(values) -> str:
@@ -80,7 +90,8 @@ class Split(ColumnConverter):
         min_parts: int | None = None  # default: all of `into`
 
     def _parts(self) -> Column:
-        return F.split(F.trim(_col(self.params.column)), F.lit(self.params.separator), len(self.params.into))
+        literal = "".join(c if c.isalnum() else "\\" + c for c in self.params.separator)  # split() takes a regex
+        return F.split(F.trim(_col(self.params.column)), F.lit(literal), len(self.params.into))
 
     def columns(self):
         parts = self._parts()
@@ -107,6 +118,9 @@ class Cast(ColumnConverter):
         type: str
         formats: list[str] | None = None
         default_from: list[str] = []
+
+        _type = field_validator("type")(_known_type)
+        _formats = field_validator("formats")(check_formats)
 
     def _converted(self) -> Column:
         return convert_text(_col(self.params.column), self.params.type, self.params.formats)
@@ -167,9 +181,24 @@ class Coalesce(ColumnConverter):
         sources: list[str] = Field(min_length=1)
         type: str | None = None  # cast each source to this type first
 
+        _type = field_validator("type")(_known_type)
+
     def columns(self):
         cast = (lambda c: c.try_cast(self.params.type)) if self.params.type else (lambda c: c)
         return {self.params.column: F.coalesce(*[cast(_col(c)) for c in (self.params.column, *self.params.sources)])}
+
+    def errors(self):
+        """The value to use (the first present one) does not convert: an error, never silently skipped."""
+        if not self.params.type:
+            return []
+        out, before_missing = [], F.lit(True)
+        for name in (self.params.column, *self.params.sources):
+            value = _col(name)
+            message = F.format_string(f"'%s' is not a valid {self.params.type}", value.cast("string"))
+            bad = before_missing & value.isNotNull() & value.try_cast(self.params.type).isNull()
+            out.append(F.when(bad, self.err(name, "wrong_type", message, value)))
+            before_missing = before_missing & value.isNull()
+        return out
 
 
 class Conform(ColumnConverter):
@@ -261,6 +290,12 @@ class Range(ColumnValidator):
                 raise ValueError("give min, max or both")
             return self
 
+    @classmethod
+    def check_config(cls, params, config):
+        """Bounds that cannot compare with the target column's type would fail the batch in Spark."""
+        spec = config.target.columns.get(params.column)
+        return [(key, problem) for key in ("min", "max") if spec and (problem := bound_problem(spec.type, getattr(params, key)))]
+
     def errors(self):
         value = _col(self.params.column)
         low, high = self.params.min, self.params.max
@@ -278,6 +313,15 @@ class Regex(ColumnValidator):
     class Params(_Params):
         column: str
         pattern: str
+
+        @field_validator("pattern")
+        @classmethod
+        def _compiles(cls, value: str) -> str:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"regex does not compile: {exc}") from exc
+            return value
 
     def errors(self):
         value = _col(self.params.column)

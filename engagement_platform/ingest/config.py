@@ -8,6 +8,7 @@ Every problem is reported as `<file>: <key path>: <problem>`, all of them at onc
 from __future__ import annotations
 
 import re
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,6 +46,11 @@ class ColumnSpec(_Strict):
             raise ValueError(f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))")
         return value
 
+    @field_validator("formats")
+    @classmethod
+    def _patterns(cls, value: list[str] | None) -> list[str] | None:
+        return check_formats(value)
+
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
@@ -61,9 +67,41 @@ class ColumnSpec(_Strict):
             raise ValueError("enum applies to string columns only")
         if (self.min is not None or self.max is not None) and not NUMERIC_OR_TEMPORAL.match(self.type):
             raise ValueError("min/max apply to numeric, date and timestamp columns only")
+        for key in ("min", "max"):
+            problem = bound_problem(self.type, getattr(self, key))
+            if problem:
+                raise ValueError(f"{key}: {problem}")
         if self.formats and self.type not in ("date", "timestamp"):
             raise ValueError("formats apply to date and timestamp columns only")
         return self
+
+
+DATETIME_LETTERS = set("GyDMLdQqEFahKkHmsSVzOXxZ")  # Spark datetime pattern letters (no week-based ones)
+
+
+def check_formats(formats: list[str] | None) -> list[str] | None:
+    """Spark fails the whole batch on a pattern letter it does not know: say so at load time."""
+    for fmt in formats or []:
+        unquoted = re.sub(r"'[^']*'", "", fmt)
+        bad = sorted({c for c in unquoted if c.isascii() and c.isalpha() and c not in DATETIME_LETTERS})
+        if bad:
+            raise ValueError(f"format '{fmt}' has letters that are not Spark datetime pattern letters: {', '.join(bad)} "
+                             "(quote literal text, e.g. 'T')")
+    return formats
+
+
+def bound_problem(type_: str, value: float | str | None) -> str | None:
+    """Why a min/max bound cannot be compared with a column of this type (None when it can):
+    Spark would fail the whole batch on it (a date against a number, a number against text)."""
+    if value is None or not NUMERIC_OR_TEMPORAL.match(type_):
+        return None
+    if type_ in ("date", "timestamp"):
+        try:
+            (date if type_ == "date" else datetime).fromisoformat(value if isinstance(value, str) else "?")
+        except ValueError:
+            return f"{value!r} is not an ISO {type_} (e.g. \"1900-01-01\")"
+        return None
+    return f"{value!r} is not a number" if isinstance(value, str) else None
 
 
 class SourceSpec(_Strict):
@@ -150,8 +188,9 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
         raise PipelineConfigError(f"{path}: top level must be a mapping of keys (name, source, target...)")
     try:
         config = PipelineConfig.model_validate(data)
-    except ValidationError as exc:
-        raise PipelineConfigError(_describe(path, exc)) from None
+    except ValidationError as exc:  # unknown plugins are reported with the schema's problems
+        unknown = [f"{path}: {key}: {problem}" for key, problem in _unknown_plugins(data)]
+        raise PipelineConfigError("\n".join([_describe(path, exc), *unknown])) from None
     problems = plugin_problems(config)
     if problems:
         raise PipelineConfigError("\n".join(f"{path}: {key}: {problem}" for key, problem in problems))
@@ -165,6 +204,21 @@ def load_pipelines(folder: str | Path) -> list[PipelineConfig]:
     if duplicates:
         raise PipelineConfigError(f"{folder}: pipeline names used twice: {duplicates}")
     return configs
+
+
+def _unknown_plugins(data: dict) -> list[tuple[str, str]]:
+    from engagement_platform.ingest.plugins import resolve
+
+    problems = []
+    for kind in ("converters", "validators"):
+        entries = data.get(kind)
+        for i, ref in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(ref, dict) and isinstance(ref.get("plugin"), str):
+                try:
+                    resolve(kind, ref["plugin"])
+                except (LookupError, TypeError, ImportError, AttributeError) as exc:
+                    problems.append((f"{kind}[{i}].plugin", str(exc)))
+    return problems
 
 
 def _describe(path: Path, exc: ValidationError) -> str:

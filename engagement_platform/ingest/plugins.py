@@ -132,7 +132,7 @@ class RowConverter(ColumnConverter):
     def prepare(self) -> dict[str, Column]:
         names, outputs = self.input_columns(), self.output_types()
         ddl = ",".join([f"`{k}`:{t}" for k, t in outputs.items()] + ["__error:string"])
-        udf = F.udf(_trapped(self.convert_row, names, tuple(outputs)), f"struct<{ddl}>", useArrow=True)
+        udf = F.udf(_trapped(self.convert_row, names, dict(outputs)), f"struct<{ddl}>", useArrow=True)
         return {self._result(): udf(*[F.col(n) for n in names])}
 
     def columns(self) -> dict[str, Column]:
@@ -143,11 +143,36 @@ class RowConverter(ColumnConverter):
         return [F.when(failure.isNotNull(), self.err(None, "plugin_exception", failure))]
 
 
-def _trapped(fn: Callable[[dict], dict], names: tuple[str, ...], outputs: tuple[str, ...]):
+# Output types checked row by row in Python: a value Arrow cannot take as the declared type would
+# otherwise fail the whole batch when Spark converts the UDF's results (strings: Spark coerces anything).
+_ARROW_TYPES = {"boolean": "bool_", "int": "int32", "integer": "int32", "short": "int16", "long": "int64", "bigint": "int64",
+                "double": "float64", "float": "float32", "date": "date32"}
+
+
+def _typed(name: str, type_: str, value):
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if type_ == "timestamp":
+        arrow = pa.timestamp("us", tz="UTC")
+    elif type_.startswith("decimal("):
+        arrow = pa.decimal128(*(int(x) for x in type_[8:-1].split(",")))
+    elif type_ in _ARROW_TYPES:
+        arrow = getattr(pa, _ARROW_TYPES[type_])()
+    else:
+        return value  # string (Spark coerces) and nested types: left to Spark
+    try:
+        return pa.scalar(value, type=arrow).as_py()
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        raise TypeError(f"output '{name}' is {value!r}, not a {type_}") from None
+
+
+def _trapped(fn: Callable[[dict], dict], names: tuple[str, ...], outputs: dict[str, str]):
     def run(*values):
         try:
             result = fn(dict(zip(names, values)))
-            return {**{k: result.get(k) for k in outputs}, "__error": None}
+            return {**{k: _typed(k, t, result.get(k)) for k, t in outputs.items()}, "__error": None}
         except Exception as exc:  # noqa: BLE001 - any failure of plugin code is this row's error
             where = traceback.extract_tb(exc.__traceback__)[-1]
             return {**{k: None for k in outputs}, "__error": f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})"}

@@ -34,6 +34,8 @@ class LandingLinesDataSource(DataSource):
 
 def line_spans(data: bytes, split_bytes: int) -> list[tuple[int, int, int]]:
     """(start, end, number of the first line) per span; spans end just after a newline."""
+    if split_bytes < 1:
+        raise ValueError(f"split_bytes must be positive, not {split_bytes}")  # 0 would never advance
     spans, start, line = [], 0, 1
     while start < len(data):
         end = data.find(b"\n", min(start + split_bytes, len(data)) - 1)

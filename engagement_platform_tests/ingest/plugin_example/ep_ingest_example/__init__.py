@@ -1,0 +1,1 @@
+"""Example ingest plugins another team ships in its own package (see plugins.py and pyproject.toml)."""
