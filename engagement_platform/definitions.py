@@ -15,6 +15,7 @@ from engagement_platform.engagement.assets import (
 )
 from engagement_platform.engagement.jobs import ingestion_job, mutation_job
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor, engagement_mutation_sensor
+from engagement_platform.engagement.upkeep import UPKEEP_ASSETS, UPKEEP_CHECKS, UPKEEP_JOBS, UPKEEP_SCHEDULES, UPKEEP_SENSORS
 from engagement_platform.ingest.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipelines
 from engagement_platform.ingest.jobs import pipeline_job
@@ -28,9 +29,11 @@ pipeline_jobs = {p.name: pipeline_job(p) for p in pipelines}
 defs = Definitions(
     assets=[
         engagement_activities_topic, engagement_mutations_topic, engagement_ingestion, engagement_mutation, *engagement_tables,
-        *[a for p in pipelines for a in pipeline_assets(p)],
+        *UPKEEP_ASSETS, *[a for p in pipelines for a in pipeline_assets(p)],
     ],
-    jobs=[ingestion_job, mutation_job, *pipeline_jobs.values()],
-    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
+    asset_checks=UPKEEP_CHECKS,
+    jobs=[ingestion_job, mutation_job, *UPKEEP_JOBS, *pipeline_jobs.values()],
+    schedules=UPKEEP_SCHEDULES,
+    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, *UPKEEP_SENSORS, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
     resources={"spark": SparkResource(), "lake": LakeResource(), "kafka": KafkaResource()},
 )

@@ -35,6 +35,9 @@ from engagement_platform.resources import KafkaResource, LakeResource, SparkReso
 from engagement_platform.settings import load_settings
 
 GROUP = "engagement"
+# Writers that rewrite engagement_activity files (mutation MERGE, layout upkeep) would fail each
+# other's commits when run together; dagster.yaml limits this pool to one at a time.
+REWRITE_POOL = "engagement_activity_rewrites"
 INGESTION_ASSET = AssetKey("engagement_ingestion")
 TOPIC_ASSET = AssetKey(["kafka", "engagement_activities"])
 MUTATION_ASSET = AssetKey("engagement_mutation")
@@ -99,6 +102,7 @@ def engagement_mutations_topic(kafka: KafkaResource) -> ObserveResult:
     check_specs=mutation_check_specs(MUTATION_ASSET),
     group_name=GROUP,
     kinds={"deltalake", "kafka"},
+    pool=REWRITE_POOL,
 )
 def engagement_mutation(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
     """Mutation stream: each partition is one planned slice of requests, reduced (cascades) and
