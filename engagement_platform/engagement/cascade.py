@@ -363,6 +363,7 @@ class _Node:
     def resolved(self) -> list:
         """[(lo, hi, OwnerFate)]: set by the fold's resolution for ended nodes, computed here for the rest."""
         if self.fates is None:
+            assert self.targets is None, "an ended node is resolved before the nodes that point at it"
             if self.deleted_at is not None:
                 fate = OwnerFate(self.deleted_at, None, None, ())
             else:

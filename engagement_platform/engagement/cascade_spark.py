@@ -74,16 +74,24 @@ class ReducedFrames:
     stats: SparkReductionStats
 
 
-def reduce_on_spark(requests_df: DataFrame) -> tuple[DataFrame, DataFrame, SparkReductionStats]:
+def reduce_on_spark(requests_df: DataFrame, partitions: int | None = None) -> tuple[DataFrame, DataFrame, SparkReductionStats]:
     """(owner actions, engagement actions, stats) of every org's batch in `requests_df` (REQUEST_SCHEMA)."""
-    frames = reduce_on_spark_frames(requests_df, with_external_targets=False)
+    frames = reduce_on_spark_frames(requests_df, with_external_targets=False, partitions=partitions)
     return frames.owner_actions, frames.engagement_actions, frames.stats
 
 
-def reduce_on_spark_frames(requests_df: DataFrame, with_external_targets: bool = True) -> ReducedFrames:
-    """All outputs; without external targets the union is about half as many rows for a typical batch."""
+def reduce_on_spark_frames(requests_df: DataFrame, with_external_targets: bool = True, partitions: int | None = None) -> ReducedFrames:
+    """All outputs; without external targets the union is about half as many rows for a typical batch.
+
+    The requests are repartitioned by org into `partitions` (default: spark.sql.shuffle.partitions)
+    explicitly: a batch is small in bytes, so adaptive execution would otherwise coalesce the
+    grouping shuffle into one partition and run every org's fold on one core.
+    """
+    if partitions is None:
+        partitions = int(requests_df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     reduce_org = reduce_org_table if with_external_targets else reduce_org_table_without_targets
-    reduced = requests_df.groupBy("org_id").applyInArrow(reduce_org, schema=REDUCED_SCHEMA).localCheckpoint()
+    by_org = requests_df.repartition(partitions, "org_id")
+    reduced = by_org.groupBy("org_id").applyInArrow(reduce_org, schema=REDUCED_SCHEMA).localCheckpoint()
     totals = reduced.filter(F.col("kind") == "stats").agg(
         F.count(F.lit(1)).alias("orgs"), *(F.coalesce(F.sum(name), F.lit(0)).alias(name) for name in STAT_COLUMNS)
     ).first()

@@ -26,7 +26,7 @@ compute  The ingest framework parses and validates the slice (mutation_pipeline.
          shapes of from_ids/record, date order and duplicate request ids are checked here on the
          driver in the same error schema. Valid requests plus every pending request are grouped by
          org and reduced with the exact cascade reduction (cascade.reduce_requests, on the driver:
-         there is no cascade_spark). One I/O-pruned read of engagement_activity (org partitions AND
+         cascade_spark.reduce_on_spark exists but is not wired in yet). One I/O-pruned read of engagement_activity (org partitions AND
          the owner ids / engagement ids involved, AND the date span when every request of the org is
          bounded; min/max stats skip files) gives the rows any request can touch; each row's outcome
          is cascade.reduced_row (unchanged / updated / replaced / deleted).
@@ -88,7 +88,7 @@ PIPELINE_NAME = "engagement_mutations"
 PIPELINE_FILE = Path(__file__).with_name("mutation_pipeline.yaml")
 DEFAULT_TOPIC = "engagement.mutations"
 DEFAULT_HORIZON_BATCHES = 10
-REDUCER = "driver"  # cascade.reduce_requests per org on the driver (no cascade_spark module)
+REDUCER = "driver"  # cascade.reduce_requests per org on the driver (cascade_spark is not wired in yet)
 
 CHECKS = "mutation_request"  # plugin name of the driver-side request checks
 APPLY = "apply"  # stage of errors found while applying (targets never arrived)
