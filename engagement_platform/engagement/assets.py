@@ -10,7 +10,6 @@ graph reads: Kafka topic -> stream -> tables, and gains a stream node per stream
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    AssetMaterialization,
     AssetObservation,
     AssetSpec,
     DataVersion,
@@ -20,6 +19,7 @@ from dagster import (
     observable_source_asset,
 )
 
+from engagement_platform.batch_dagster import report_table_commits
 from engagement_platform.engagement import mutations
 from engagement_platform.engagement.checks import evaluate_ingestion_checks, evaluate_mutation_checks, ingestion_check_specs, mutation_check_specs
 from engagement_platform.engagement.ingestion import STREAM, ingest_batch
@@ -75,14 +75,7 @@ def engagement_ingestion(context: AssetExecutionContext, spark: SparkResource, l
     """Ingestion stream: each partition is one planned Kafka offset slice, appended exactly once."""
     plan = lake.checkpoints.plan(STREAM, int(context.partition_key))
     result = ingest_batch(spark.spark_session, lake.lake, lake.checkpoints, kafka.servers, plan)
-    for table, version in result.versions.items():
-        context.log_event(
-            AssetMaterialization(
-                asset_key=table,
-                description=f"{STREAM} batch {plan.batch_id}",
-                metadata={"batch_id": plan.batch_id, "table_version": version if version is not None else "already committed", "stream": STREAM},
-            )
-        )
+    report_table_commits(context, STREAM, plan.batch_id, result.versions)
     return MaterializeResult(
         metadata=result.metadata(),
         check_results=evaluate_ingestion_checks(lake.lake, lake.checkpoints, result, result.org_ids),
@@ -109,14 +102,7 @@ def engagement_mutation(context: AssetExecutionContext, spark: SparkResource, la
     applied as one MERGE exactly once; requests whose targets are not ingested yet wait in pending."""
     plan = lake.checkpoints.plan(mutations.STREAM, int(context.partition_key))
     result = mutations.apply_mutation_batch(spark.spark_session, lake.lake, lake.checkpoints, kafka.servers, plan)
-    for table, version in result.versions.items():
-        context.log_event(
-            AssetMaterialization(
-                asset_key=table,
-                description=f"{mutations.STREAM} batch {plan.batch_id}",
-                metadata={"batch_id": plan.batch_id, "table_version": version if version is not None else "already committed", "stream": mutations.STREAM},
-            )
-        )
+    report_table_commits(context, mutations.STREAM, plan.batch_id, result.versions)
     return MaterializeResult(metadata=result.metadata(), check_results=evaluate_mutation_checks(lake.lake, lake.checkpoints, result))
 
 

@@ -1,6 +1,6 @@
 """Sensors of the Kafka-fed streams (ingestion, mutation): plan the next slice and request its run.
 
-One batch in flight at a time, retried with the same plan after a failure (batch_sensors.py).
+One batch in flight at a time, retried with the same plan after a failure (batch_dagster.py).
 """
 
 
@@ -8,7 +8,7 @@ import json
 
 from dagster import AssetKey, DefaultSensorStatus, DynamicPartitionsDefinition, SensorEvaluationContext, SensorResult, sensor
 
-from engagement_platform.batch_sensors import resume_unfinished, run_request
+from engagement_platform.batch_dagster import resume_unfinished, run_request
 from engagement_platform.engagement import mutations
 from engagement_platform.engagement.assets import MUTATIONS_TOPIC_ASSET, TOPIC_ASSET, topic_observation
 from engagement_platform.engagement.ingestion import STREAM

@@ -5,8 +5,9 @@ batch) and the Delta tables are downstream assets whose materializations each ba
 """
 
 
-from dagster import AssetExecutionContext, AssetKey, AssetMaterialization, AssetSpec, MaterializeResult, asset
+from dagster import AssetExecutionContext, AssetKey, AssetSpec, MaterializeResult, asset
 
+from engagement_platform.batch_dagster import report_table_commits
 from engagement_platform.ingest.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.landing import quarantine_spec, run_file_batch, stream_name, target_spec
@@ -45,11 +46,7 @@ def pipeline_assets(config: PipelineConfig) -> list:
     def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
         plan = lake.checkpoints.plan(stream, int(context.partition_key))
         result = run_file_batch(spark.spark_session, lake.lake, lake.checkpoints, config, plan)
-        for table, version in result.versions.items():
-            context.log_event(AssetMaterialization(
-                asset_key=table, description=f"{stream} batch {plan.batch_id}",
-                metadata={"batch_id": plan.batch_id, "table_version": version if version is not None else "already committed", "file": plan.topic},
-            ))
+        report_table_commits(context, stream, plan.batch_id, result.versions, file=plan.topic)
         return MaterializeResult(metadata=result.metadata(), check_results=evaluate_pipeline_checks(lake.lake, config, result))
 
     landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},

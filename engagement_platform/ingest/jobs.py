@@ -3,7 +3,7 @@ pipeline (the stream tag's concurrency limit in dagster.yaml)."""
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from engagement_platform.batch_sensors import STREAM_TAG
+from engagement_platform.batch_dagster import STREAM_TAG
 from engagement_platform.ingest.assets import pipeline_key
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.landing import stream_name

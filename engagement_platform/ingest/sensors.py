@@ -10,7 +10,7 @@ import json
 
 from dagster import AssetObservation, DefaultSensorStatus, SensorEvaluationContext, SensorResult, sensor
 
-from engagement_platform.batch_sensors import resume_unfinished, run_request
+from engagement_platform.batch_dagster import resume_unfinished, run_request
 from engagement_platform.ingest.assets import landing_key
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.landing import file_plan, landing_files, stream_name

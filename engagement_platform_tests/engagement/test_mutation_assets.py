@@ -5,7 +5,7 @@ import uuid
 
 from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
 
-from engagement_platform.batch_sensors import STREAM_TAG
+from engagement_platform.batch_dagster import STREAM_TAG
 from engagement_platform.engagement import mutations
 from engagement_platform.engagement.assets import engagement_mutation
 from engagement_platform.engagement.partitions import mutation_batches

@@ -5,7 +5,7 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 
 from engagement_platform.engagement.assets import engagement_ingestion
 from engagement_platform.engagement.ingestion import STREAM
-from engagement_platform.batch_sensors import MAX_ATTEMPTS, STREAM_TAG
+from engagement_platform.batch_dagster import MAX_ATTEMPTS, STREAM_TAG
 from engagement_platform.engagement.partitions import ingestion_batches
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor
 from engagement_platform.resources import KafkaResource, LakeResource, SparkResource

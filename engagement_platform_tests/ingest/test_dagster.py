@@ -3,7 +3,7 @@
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
 
-from engagement_platform.batch_sensors import STREAM_TAG
+from engagement_platform.batch_dagster import STREAM_TAG
 from engagement_platform.ingest.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipeline
 from engagement_platform.ingest.landing import stream_name

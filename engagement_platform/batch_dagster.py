@@ -1,4 +1,5 @@
-"""What every stream's sensor does with a batch that is planned but not done yet (Dagster side).
+"""The Dagster side every stream shares: what its sensor does with a batch that is planned but not
+done yet, and how its run reports the tables it committed.
 
 Batches of a stream commit strictly in order (their ids are the Delta txn versions), so a sensor
 plans the next batch only once the latest is done. Until then it waits for the run in flight, or
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dagster import DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason
+from dagster import AssetExecutionContext, AssetMaterialization, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason
 
 from engagement_platform.streams.planning import BatchPlan
 
@@ -53,3 +54,12 @@ def resume_unfinished(
         dynamic_partitions_requests=[partitions.build_add_request([latest.partition_key])],
         cursor=cursor,
     )
+
+
+def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra) -> None:
+    """A stream run reports a materialization of each table it committed (the tables are downstream assets)."""
+    for table, version in versions.items():
+        context.log_event(AssetMaterialization(
+            asset_key=table, description=f"{stream} batch {batch_id}",
+            metadata={"batch_id": batch_id, "table_version": version if version is not None else "already committed", "stream": stream, **extra},
+        ))
