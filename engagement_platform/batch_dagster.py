@@ -5,14 +5,35 @@ Batches of a stream commit strictly in order (their ids are the Delta txn versio
 plans the next batch only once the latest is done. Until then it waits for the run in flight, or
 requests the same plan again after a failure, up to MAX_ATTEMPTS; then the stream pauses with a
 SkipReason until someone re-executes that partition.
+
+A run first acquires the job coordinator (`coordinated_batch`). When the coordinator gives up (lock
+timeout, predecessor mismatch, ZooKeeper unreachable) or the lease is lost before a commit, the run
+fails without committing anything more and is tagged COORDINATION_TAG; such runs do not count
+towards MAX_ATTEMPTS (the batch is not at fault, it waits its turn), so the sensor keeps requesting
+the same plan on later ticks. They still number the attempts, so every retry has a new run key.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from dagster import AssetExecutionContext, AssetMaterialization, DagsterRunStatus, DynamicPartitionsDefinition, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason
+from dagster import (
+    AssetExecutionContext,
+    AssetMaterialization,
+    DagsterRunStatus,
+    DynamicPartitionsDefinition,
+    Failure,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+)
 
+from engagement_platform.resources import CoordinatorResource
+from engagement_platform.streams.batch import fenced
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM_TAG = "engagement/stream"  # dagster.yaml limits runs to one per value of this tag
@@ -22,6 +43,7 @@ UNFINISHED = {
     DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
 }
 FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
+COORDINATION_TAG = "engagement/coordination"  # "gave_up" | "lease_lost" on runs that ended that way
 
 
 def run_request(plan: BatchPlan, attempt: int, tags: dict[str, str]) -> RunRequest:
@@ -45,12 +67,13 @@ def resume_unfinished(
     runs = context.instance.get_runs(filters=RunsFilter(tags={"dagster/partition": latest.partition_key, STREAM_TAG: latest.stream}))
     if any(r.status in UNFINISHED for r in runs):
         return SkipReason(f"{latest.stream} batch {latest.batch_id} is in flight")
-    failed = sum(r.status in FAILED for r in runs)
+    ended = [r for r in runs if r.status in FAILED]
+    failed = sum(COORDINATION_TAG not in r.tags for r in ended)  # coordination give-ups are not attempts
     if failed >= MAX_ATTEMPTS:
         return SkipReason(f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
                           f"stream paused until partition {latest.partition_key} is re-executed")
     return SensorResult(
-        run_requests=[run_request(latest, failed + 1, tags(latest))],
+        run_requests=[run_request(latest, len(ended) + 1, tags(latest))],
         dynamic_partitions_requests=[partitions.build_add_request([latest.partition_key])],
         cursor=cursor,
     )
@@ -63,3 +86,26 @@ def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: 
             asset_key=table, description=f"{stream} batch {batch_id}",
             metadata={"batch_id": batch_id, "table_version": version if version is not None else "already committed", "stream": stream, **extra},
         ))
+
+
+@contextmanager
+def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str,
+                      lock_name: str | None = None) -> Iterator[Lease | None]:
+    """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
+    partition (= batch id). A give-up or a lost lease ends the run as a Failure tagged
+    COORDINATION_TAG: nothing (more) is committed and a later tick retries the same plan."""
+    batch_id = int(context.partition_key)
+    try:
+        with coordinator.batch(stream, batch_id, lock_name) as lease, fenced(lease):
+            if lease is not None:
+                context.log.info(f"{stream} batch {batch_id}: holding {lease}")
+            yield lease
+    except (CoordinationGaveUp, LeaseLost) as e:
+        outcome = "gave_up" if isinstance(e, CoordinationGaveUp) else "lease_lost"
+        context.instance.add_run_tags(context.run_id, {COORDINATION_TAG: outcome})
+        raise Failure(
+            description=f"{stream} batch {batch_id}: coordinator {outcome.replace('_', ' ')}: {e}. Nothing more was "
+                        f"committed; a later tick retries the batch from its plan.",
+            metadata={"coordination": outcome, "reason": str(e), "batch_id": batch_id},
+            allow_retries=False,
+        ) from e

@@ -6,6 +6,7 @@
     engagement-platform changes --org 00D000001 --since -1
     engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
     engagement-platform ingest-batch --batch-id 3
+    engagement-platform simulate-streams --out docs/three_streams_timeline.png
 """
 
 from __future__ import annotations
@@ -37,13 +38,15 @@ def create_topics(args) -> None:
 def demo_produce(args) -> None:
     from datetime import datetime, timezone
 
-    from engagement_platform.engagement.demo import ActivityGenerator, MutationGenerator
+    from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
     from engagement_platform.engagement.mutations import mutations_topic
+    from engagement_platform.engagement.retention import gdpr_topic
     from engagement_platform.streams.kafka import KafkaClient
 
     topic = load_settings().activities_topic
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
+    gdpr = GdprGenerator(seed=args.seed + 2)
     producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
@@ -54,10 +57,15 @@ def demo_produce(args) -> None:
             sent += 1
             if key != b"bad":
                 mutator.observe(json.loads(value))
+                gdpr.observe(json.loads(value))
             if args.mutations_every and sent % args.mutations_every == 0:
                 request = mutator.request(datetime.now(timezone.utc))
                 if request:
                     producer.produce(mutations_topic(), key=request["org_id"].encode(), value=json.dumps(request).encode())
+            if args.gdpr_every and sent % args.gdpr_every == 0:
+                request = gdpr.request(datetime.now(timezone.utc))
+                if request:
+                    producer.produce(gdpr_topic(), key=request["org_id"].encode(), value=json.dumps(request).encode())
             producer.poll(0)
             ahead = sent / args.rate - (time.monotonic() - started)
             if ahead > 0:
@@ -115,6 +123,17 @@ def demo_landing(args) -> None:
         print(f"landed {path} ({args.rows} rows)")
 
 
+def simulate_streams(args) -> None:
+    from engagement_platform.streams.simulation import Workload, run_both_modes
+    from engagement_platform.streams.timeline import draw_timeline
+
+    workload = Workload().scaled(ingestion=args.ingestion, mutation=args.mutation, retention=args.retention)
+    results = run_both_modes(load_settings().zookeeper_hosts, workload)
+    for result in results:
+        print(json.dumps(result.summary()))
+    print(f"timeline: {draw_timeline(list(results), args.out)}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bad-ratio", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=int(time.time()))
     p.add_argument("--mutations-every", type=int, default=50, help="one ID mutation request per this many activities (0: none)")
+    p.add_argument("--gdpr-every", type=int, default=2000, help="one retention/erasure request per this many activities (0: none)")
     p.set_defaults(fn=demo_produce)
 
     p = sub.add_parser("demo-landing", help="land demo CSV files for the rewards_members ingest pipeline")
@@ -154,6 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("ingest-batch", help="run one planned ingestion batch outside Dagster (recovery, tests)")
     p.add_argument("--batch-id", type=int, required=True)
     p.set_defaults(fn=ingest_batch)
+
+    p = sub.add_parser("simulate-streams", help="three simulated streams on a temporary Delta table, with and without the coordinator")
+    p.add_argument("--out", default="docs/three_streams_timeline.png", help="timeline PNG to write")
+    p.add_argument("--ingestion", type=int, default=16, help="ingestion batches (fast cadence)")
+    p.add_argument("--mutation", type=int, default=5, help="mutation batches (medium cadence)")
+    p.add_argument("--retention", type=int, default=3, help="retention batches (slow cadence)")
+    p.set_defaults(fn=simulate_streams)
 
     args = parser.parse_args(argv)
     args.fn(args)

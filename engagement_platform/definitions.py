@@ -8,32 +8,36 @@ from dagster import Definitions
 
 from engagement_platform.engagement.assets import (
     engagement_activities_topic,
+    engagement_gdpr_topic,
     engagement_ingestion,
     engagement_mutation,
     engagement_mutations_topic,
+    engagement_retention,
     engagement_tables,
 )
-from engagement_platform.engagement.jobs import ingestion_job, mutation_job
-from engagement_platform.engagement.sensors import engagement_ingestion_sensor, engagement_mutation_sensor
+from engagement_platform.engagement.jobs import ingestion_job, mutation_job, retention_job
+from engagement_platform.engagement.sensors import engagement_ingestion_sensor, engagement_mutation_sensor, engagement_retention_sensor
 from engagement_platform.engagement.upkeep import UPKEEP_ASSETS, UPKEEP_CHECKS, UPKEEP_JOBS, UPKEEP_SCHEDULES, UPKEEP_SENSORS
 from engagement_platform.ingest.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipelines
 from engagement_platform.ingest.jobs import pipeline_job
 from engagement_platform.ingest.sensors import landing_sensor
-from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
 
 pipelines = load_pipelines(load_settings().pipelines_dir)
 pipeline_jobs = {p.name: pipeline_job(p) for p in pipelines}
+lake = LakeResource()  # one lake: the tables, and the checkpoint store behind the coordinator
 
 defs = Definitions(
     assets=[
         engagement_activities_topic, engagement_mutations_topic, engagement_ingestion, engagement_mutation, *engagement_tables,
+        engagement_gdpr_topic, engagement_retention,
         *UPKEEP_ASSETS, *[a for p in pipelines for a in pipeline_assets(p)],
     ],
     asset_checks=UPKEEP_CHECKS,
-    jobs=[ingestion_job, mutation_job, *UPKEEP_JOBS, *pipeline_jobs.values()],
+    jobs=[ingestion_job, mutation_job, retention_job, *UPKEEP_JOBS, *pipeline_jobs.values()],
     schedules=UPKEEP_SCHEDULES,
-    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, *UPKEEP_SENSORS, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
-    resources={"spark": SparkResource(), "lake": LakeResource(), "kafka": KafkaResource()},
+    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, engagement_retention_sensor, *UPKEEP_SENSORS, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
+    resources={"spark": SparkResource(), "lake": lake, "kafka": KafkaResource(), "coordinator": CoordinatorResource(lake=lake)},
 )

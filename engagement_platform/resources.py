@@ -6,15 +6,19 @@ locally and in production; the launchpad can still override any field for one ru
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Optional
 
-from dagster import ConfigurableResource
+from dagster import Config, ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
+from pydantic import PrivateAttr
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.session import build_session, session_config
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator, JobSpec, Lease
 from engagement_platform.streams.kafka import KafkaClient
 
 
@@ -57,3 +61,93 @@ class KafkaResource(ConfigurableResource):
     @property
     def client(self) -> KafkaClient:
         return KafkaClient(self.servers)
+
+
+ACTIVITY_LOCK = "engagement_activity"
+
+
+class JobConfig(Config):
+    """One stream's coordination: the lock it takes, its name on the predecessor znode, and the jobs
+    allowed to have registered last before it may run (empty: any)."""
+
+    lock_name: str = ACTIVITY_LOCK
+    job_name: str
+    predecessors: list[str] = []
+
+    def spec(self) -> JobSpec:
+        return JobSpec(self.lock_name, self.job_name, frozenset(self.predecessors))
+
+
+class CoordinatorResource(ConfigurableResource):
+    """The ZooKeeper job coordinator and the checkpoint store: the one resource every stream run uses
+    for its batch lifecycle (plan lookup, acquire, fenced commits, checkpoint states, release).
+
+    The kazoo session is opened in setup_for_execution (one per run; a ZooKeeper that is down then
+    is not an error: the run gives up at acquire) and closed in teardown, which deletes any lock
+    znode left behind. `enabled` None means EP_COORDINATOR (default on); off = unfenced commits, as
+    without a coordinator. Default predecessor sets (the lifecycle order ingestion -> mutation ->
+    retention, each stream allowed to follow itself so a backlog drains at its own cadence):
+
+        ingestion  any of ingestion, mutation, retention   appends need no order
+        mutation   ingestion or mutation                   an ID rewrite runs after fresh activities
+        retention  any of ingestion, mutation, retention   a daily stream must not wait on the others' timing
+    """
+
+    lake: LakeResource
+    hosts: str = ""  # "" = ZOOKEEPER_HOSTS
+    root: str = ""  # "" = EP_ZK_ROOT
+    enabled: Optional[bool] = None  # None = EP_COORDINATOR
+    session_timeout_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    lock_timeout_s: float = 30.0
+    ingestion: JobConfig = JobConfig(job_name="ingestion", predecessors=["ingestion", "mutation", "retention"])
+    mutation: JobConfig = JobConfig(job_name="mutation", predecessors=["ingestion", "mutation"])
+    retention: JobConfig = JobConfig(job_name="retention", predecessors=["ingestion", "mutation", "retention"])
+
+    _coordinator: Coordinator | None = PrivateAttr(default=None)
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        return self.lake.checkpoints
+
+    @property
+    def is_enabled(self) -> bool:
+        return load_settings().coordinator_enabled if self.enabled is None else self.enabled
+
+    def job_spec(self, stream: str, lock_name: str | None = None) -> JobSpec:
+        """The configured spec of ingestion / mutation / retention; any other stream (an ingest
+        pipeline) locks `lock_name` (default: its own name) and accepts any predecessor."""
+        if stream in ("ingestion", "mutation", "retention"):
+            return getattr(self, stream).spec()
+        return JobSpec(lock_name or stream, stream)
+
+    def coordinator(self) -> Coordinator:
+        if self._coordinator is None:
+            settings = load_settings()
+            self._coordinator = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root,
+                                            self.session_timeout_s)
+        return self._coordinator
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        if not self.is_enabled:
+            return
+        try:
+            self.coordinator().start(self.connect_timeout_s)
+        except CoordinationGaveUp as e:
+            if context.log:
+                context.log.warning(f"{e}; the batch will give up at acquire")
+
+    def teardown_after_execution(self, context: InitResourceContext) -> None:
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
+
+    @contextmanager
+    def batch(self, stream: str, batch_id: int, lock_name: str | None = None) -> Iterator[Lease | None]:
+        """Acquire (lock + register) for one batch, yield the lease, release; None when disabled.
+        The owner is the batch ("<stream>/<batch id>"), so a retry of it is its own predecessor."""
+        if not self.is_enabled:
+            yield None
+            return
+        with self.coordinator().batch(self.job_spec(stream, lock_name), f"{stream}/{batch_id}", self.lock_timeout_s) as lease:
+            yield lease

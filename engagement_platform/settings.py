@@ -19,6 +19,8 @@ class Settings:
     lake_root: str
     kafka_bootstrap_servers: str
     zookeeper_hosts: str
+    zookeeper_root: str
+    coordinator_enabled: bool
     spark_remote: str
     spark_master: str
     ingest_max_records_per_partition: int
@@ -39,6 +41,9 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         lake_root=env.get("EP_LAKE_ROOT", str(Path(state_dir) / "lake")),
         kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
         zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
+        # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
+        zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),
+        coordinator_enabled=env.get("EP_COORDINATOR", "on").strip().lower() not in ("0", "off", "false", "no"),
         # Empty SPARK_REMOTE means an in-process classic session on SPARK_MASTER.
         spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
         spark_master=env.get("SPARK_MASTER", "local[2]"),

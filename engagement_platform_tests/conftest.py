@@ -68,6 +68,8 @@ def topic(kafka, monkeypatch) -> str:
 def lake_root(tmp_path, monkeypatch) -> str:
     root = str(tmp_path / "lake")
     monkeypatch.setenv("EP_LAKE_ROOT", root)
+    # A fresh lake gets fresh coordination state: the job coordinator's znodes under its own root.
+    monkeypatch.setenv("EP_ZK_ROOT", f"/tests/{uuid.uuid4().hex}")
     return root
 
 

@@ -11,6 +11,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "engagement_notifications", "quarantine_engagement_ingestion", "checkpoints",
         "kafka/engagement_mutations", "engagement_mutation", "engagement_mutation_requests",
         "engagement_mutations_pending", "quarantine_engagement_mutations", "engagement_layout_upkeep",
+        "kafka/engagement_gdpr", "engagement_retention", "gdpr_audit", "quarantine_engagement_gdpr",
         # pipelines/rewards_members.yaml
         "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
     }
@@ -19,18 +20,25 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "records_conserved")} | {
         ("engagement_mutation", n) for n in (
         "no_duplicate_engagement_ids", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted")} | {
+        ("engagement_retention", n) for n in (
+        "subject_erased_everywhere", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted")} | {
         ("ingest_rewards_members", n) for n in ("records_conserved", "error_rate_under_threshold")} | {
         ("engagement_layout_upkeep", n) for n in ("date_ranges_do_not_overlap", "file_count_under_limit")}
     assert {s.name for s in repo.sensor_defs} == {
-        "engagement_ingestion_sensor", "engagement_mutation_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor"}
+        "engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule"}
-    assert {"engagement_ingestion_job", "engagement_mutation_job", "layout_upkeep_job", "ingest_rewards_members_job"} <= set(repo.job_names)
+    assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job"} <= set(repo.job_names)
     assert repo.assets_defs_by_key[AssetKey("engagement_mutation")].op.pool == "engagement_activity_rewrites"
     assert repo.assets_defs_by_key[AssetKey("engagement_layout_upkeep")].op.pool == "engagement_activity_rewrites"
+    assert repo.assets_defs_by_key[AssetKey("engagement_retention")].op.pool == "engagement_activity_rewrites"
     lineage = repo.asset_graph
     assert AssetKey("engagement_ingestion") in lineage.get(AssetKey("engagement_activity")).parent_keys
     assert AssetKey(["kafka", "engagement_activities"]) in lineage.get(AssetKey("engagement_ingestion")).parent_keys
     assert AssetKey("engagement_mutation") in lineage.get(AssetKey("engagement_activity")).parent_keys
     assert AssetKey(["kafka", "engagement_mutations"]) in lineage.get(AssetKey("engagement_mutation")).parent_keys
+    for table in ("engagement_activity", "engagement_notifications", "checkpoints", "engagement_mutations_pending",
+                  "engagement_mutation_requests", "quarantine_engagement_mutations", "quarantine_engagement_ingestion", "gdpr_audit"):
+        assert AssetKey("engagement_retention") in lineage.get(AssetKey(table)).parent_keys, table
+    assert AssetKey(["kafka", "engagement_gdpr"]) in lineage.get(AssetKey("engagement_retention")).parent_keys
     assert AssetKey(["landing", "rewards_members"]) in lineage.get(AssetKey("ingest_rewards_members")).parent_keys
     assert AssetKey("ingest_rewards_members") in lineage.get(AssetKey("quarantine_rewards_members")).parent_keys

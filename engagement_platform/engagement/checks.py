@@ -105,3 +105,59 @@ def evaluate_ingestion_checks(lake: DeltaLake, checkpoints: CheckpointStore, res
                       "unaccounted": unaccounted, "planned_but_unread": unread},
         ),
     ]
+
+
+SUBJECT_ERASED_EVERYWHERE = "subject_erased_everywhere"
+
+
+def retention_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
+    return [
+        AssetCheckSpec(SUBJECT_ERASED_EVERYWHERE, asset=asset, blocking=True,
+                       description="No row of a subject this batch erased remains in any table (rows that arrived before the erasure)."),
+        AssetCheckSpec(NOTIFICATIONS_MATCH_CHANGES, asset=asset, blocking=True,
+                       description="The batch's notification rows equal the delete commit's change data feed, per org."),
+        AssetCheckSpec(OFFSET_RANGES_CONTIGUOUS, asset=asset, blocking=True,
+                       description="Planned offset ranges of the stream have no gap and no overlap per partition."),
+        AssetCheckSpec(REQUESTS_ACCOUNTED, asset=asset, blocking=True,
+                       description="Requests read = applied (gdpr_audit rows) + quarantined (quarantine_engagement_gdpr records); none dropped."),
+    ]
+
+
+def evaluate_retention_checks(lake: DeltaLake, checkpoints: CheckpointStore, result) -> list[AssetCheckResult]:
+    """Measured from the committed tables (gdpr_audit, the quarantine, every erased table), not from the run's own counts."""
+    import pyarrow.compute as pc
+
+    from engagement_platform.engagement import retention
+    from engagement_platform.engagement.erasure import subject_rows_remaining
+    from engagement_platform.engagement.retention_tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
+
+    plan = result.plan
+    erasures = retention.audited_erasures(lake, plan.batch_id)
+    remaining = subject_rows_remaining(lake, erasures, result.as_of)
+    version = result.versions.get(ENGAGEMENT_ACTIVITY.name)
+    if version is None and lake.exists(ENGAGEMENT_ACTIVITY.name):
+        version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, retention.APP_ID, plan.batch_id)
+    if version is not None:
+        audit = integrity.audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, version, retention.APP_ID, plan.batch_id)
+        mismatched, notify_meta = audit.orgs_mismatched, {"orgs_changed": audit.orgs_changed, "rows_changed": audit.rows_changed, "rows_notified": audit.rows_notified}
+    else:  # nothing deleted from engagement_activity: no commit, nothing to notify
+        mismatched, notify_meta = 0, {"orgs_changed": 0}
+    gaps, overlaps = offset_gaps_and_overlaps(checkpoints.plans(retention.STREAM))
+    applied = lake.read(GDPR_AUDIT.name, filters=[("batch_id", "=", plan.batch_id)], columns=["request_id"]).num_rows if lake.exists(GDPR_AUDIT.name) else 0
+    quarantined = lake.read(QUARANTINE_ENGAGEMENT_GDPR.name, filters=[("batch_id", "=", plan.batch_id)], columns=["row_id"])
+    quarantined = pc.count_distinct(quarantined["row_id"]).as_py() if quarantined.num_rows else 0
+    unaccounted = result.requests_read - applied - quarantined
+    return [
+        AssetCheckResult(
+            check_name=SUBJECT_ERASED_EVERYWHERE, passed=sum(remaining.values()) == 0,
+            metadata={"erasures_checked": len(erasures), "rows_remaining": sum(remaining.values()),
+                      **{f"rows_remaining_{t}": n for t, n in remaining.items()}},
+        ),
+        AssetCheckResult(check_name=NOTIFICATIONS_MATCH_CHANGES, passed=mismatched == 0, metadata={"orgs_mismatched": mismatched, **notify_meta, "data_version": version}),
+        AssetCheckResult(check_name=OFFSET_RANGES_CONTIGUOUS, passed=gaps == 0 and overlaps == 0, metadata={"gap_offsets": gaps, "overlap_offsets": overlaps}),
+        AssetCheckResult(
+            check_name=REQUESTS_ACCOUNTED, passed=unaccounted == 0 and result.requests_read == result.plan.record_count,
+            metadata={"requests_read": result.requests_read, "requests_applied": applied, "requests_quarantined": quarantined,
+                      "unaccounted": unaccounted, "planned_but_unread": result.plan.record_count - result.requests_read},
+        ),
+    ]

@@ -113,3 +113,30 @@ class MutationGenerator:
             return {**base, "org_id": record["org_id"], "op": "convert", "from_field": "lead_id", "from_id": record["lead_id"],
                     "to_field": "contact_id", "to_id": contact}
         return {**base, "org_id": record["org_id"], "op": "delete", "engagement_id": record["engagement_id"]}
+
+
+class GdprGenerator:
+    """TTL / GDPR requests about activities already produced: mostly the erasure of a lead or contact
+    seen, sometimes an org's retention (delete engagements older than N days)."""
+
+    def __init__(self, seed: int = 13, retention_days: tuple[int, ...] = (90, 180, 365)):
+        self.rng = random.Random(seed)
+        self.retention_days = retention_days
+        self.seen: list[dict] = []
+        self.sequence = 0
+
+    def observe(self, record: dict) -> None:
+        self.seen.append(record)
+        if len(self.seen) > 5000:
+            del self.seen[:1000]
+
+    def request(self, at: datetime) -> dict | None:
+        if not self.seen:
+            return None
+        self.sequence += 1
+        record = self.rng.choice(self.seen)
+        base = {"request_id": f"g{at:%Y%m%d%H%M%S}-{self.sequence}", "org_id": record["org_id"],
+                "request_time": at.isoformat().replace("+00:00", "Z")}
+        if self.rng.random() < 0.2:
+            return {**base, "kind": "retention", "retention_days": self.rng.choice(self.retention_days)}
+        return {**base, "kind": "erasure", "subject_id": record.get("lead_id") or record["contact_id"]}

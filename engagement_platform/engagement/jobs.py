@@ -4,8 +4,8 @@
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
 from engagement_platform.batch_dagster import STREAM_TAG
-from engagement_platform.engagement.assets import INGESTION_ASSET, MUTATION_ASSET
-from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches
+from engagement_platform.engagement.assets import INGESTION_ASSET, MUTATION_ASSET, RETENTION_ASSET
+from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
 
 ingestion_job = define_asset_job(
     "engagement_ingestion_job",
@@ -23,4 +23,13 @@ mutation_job = define_asset_job(
     executor_def=in_process_executor,
     tags={STREAM_TAG: "mutation"},
     description="Apply one planned slice of ID mutation requests to the engagement lake (one MERGE).",
+)
+
+retention_job = define_asset_job(
+    "engagement_retention_job",
+    selection=AssetSelection.assets(RETENTION_ASSET),
+    partitions_def=retention_batches,
+    executor_def=in_process_executor,
+    tags={STREAM_TAG: "retention"},
+    description="Apply one planned slice of TTL / GDPR requests: org retention and subject erasure, with an audit row each.",
 )

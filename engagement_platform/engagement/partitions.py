@@ -4,3 +4,4 @@ from dagster import DynamicPartitionsDefinition
 
 ingestion_batches = DynamicPartitionsDefinition(name="engagement_ingestion_batches")
 mutation_batches = DynamicPartitionsDefinition(name="engagement_mutation_batches")
+retention_batches = DynamicPartitionsDefinition(name="engagement_retention_batches")

@@ -1,4 +1,4 @@
-"""Sensors of the Kafka-fed streams (ingestion, mutation): plan the next slice and request its run.
+"""Sensors of the Kafka-fed streams (ingestion, mutation, retention): plan the next slice and request its run.
 
 One batch in flight at a time, retried with the same plan after a failure (batch_dagster.py).
 """
@@ -6,14 +6,14 @@ One batch in flight at a time, retried with the same plan after a failure (batch
 
 import json
 
-from dagster import AssetKey, DefaultSensorStatus, DynamicPartitionsDefinition, SensorEvaluationContext, SensorResult, sensor
+from dagster import AssetKey, DefaultSensorStatus, DynamicPartitionsDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from engagement_platform.batch_dagster import resume_unfinished, run_request
-from engagement_platform.engagement import mutations
-from engagement_platform.engagement.assets import MUTATIONS_TOPIC_ASSET, TOPIC_ASSET, topic_observation
+from engagement_platform.engagement import mutations, retention
+from engagement_platform.engagement.assets import GDPR_TOPIC_ASSET, MUTATIONS_TOPIC_ASSET, TOPIC_ASSET, topic_observation
 from engagement_platform.engagement.ingestion import STREAM
-from engagement_platform.engagement.jobs import ingestion_job, mutation_job
-from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches
+from engagement_platform.engagement.jobs import ingestion_job, mutation_job, retention_job
+from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
 from engagement_platform.resources import KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan, plan_next_batch
@@ -63,3 +63,14 @@ def engagement_mutation_sensor(context: SensorEvaluationContext, kafka: KafkaRes
 
     Pending requests are retried with the next batch of requests (not on their own yet)."""
     return kafka_stream_tick(context, kafka, lake, mutations.STREAM, mutations.mutations_topic(), mutation_batches, MUTATIONS_TOPIC_ASSET)
+
+
+@sensor(job=retention_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def engagement_retention_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+    """Plans the next slice of engagement.gdpr (retention and erasure requests) once per
+    EP_RETENTION_INTERVAL_SECONDS (default daily, read at run time) after the previous batch was planned."""
+    interval = retention.interval_seconds()
+    wait = retention.seconds_until_due(lake.checkpoints, interval)
+    if wait > 0:
+        return SkipReason(f"next retention batch due in {wait:.0f}s (cadence {interval}s, EP_RETENTION_INTERVAL_SECONDS)")
+    return kafka_stream_tick(context, kafka, lake, retention.STREAM, retention.gdpr_topic(), retention_batches, GDPR_TOPIC_ASSET)

@@ -37,11 +37,13 @@ from dagster import (
 )
 
 from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
+from engagement_platform.engagement.erasure import ERASED_TABLES, vacuum_erased_tables
 from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.engagement.mutations import STREAM as MUTATION_STREAM
+from engagement_platform.engagement.retention import vacuum_retention_hours
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.layout import DEFAULT_RETENTION_HOURS, partition_layout, upkeep
+from engagement_platform.lake.layout import partition_layout, upkeep
 from engagement_platform.resources import LakeResource
 
 UPKEEP_ASSET = AssetKey("engagement_layout_upkeep")
@@ -61,7 +63,7 @@ class LayoutUpkeepConfig(Config):
     """Upkeep and check thresholds; the asset and both checks take the same fields."""
 
     target_file_mb: int = 1024
-    vacuum_retention_hours: int = DEFAULT_RETENTION_HOURS
+    vacuum_retention_hours: int | None = None  # None: EP_VACUUM_RETENTION_HOURS at run time (default DEFAULT_RETENTION_HOURS, 168)
     max_overlap_ratio: float = 0.1
     max_files_per_partition: int = 100
     vacuum_full: bool = True
@@ -71,15 +73,19 @@ class LayoutUpkeepConfig(Config):
 @asset(key=UPKEEP_ASSET, deps=[AssetKey(ENGAGEMENT_ACTIVITY.name)], group_name=GROUP, kinds={"deltalake"}, pool=REWRITE_POOL)
 def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource) -> MaterializeResult:
     """Per org partition of engagement_activity: files, mean file size and engagement_date overlap after compaction, z-ordering and vacuum."""
+    retention_hours = vacuum_retention_hours() if config.vacuum_retention_hours is None else config.vacuum_retention_hours
     result = upkeep(
         lake.lake,
         ENGAGEMENT_ACTIVITY,
         partitions=config.org_ids or None,
         target_file_bytes=config.target_file_mb * 1024 * 1024,
-        vacuum_retention_hours=config.vacuum_retention_hours,
+        vacuum_retention_hours=retention_hours,
         max_overlap_ratio=config.max_overlap_ratio,
         vacuum_full=config.vacuum_full,
     )
+    # GDPR erasure (engagement/retention.py) also deletes from these tables: the same full vacuum makes
+    # the erased rows' files (data and change data) go once the retention has passed.
+    others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in ERASED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
     before, after = result["layout_before"], result["layout_after"]
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
@@ -99,6 +105,8 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
         "files_added": result["files_added"],
         "files_removed": result["files_removed"],
         "files_vacuumed": result["files_vacuumed"],
+        "files_vacuumed_erased_tables": sum(n for n in others.values() if n > 0),
+        "vacuum_retention_hours": retention_hours,
         "max_overlap_ratio_before": _max(before, "overlap_ratio"),
         **summary,
         "table_version_before": result["version_before"],

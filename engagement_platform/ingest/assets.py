@@ -7,12 +7,12 @@ batch) and the Delta tables are downstream assets whose materializations each ba
 
 from dagster import AssetExecutionContext, AssetKey, AssetSpec, MaterializeResult, asset
 
-from engagement_platform.batch_dagster import report_table_commits
+from engagement_platform.batch_dagster import coordinated_batch, report_table_commits
 from engagement_platform.ingest.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.landing import quarantine_spec, run_file_batch, stream_name, target_spec
 from engagement_platform.ingest.partitions import pipeline_batches
-from engagement_platform.resources import LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 
 GROUP = "ingest"
 
@@ -43,9 +43,10 @@ def pipeline_assets(config: PipelineConfig) -> list:
                   "validators": ", ".join(v.plugin for v in config.validators) or "-",
                   "max_error_rate": config.error_rate.max_error_rate},
     )
-    def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
-        plan = lake.checkpoints.plan(stream, int(context.partition_key))
-        result = run_file_batch(spark.spark_session, lake.lake, lake.checkpoints, config, plan)
+    def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource) -> MaterializeResult:
+        plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
+        with coordinated_batch(context, coordinator, stream, lock_name=target.name):  # the lock is the target table
+            result = run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan)
         report_table_commits(context, stream, plan.batch_id, result.versions, file=plan.topic)
         return MaterializeResult(metadata=result.metadata(), check_results=evaluate_pipeline_checks(lake.lake, config, result))
 

@@ -9,7 +9,7 @@ from engagement_platform.engagement.checks import (
 )
 from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.engagement.partitions import ingestion_batches
-from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.helpers import BAD_RECORDS, produce_activities
 
@@ -25,7 +25,8 @@ def test_materializing_a_batch_commits_reports_tables_and_passes_its_checks(spar
             partition_key=plan.partition_key,
             instance=instance,
             resources={"spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
-                       "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers=kafka.bootstrap_servers)},
+                       "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers=kafka.bootstrap_servers),
+                       "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))},
         )
         assert result.success
         (mat,) = [m for m in result.asset_materializations_for_node("engagement_ingestion") if m.asset_key == INGESTION_ASSET]
@@ -49,7 +50,8 @@ def test_duplicate_check_fails_when_a_batch_repeats_ids_already_in_the_table(spa
     produce_activities(kafka, topic, 30)
     produce_activities(kafka, topic, 30)  # the same ids again: an upstream replay
     resources = {"spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
-                 "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers=kafka.bootstrap_servers)}
+                 "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers=kafka.bootstrap_servers),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
     with DagsterInstance.ephemeral() as instance:
         results = []
         marks = kafka.watermarks(topic)

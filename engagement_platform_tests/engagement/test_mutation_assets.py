@@ -10,7 +10,7 @@ from engagement_platform.engagement import mutations
 from engagement_platform.engagement.assets import engagement_mutation
 from engagement_platform.engagement.partitions import mutation_batches
 from engagement_platform.engagement.sensors import engagement_mutation_sensor
-from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.engagement.test_mutations import ingest, produce_requests, rows_of
 from engagement_platform_tests.helpers import produce_activities
 
@@ -28,7 +28,8 @@ def test_sensor_plans_and_the_asset_applies_a_mutation_batch_with_checks(spark, 
          "from_field": "lead_id", "from_id": lead, "to_field": "contact_id", "to_id": "003CONVERTED"},
         b"not json",
     ])
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root)}
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
     with DagsterInstance.ephemeral() as instance:
         with build_sensor_context(instance=instance, resources=resources) as ctx:
             result = engagement_mutation_sensor(ctx)

@@ -8,7 +8,7 @@ from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.batch_dagster import MAX_ATTEMPTS, STREAM_TAG
 from engagement_platform.engagement.partitions import ingestion_batches
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor
-from engagement_platform.resources import KafkaResource, LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.helpers import produce_activities
 
 
@@ -20,7 +20,8 @@ def instance():
 
 @pytest.fixture
 def resources(stack, lake_root):
-    return {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root)}
+    return {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+            "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
 
 
 def tick(instance, resources, cursor=None):
@@ -90,7 +91,8 @@ def test_failed_batch_is_retried_with_a_new_key_then_the_stream_pauses(kafka, to
     first = tick(instance, resources)
     key = first.run_requests[0].partition_key
     instance.add_dynamic_partitions(ingestion_batches.name, [key])
-    broken = {"lake": LakeResource(root=str(tmp_path / "no-such-lake")), "kafka": resources["kafka"], "spark": SparkResource()}
+    no_lake = LakeResource(root=str(tmp_path / "no-such-lake"))
+    broken = {"lake": no_lake, "kafka": resources["kafka"], "spark": SparkResource(), "coordinator": CoordinatorResource(lake=no_lake)}
     keys = [first.run_requests[0].run_key]
     for attempt in range(1, MAX_ATTEMPTS + 1):
         failed = materialize([engagement_ingestion], partition_key=key, instance=instance, resources=broken,

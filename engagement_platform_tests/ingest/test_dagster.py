@@ -10,7 +10,7 @@ from engagement_platform.ingest.landing import stream_name
 from engagement_platform.ingest.partitions import pipeline_batches
 from engagement_platform.ingest.sensors import landing_sensor
 from engagement_platform.ingest.jobs import pipeline_job
-from engagement_platform.resources import LakeResource, SparkResource
+from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 from engagement_platform.settings import REPO_ROOT
 
 MEMBERS = """id,name,bday,level,email,points
@@ -37,7 +37,7 @@ def landing(tmp_path, monkeypatch):
 
 def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_root, checkpoints, spark, stack):
     sensor = landing_sensor(config, pipeline_job(config))
-    resources = {"lake": LakeResource(root=lake_root)}
+    resources = {"lake": LakeResource(root=lake_root), "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
     with DagsterInstance.ephemeral() as instance:
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:

@@ -1,0 +1,44 @@
+"""Delta table specs of the TTL / GDPR retention stream (issue 5): the audit of every request and the
+quarantine of malformed ones."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from engagement_platform.lake.delta import TableSpec
+from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+
+GDPR_AUDIT = TableSpec(
+    name="gdpr_audit",
+    schema=pa.schema(
+        [
+            ("org_id", pa.string()),
+            ("request_id", pa.string()),
+            ("kind", pa.string()),  # retention | erasure
+            ("subject_id", pa.string()),  # erasure: the lead/contact id erased
+            ("retention_days", pa.int32()),  # retention: rows older than this many days went
+            ("cutoff_date", pa.date32()),  # retention: engagement_date < cutoff_date went (request day - days)
+            ("request_time", pa.timestamp("us", tz="UTC")),
+            ("received_at", pa.timestamp("us", tz="UTC")),  # the batch's pinned as-of time
+            ("completed_at", pa.timestamp("us", tz="UTC")),  # every table of the batch committed
+            ("rows_removed", pa.int64()),  # total over the tables
+            ("rows_removed_by_table", pa.string()),  # JSON {table: rows}
+            ("request_json", pa.string()),
+            ("batch_id", pa.int64()),
+            ("source_partition", pa.int32()),
+            ("source_offset", pa.int64()),
+        ]
+    ),
+    partition_by=("org_id",),
+    change_data_feed=False,
+    stats_columns=("request_id", "kind", "subject_id", "batch_id", "completed_at"),
+    description="One row per applied retention or erasure request: when it completed and how many rows went per table.",
+)
+
+QUARANTINE_ENGAGEMENT_GDPR = TableSpec(
+    name="quarantine_engagement_gdpr",
+    schema=QUARANTINE_SCHEMA,
+    partition_by=("pipeline", "quarantine_date"),
+    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
+    description="Retention / erasure requests that are malformed or repeated: raw request, position, reason.",
+)

@@ -1,0 +1,389 @@
+"""The ZooKeeper job coordinator against the real ZooKeeper, and its fencing of real Delta commits.
+
+Lock, give-up and predecessor tests use the shared test ZooKeeper under a fresh root per test. The
+faults that stop ZooKeeper run against this module's own server (port OWN_ZK_PORT, own state folder),
+started with scripts/stack.sh and stopped at the end, so other tests' ZooKeeper is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
+from kazoo.client import KazooClient
+
+from engagement_platform.batch_dagster import COORDINATION_TAG
+from engagement_platform.engagement.assets import engagement_ingestion
+from engagement_platform.engagement.ingestion import STREAM
+from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.sensors import engagement_ingestion_sensor
+from engagement_platform.lake.delta import TableSpec
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
+from engagement_platform.streams.batch import CommitStep, commit_batch, fenced
+from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost
+from engagement_platform.streams.kafka import OffsetRange
+from engagement_platform.streams.planning import BatchPlan
+from engagement_platform_tests.conftest import REPO
+from engagement_platform_tests.helpers import produce_activities
+
+OWN_ZK_PORT = "23181"
+SESSION_S = 4.0  # ZooKeeper's minimum with tickTime=2000
+LOCK = "engagement_activity"
+INGESTION = JobSpec(LOCK, "ingestion", frozenset({"ingestion", "mutation", "retention"}))
+MUTATION = JobSpec(LOCK, "mutation", frozenset({"ingestion", "mutation"}))
+RETENTION = JobSpec(LOCK, "retention", frozenset({"mutation", "retention"}))
+SCHEMA = pa.schema([("id", pa.int64()), ("batch_id", pa.int64())])
+TABLES = [TableSpec(name, SCHEMA, change_data_feed=False) for name in ("fenced_a", "fenced_b")]
+
+
+@pytest.fixture
+def root() -> str:
+    return f"/tests/coordinator/{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def coordinators(stack, root):
+    """Coordinator factory on the shared test ZooKeeper; every one is closed at the end."""
+    made = []
+
+    def make(hosts: str = stack["ZOOKEEPER_HOSTS"]) -> Coordinator:
+        made.append(Coordinator(hosts, root, session_timeout_s=SESSION_S))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture(scope="module")
+def own_zk(tmp_path_factory):
+    """A ZooKeeper of our own (own port and state folder) that the fault tests stop and restart."""
+    env = {**os.environ, "EP_ZK_PORT": OWN_ZK_PORT, "EP_STATE_DIR": str(tmp_path_factory.mktemp("own_zk"))}
+
+    def ctl(action: str) -> None:
+        subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action, "zookeeper"], check=True, env=env, capture_output=True)
+
+    ctl("start")
+    yield SimpleNamespace(hosts=f"127.0.0.1:{OWN_ZK_PORT}", start=lambda: ctl("start"), stop=lambda: ctl("stop"))
+    ctl("stop")
+
+
+def expire_session(coordinator: Coordinator) -> None:
+    """Close the coordinator's session from another connection: the server expires it at once
+    (ephemeral znodes deleted) and the coordinator's client finds out on its next reconnect."""
+    other = KazooClient(hosts=coordinator.hosts, client_id=coordinator.client.client_id)
+    other.start(timeout=5)
+    other.stop()
+    other.close()
+
+
+def wait_for(predicate, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+# ---- lock, register, unlock ---------------------------------------------------------------------
+
+def test_lock_waits_up_to_the_timeout_then_gives_up_and_unlock_hands_it_over(coordinators):
+    a, b = coordinators(), coordinators()
+    held = a.lock(LOCK, "ingestion/1", timeout_s=2)
+    held.check()
+    started = time.monotonic()
+    with pytest.raises(CoordinationGaveUp, match="not obtained within"):
+        b.lock(LOCK, "mutation/1", timeout_s=0.5)
+    assert 0.45 <= time.monotonic() - started < 3
+
+    # A waiter gets the lock as soon as the holder releases it, with a larger fencing token.
+    waiter = threading.Timer(0.3, a.unlock, [held])
+    waiter.start()
+    got = b.lock(LOCK, "mutation/1", timeout_s=5)
+    waiter.join()
+    assert got.token > held.token
+    with pytest.raises(LeaseLost):
+        held.check()
+    b.unlock(got)
+    with pytest.raises(LeaseLost):
+        got.check()
+
+
+def test_register_accepts_only_allowed_predecessors_and_a_retry_of_the_same_batch(coordinators):
+    c = coordinators()
+
+    def register(job: JobSpec, owner: str) -> None:
+        with c.batch(job, owner, timeout_s=2):
+            pass
+
+    register(RETENTION, "retention/1")  # nobody registered yet: anyone may start
+    register(RETENTION, "retention/2")  # allowed to follow itself (a backlog drains at its own cadence)
+    with pytest.raises(CoordinationGaveUp, match="last registered job is 'retention'"):
+        register(MUTATION, "mutation/1")  # not directly after retention
+    register(INGESTION, "ingestion/1")  # ingestion may follow anyone
+    with pytest.raises(CoordinationGaveUp, match="expected one of \\['mutation', 'retention'\\]"):
+        register(RETENTION, "retention/3")  # TTL waits for the ID rewrites
+    register(MUTATION, "mutation/1")
+    register(RETENTION, "retention/3")
+    assert c.last_registered(LOCK)["owner"] == "retention/3"
+
+    # A batch that registered and then crashed is retried: its own record never blocks it, even
+    # when its job is not in its own predecessor set.
+    strict = JobSpec(LOCK, "mutation", frozenset({"ingestion"}))
+    register(INGESTION, "ingestion/2")
+    register(strict, "mutation/2")
+    register(strict, "mutation/2")  # the retry
+    with pytest.raises(CoordinationGaveUp):
+        register(strict, "mutation/3")  # the next batch is a different owner
+
+    # The give-up released the lock: someone else gets it at once.
+    other = coordinators()
+    other.unlock(other.lock(LOCK, "ingestion/3", timeout_s=1))
+
+
+def test_register_is_a_compare_and_swap_on_the_predecessor_znode(coordinators, monkeypatch):
+    c, intruder = coordinators(), coordinators()
+    with c.batch(INGESTION, "ingestion/1", timeout_s=2):
+        pass
+    lease = c.lock(LOCK, "mutation/1", timeout_s=2)
+    intruder.start()
+    real_get = c.client.get_async
+
+    def get_then_race(path, *args, **kwargs):
+        result = real_get(path, *args, **kwargs)
+        result.get()  # our read is done...
+        intruder.client.set(path, b'{"job": "ingestion", "owner": "ingestion/2"}')  # a write between read and swap
+        return result
+
+    monkeypatch.setattr(c.client, "get_async", get_then_race)
+    with pytest.raises(CoordinationGaveUp, match="changed concurrently"):
+        c.register(lease, "mutation", MUTATION.predecessors)
+    monkeypatch.undo()
+    assert c.last_registered(LOCK)["owner"] == "ingestion/2"
+    c.unlock(lease)
+
+
+def test_concurrent_contenders_never_hold_the_lock_together(coordinators):
+    contenders = [coordinators() for _ in range(3)]
+    holding: list[str] = []
+    intervals: list[tuple[float, float, int]] = []
+    errors: list[BaseException] = []
+    guard = threading.Lock()
+
+    def work(c: Coordinator, name: str) -> None:
+        try:
+            for i in range(4):
+                lease = c.lock(LOCK, f"{name}/{i}", timeout_s=20)
+                with guard:
+                    holding.append(name)
+                    assert len(holding) == 1, f"two holders: {holding}"
+                began = time.monotonic()
+                time.sleep(0.02)
+                with guard:
+                    holding.remove(name)
+                intervals.append((began, time.monotonic(), lease.token))
+                c.unlock(lease)
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(c, f"job{i}")) for i, c in enumerate(contenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    intervals.sort()
+    assert len(intervals) == 12
+    for (_, end, token), (start, _, next_token) in zip(intervals, intervals[1:]):
+        assert end <= start and token < next_token  # no overlap; tokens grow with every holder
+
+
+# ---- fencing of Delta commits -------------------------------------------------------------------
+
+def plan(batch_id: int = 1) -> BatchPlan:
+    return BatchPlan("ingestion", batch_id, "test.topic", (OffsetRange(0, 0, 3),))
+
+
+def steps(lake, batch: BatchPlan, after_first=None) -> list[CommitStep]:
+    rows = pa.table({"id": [1, 2, 3], "batch_id": [batch.batch_id] * 3}, schema=SCHEMA)
+
+    def commit(spec: TableSpec, fault):
+        def run(txn, outcomes):
+            version = lake.append(spec, rows, txn)
+            if fault:
+                fault()
+            return version
+        return run
+
+    return [CommitStep(spec.name, commit(spec, after_first if i == 0 else None)) for i, spec in enumerate(TABLES)]
+
+
+def run_batch(c: Coordinator, lake, checkpoints, batch: BatchPlan, after_first=None, job: JobSpec = INGESTION):
+    """One batch through the lifecycle: acquire, fenced commits, release."""
+    with c.batch(job, f"{batch.stream}/{batch.batch_id}", timeout_s=10) as lease, fenced(lease):
+        return commit_batch(batch, "test.fenced", steps(lake, batch, after_first), checkpoints)
+
+
+def commits(lake, name: str) -> list[dict]:
+    return [h for h in lake.table(name).history() if h.get("app_id") == "test.fenced"]
+
+
+def assert_committed_exactly_once(lake, checkpoints, batch: BatchPlan) -> None:
+    for spec in TABLES:
+        assert lake.read(spec.name).num_rows == 3, spec.name
+        assert lake.committed_version(spec.name, "test.fenced") == batch.batch_id
+        assert len(commits(lake, spec.name)) == 1
+    assert checkpoints.is_done(batch.stream, batch.batch_id)
+
+
+def test_commits_carry_the_fencing_token_and_a_lost_lease_commits_nothing(coordinators, lake, checkpoints):
+    c = coordinators()
+    batch = plan()
+    checkpoints.record_plan(batch)
+    lease = c.lock(LOCK, "ingestion/1", timeout_s=2)
+    with fenced(lease):
+        expire_session(c)
+        with pytest.raises(LeaseLost):
+            commit_batch(batch, "test.fenced", steps(lake, batch), checkpoints)
+    assert not lake.exists("fenced_a")
+
+    run_batch(c, lake, checkpoints, batch)
+    assert_committed_exactly_once(lake, checkpoints, batch)
+    (meta,) = commits(lake, "fenced_a")
+    assert int(meta["fencing_token"]) > lease.token
+    assert meta["lock_name"] == LOCK and meta["lock_owner"] == "ingestion/1"
+
+    # Without a lease (coordinator off) commits are unfenced, as before.
+    second = plan(2)
+    checkpoints.record_plan(second)
+    commit_batch(second, "test.fenced", steps(lake, second), checkpoints)
+    assert "fencing_token" not in commits(lake, "fenced_a")[0]
+
+
+# ---- faults with the real server: each ends with the batch committed exactly once, later ----------
+
+def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
+    own_zk.start()
+    c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    try:
+        batch = plan()
+        checkpoints.record_plan(batch)
+        with pytest.raises(LeaseLost):
+            run_batch(c, lake, checkpoints, batch, after_first=own_zk.stop)  # first table committed, then ZooKeeper goes
+        assert lake.read("fenced_a").num_rows == 3 and not lake.exists("fenced_b")
+        assert not checkpoints.is_done(batch.stream, batch.batch_id)
+
+        own_zk.start()
+        run_batch(c, lake, checkpoints, batch)  # the next tick: the same plan, only the missing table is written
+        assert_committed_exactly_once(lake, checkpoints, batch)
+    finally:
+        c.close()
+
+
+def test_session_expiry_while_holding_the_lock(own_zk, lake, checkpoints, root):
+    own_zk.start()
+    zombie = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    other = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    try:
+        batch = plan()
+        checkpoints.record_plan(batch)
+        taken = {}
+
+        def expire_and_take_over():
+            expire_session(zombie)
+            # The lock is free the moment the session is gone: another stream takes it.
+            taken["lease"] = other.lock(LOCK, "mutation/1", timeout_s=5)
+
+        with pytest.raises(LeaseLost):
+            run_batch(zombie, lake, checkpoints, batch, after_first=expire_and_take_over)
+        assert not lake.exists("fenced_b")  # the zombie did not write past the takeover
+        other.unlock(taken["lease"])
+
+        run_batch(zombie, lake, checkpoints, batch)
+        assert_committed_exactly_once(lake, checkpoints, batch)
+        assert int(commits(lake, "fenced_b")[0]["fencing_token"]) > taken["lease"].token
+    finally:
+        zombie.close()
+        other.close()
+
+
+def test_zookeeper_down_when_a_tick_starts(own_zk, lake, checkpoints, root):
+    own_zk.start()
+    batch = plan()
+    checkpoints.record_plan(batch)
+    own_zk.stop()
+    c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CoordinationGaveUp, match="unreachable"):
+            run_batch(c, lake, checkpoints, batch)
+        assert time.monotonic() - started < 15
+        assert not lake.exists("fenced_a") and not checkpoints.is_done(batch.stream, batch.batch_id)
+
+        own_zk.start()
+        run_batch(c, lake, checkpoints, batch)
+        assert_committed_exactly_once(lake, checkpoints, batch)
+    finally:
+        c.close()
+
+
+def test_zookeeper_going_away_while_waiting_for_the_lock_is_a_bounded_give_up(own_zk, root):
+    own_zk.start()
+    holder = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    waiter = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    try:
+        holder.lock(LOCK, "mutation/1", timeout_s=2)
+        stopper = threading.Timer(0.3, own_zk.stop)
+        stopper.start()
+        started = time.monotonic()
+        with pytest.raises(CoordinationGaveUp):
+            waiter.lock(LOCK, "ingestion/1", timeout_s=1)  # kazoo's recipe alone would wait for the server
+        assert time.monotonic() - started < 1 + OP_TIMEOUT_S + 3
+        stopper.join()
+    finally:
+        holder.close()
+        waiter.close()
+        own_zk.start()
+
+
+# ---- Dagster: a give-up fails the run without committing and does not use up attempts -------------
+
+def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, stack, kafka, topic, lake_root, checkpoints, root):
+    produce_activities(kafka, topic, 20)
+    lake = LakeResource(root=lake_root)
+    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=0.5, session_timeout_s=SESSION_S)
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
+                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    holder = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
+    with DagsterInstance.ephemeral() as instance:
+        def tick():
+            with build_sensor_context(instance=instance, resources=resources) as ctx:
+                return engagement_ingestion_sensor(ctx)
+
+        request = tick().run_requests[0]
+        instance.add_dynamic_partitions(ingestion_batches.name, [request.partition_key])
+        held = holder.lock(LOCK, "mutation/1", timeout_s=2)
+        for _ in range(4):  # more give-ups than MAX_ATTEMPTS: the stream must not pause
+            out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
+                              tags=request.tags, resources=resources, raise_on_error=False)
+            assert not out.success
+            assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
+            retry = tick()
+            assert isinstance(retry, SensorResult) and retry.run_requests, retry
+            request = retry.run_requests[0]
+        assert request.run_key.endswith("#attempt5")
+        assert not os.path.exists(os.path.join(lake_root, "engagement_activity"))
+        holder.unlock(held)
+        holder.close()
+
+        out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
+                          tags=request.tags, resources=resources)
+        assert out.success
+    history = [h for h in LakeResource(root=lake_root).lake.table("engagement_activity").history() if h.get("app_id")]
+    assert history[0]["lock_name"] == LOCK and history[0]["lock_owner"] == f"{STREAM}/1" and int(history[0]["fencing_token"]) > held.token
