@@ -62,8 +62,11 @@ def resume_unfinished(
     partitions: DynamicPartitionsDefinition,
     tags: Callable[[BatchPlan], dict[str, str]],
     cursor: str,
+    predecessor_wait: Callable[[BatchPlan], str | None] | None = None,
 ) -> SensorResult | SkipReason:
-    """The sensor's answer while `latest` is planned but not done."""
+    """The sensor's answer while `latest` is planned but not done. After a coordination give-up,
+    `predecessor_wait` (CoordinatorResource.predecessor_wait) holds the retry while it would give up
+    again, so a stream waiting for its turn skips ticks instead of launching failing runs."""
     runs = context.instance.get_runs(filters=RunsFilter(tags={"dagster/partition": latest.partition_key, STREAM_TAG: latest.stream}))
     if any(r.status in UNFINISHED for r in runs):
         return SkipReason(f"{latest.stream} batch {latest.batch_id} is in flight")
@@ -72,6 +75,11 @@ def resume_unfinished(
     if failed >= MAX_ATTEMPTS:
         return SkipReason(f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
                           f"stream paused until partition {latest.partition_key} is re-executed")
+    last = ended[0] if ended else None  # get_runs lists the newest first
+    if last is not None and last.tags.get(COORDINATION_TAG) == "gave_up" and predecessor_wait is not None:
+        reason = predecessor_wait(latest)
+        if reason:
+            return SkipReason(f"{latest.stream} batch {latest.batch_id} waits for its turn: {reason}")
     return SensorResult(
         run_requests=[run_request(latest, len(ended) + 1, tags(latest))],
         dynamic_partitions_requests=[partitions.build_add_request([latest.partition_key])],

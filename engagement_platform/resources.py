@@ -12,13 +12,14 @@ from typing import Any, Optional
 
 from dagster import Config, ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
+from kazoo.exceptions import KazooException
 from pydantic import PrivateAttr
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.session import build_session, session_config
-from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator, JobSpec, Lease
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator, JobSpec, Lease, allowed
 from engagement_platform.streams.kafka import KafkaClient
 
 
@@ -141,6 +142,27 @@ class CoordinatorResource(ConfigurableResource):
         if self._coordinator is not None:
             self._coordinator.close()
             self._coordinator = None
+
+    def predecessor_wait(self, stream: str, batch_id: int, lock_name: str | None = None) -> str | None:
+        """Why a run of this batch would give up at register right now (the last registered job is
+        not an allowed predecessor, or ZooKeeper is unreachable); None if it may go. A sensor asks
+        this before re-requesting a batch whose run gave up, so a stream waiting for its turn skips
+        ticks instead of launching a run per tick that waits and fails."""
+        if not self.is_enabled:
+            return None
+        settings = load_settings()
+        job = self.job_spec(stream, lock_name)
+        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s)
+        try:
+            probe.start(self.connect_timeout_s)
+            current = probe.last_registered(job.lock_name)
+        except (CoordinationGaveUp, KazooException) as e:
+            return f"ZooKeeper unreachable: {e}"
+        finally:
+            probe.close()
+        if allowed(current, job.job_name, f"{stream}/{batch_id}", job.predecessors):
+            return None
+        return f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only {sorted(job.predecessors)}"
 
     @contextmanager
     def batch(self, stream: str, batch_id: int, lock_name: str | None = None) -> Iterator[Lease | None]:

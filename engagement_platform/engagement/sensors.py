@@ -14,7 +14,7 @@ from engagement_platform.engagement.assets import GDPR_TOPIC_ASSET, MUTATIONS_TO
 from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.engagement.jobs import ingestion_job, mutation_job, retention_job
 from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
-from engagement_platform.resources import KafkaResource, LakeResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan, plan_next_batch
 
@@ -27,13 +27,14 @@ def _cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
-def kafka_stream_tick(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource, stream: str, topic: str,
+def kafka_stream_tick(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource, stream: str, topic: str,
                       partitions: DynamicPartitionsDefinition, topic_key: AssetKey):
     """One tick of a Kafka-fed stream: resume the unfinished batch, or plan the next slice."""
-    store = lake.checkpoints
+    store = coordinator.checkpoints
     latest, done = store.latest(stream)
     if latest is not None and not done:
-        return resume_unfinished(context, latest, partitions, _tags, _cursor(latest))
+        return resume_unfinished(context, latest, partitions, _tags, _cursor(latest),
+                                 lambda plan: coordinator.predecessor_wait(plan.stream, plan.batch_id))
     watermarks = kafka.client.watermarks(topic)
     plan = plan_next_batch(stream, topic, latest, watermarks, load_settings().ingest_max_records_per_partition)
     observed = [topic_observation(watermarks, topic_key)]
@@ -52,25 +53,25 @@ def kafka_stream_tick(context: SensorEvaluationContext, kafka: KafkaResource, la
 
 
 @sensor(job=ingestion_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
-def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
     """Plans the next offset slice of engagement.activities when the previous batch is done."""
-    return kafka_stream_tick(context, kafka, lake, STREAM, load_settings().activities_topic, ingestion_batches, TOPIC_ASSET)
+    return kafka_stream_tick(context, kafka, coordinator, STREAM, load_settings().activities_topic, ingestion_batches, TOPIC_ASSET)
 
 
 @sensor(job=mutation_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
-def engagement_mutation_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+def engagement_mutation_sensor(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
     """Plans the next slice of engagement.mutations when the previous mutation batch is done.
 
     Pending requests are retried with the next batch of requests (not on their own yet)."""
-    return kafka_stream_tick(context, kafka, lake, mutations.STREAM, mutations.mutations_topic(), mutation_batches, MUTATIONS_TOPIC_ASSET)
+    return kafka_stream_tick(context, kafka, coordinator, mutations.STREAM, mutations.mutations_topic(), mutation_batches, MUTATIONS_TOPIC_ASSET)
 
 
 @sensor(job=retention_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
-def engagement_retention_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+def engagement_retention_sensor(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
     """Plans the next slice of engagement.gdpr (retention and erasure requests) once per
     EP_RETENTION_INTERVAL_SECONDS (default daily, read at run time) after the previous batch was planned."""
     interval = retention.interval_seconds()
-    wait = retention.seconds_until_due(lake.checkpoints, interval)
+    wait = retention.seconds_until_due(coordinator.checkpoints, interval)
     if wait > 0:
         return SkipReason(f"next retention batch due in {wait:.0f}s (cadence {interval}s, EP_RETENTION_INTERVAL_SECONDS)")
-    return kafka_stream_tick(context, kafka, lake, retention.STREAM, retention.gdpr_topic(), retention_batches, GDPR_TOPIC_ASSET)
+    return kafka_stream_tick(context, kafka, coordinator, retention.STREAM, retention.gdpr_topic(), retention_batches, GDPR_TOPIC_ASSET)

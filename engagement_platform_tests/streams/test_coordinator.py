@@ -387,3 +387,50 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
         assert out.success
     history = [h for h in LakeResource(root=lake_root).lake.table("engagement_activity").history() if h.get("app_id")]
     assert history[0]["lock_name"] == LOCK and history[0]["lock_owner"] == f"{STREAM}/1" and int(history[0]["fencing_token"]) > held.token
+
+
+def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(spark, stack, kafka, lake_root, root, monkeypatch):
+    """Mutation may follow only {ingestion, mutation}: after a retention batch, its give-up is not
+    re-requested on every tick (run spam) but held with a reason, until ingestion registers."""
+    from engagement_platform.engagement.assets import engagement_mutation
+    from engagement_platform.engagement.partitions import mutation_batches
+    from engagement_platform.engagement.sensors import engagement_mutation_sensor
+    from engagement_platform_tests.engagement.test_mutations import produce_requests
+
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 1})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    produce_requests(kafka, mutation_topic, [
+        {"request_id": "r1", "org_id": "o1", "request_time": "2026-02-01T00:00:00Z", "op": "convert",
+         "from_field": "lead_id", "from_id": "00QNOTYET", "to_field": "contact_id", "to_id": "003LATER"},
+    ])
+    lake = LakeResource(root=lake_root)
+    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S)
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
+                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
+    with other.batch(JobSpec(LOCK, "retention"), "retention/1", timeout_s=2):
+        pass  # a retention batch registered last
+    with DagsterInstance.ephemeral() as instance:
+        def tick():
+            with build_sensor_context(instance=instance, resources=resources) as ctx:
+                return engagement_mutation_sensor(ctx)
+
+        request = tick().run_requests[0]
+        instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
+        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance,
+                          tags=request.tags, resources=resources, raise_on_error=False)
+        assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
+        for _ in range(2):  # held on every tick while the rule forbids it, no run launched
+            held = tick()
+            assert not getattr(held, "run_requests", None), held
+            message = held.skip_message if hasattr(held, "skip_message") else held.skip_reason.skip_message
+            assert "waits for its turn" in message and "'retention'" in message, message
+        with other.batch(JobSpec(LOCK, "ingestion"), "ingestion/1", timeout_s=2):
+            pass  # an ingestion batch registers: mutation may follow it now
+        retry = tick().run_requests[0]
+        assert retry.run_key.endswith("#attempt2")
+        out = materialize([engagement_mutation], partition_key=retry.partition_key, instance=instance,
+                          tags=retry.tags, resources=resources)
+        assert out.success
+    other.close()
