@@ -1,7 +1,7 @@
 """ID mutation stream (issue 4): one planned slice of `engagement.mutations` -> one MERGE of
 engagement_activity, plus the request log, the pending requests, quarantine and notifications.
 
-Requests (JSON, one per Kafka message; keys map onto cascade.MutationRequest):
+Requests (JSON, one per Kafka message; keys map onto mutation_request.MutationRequest):
 
     common   request_id (str), org_id (str), request_time (ISO timestamp), op: convert|merge|delete|update,
              optional date_from / date_to (ISO dates, inclusive): only rows whose engagement_date is in range
@@ -25,14 +25,15 @@ compute  The ingest framework parses and validates the slice (mutation_pipeline.
          fields, op and owner-field enums, timestamp/date types); what depends on the op, the JSON
          shapes of from_ids/record, date order and duplicate request ids are checked here on the
          driver in the same error schema. Valid requests plus every pending request are grouped by
-         org and reduced with the exact cascade reduction (cascade.reduce_requests, on the driver:
-         cascade_spark.reduce_on_spark exists but is not wired in yet). One I/O-pruned read of engagement_activity (org partitions AND
-         the owner ids / engagement ids involved, AND the date span when every request of the org is
-         bounded; min/max stats skip files) gives the rows any request can touch; each row's outcome
-         is cascade.reduced_row (unchanged / updated / replaced / deleted).
-pending  A request whose external target (Reduction.external_targets: an id or engagement no earlier
+         org. One I/O-pruned read of engagement_activity (affected_rows: the orgs' partitions, min/max
+         date stats when every request of an org is bounded, then Arrow set lookups of the ids and
+         engagements involved) gives the rows any request can touch. Requests whose targets are
+         missing are held back (below), the rest of each org is reduced once with the exact fold
+         (cascade_fold.reduce_requests, on the driver; cascade_spark.reduce_on_spark is not wired in,
+         BENCHMARKS.md says why) and every row's outcome is computed column-wise (outcome_table).
+pending  A request whose external target (cascade_fold.external_targets: an id or engagement no earlier
          request of the batch produced) has no row in the table within the request's date range is
-         held back whole, and the org is re-reduced without it until no external target is missing (a
+         held back whole, and the org's targets are looked up again without it until none is missing (a
          request that needed what a held-back request would have produced is then held back too, so a
          chain keeps its order). Held-back requests go to the pending table and are retried in each of
          the next `horizon_batches` batches; then they are quarantined with `target_not_found_within_horizon`.
@@ -62,9 +63,11 @@ import pyarrow.dataset as ds
 from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.cascade import (
-    OWNER_FIELDS, REPLACE, MutationRequest, Reduction, reduce_requests, reduced_row,
-)
+from engagement_platform.engagement.affected_rows import present_targets, read_affected
+from engagement_platform.engagement.cascade_fold import external_targets, reduce_requests
+from engagement_platform.engagement.mutation_request import MutationRequest
+from engagement_platform.engagement.outcome_table import ACTION, DELETE, UPDATE, outcome_table
+from engagement_platform.engagement.reduction_arrow import REDUCED_ARROW_SCHEMA, reduction_table
 from engagement_platform.engagement.ingestion import fetch_values
 from engagement_platform.engagement.mutation_tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
@@ -88,13 +91,11 @@ PIPELINE_NAME = "engagement_mutations"
 PIPELINE_FILE = Path(__file__).with_name("mutation_pipeline.yaml")
 DEFAULT_TOPIC = "engagement.mutations"
 DEFAULT_HORIZON_BATCHES = 10
-REDUCER = "driver"  # cascade.reduce_requests per org on the driver (cascade_spark is not wired in yet)
+REDUCER = "driver"  # cascade_fold.reduce_requests per org on the driver (BENCHMARKS.md: why not Spark yet)
 
 CHECKS = "mutation_request"  # plugin name of the driver-side request checks
 APPLY = "apply"  # stage of errors found while applying (targets never arrived)
 TARGET_NOT_FOUND = "target_not_found_within_horizon"
-ACTION = "_action"  # MERGE source column: update | delete
-UPDATE, DELETE = "update", "delete"
 # Columns an update's record may set (the rest are the row's identity or ingestion bookkeeping).
 RECORD_COLUMNS = tuple(
     n for n in ENGAGEMENT_ACTIVITY.schema.names
@@ -302,51 +303,14 @@ class Candidate:
 
 
 @dataclass
-class OrgPlan:
-    org_id: str
+class BatchReduction:
+    """Every org's reduced actions (reduction_arrow rows), the requests applied and held back."""
+
+    actions: pa.Table
     applied: list[Candidate]
     held: list[Candidate]
-    reduction: Reduction | None
+    action_count: int
     rounds: int
-
-
-def _positions(request: MutationRequest) -> tuple[set[tuple[str, str]], set[str]]:
-    """Every (owner field, id) and engagement id a request mentions: what the affected read needs."""
-    owners: set[tuple[str, str]] = set()
-    for name, value in ((request.field, request.owner_id), (request.to_field, request.to_id), (request.field, request.to_id)):
-        if name is not None and value is not None:
-            owners.add((name, value))
-    owners.update((request.field, i) for i in request.from_ids)
-    if request.record:
-        owners.update((n, request.record[n]) for n in OWNER_FIELDS if request.record.get(n) is not None)
-    return owners, {request.engagement_id} if request.engagement_id else set()
-
-
-def affected_filter(by_org: dict[str, list[Candidate]]) -> ds.Expression | None:
-    """org partition AND (owner ids OR engagement ids) [AND the date span], OR-ed over the orgs."""
-    expr = None
-    for org, candidates in sorted(by_org.items()):
-        owners: dict[str, set[str]] = {}
-        engagements: set[str] = set()
-        for c in candidates:
-            o, e = _positions(c.request)
-            for name, value in o:
-                owners.setdefault(name, set()).add(value)
-            engagements |= e
-        terms = [ds.field(name).isin(sorted(ids)) for name, ids in sorted(owners.items())]
-        if engagements:
-            terms.append(ds.field("engagement_id").isin(sorted(engagements)))
-        if not terms:
-            continue
-        ids = terms[0]
-        for t in terms[1:]:
-            ids = ids | t
-        term = (ds.field("org_id") == org) & ids
-        requests = [c.request for c in candidates]
-        if all(r.date_from is not None and r.date_to is not None for r in requests):
-            term = term & (ds.field("engagement_date") >= min(r.date_from for r in requests)) & (ds.field("engagement_date") <= max(r.date_to for r in requests))
-        expr = term if expr is None else expr | term
-    return expr
 
 
 def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None, schema: pa.Schema | None = None) -> tuple[pa.Table, int, int]:
@@ -361,57 +325,44 @@ def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | No
     return dataset.to_table(filter=filter), len(fragments), total
 
 
-def _target_present(target, request: MutationRequest, rows: list[dict]) -> bool:
-    """A target is present when a row holds it within the request's date range (null date = day one)."""
-    lo, hi = request.date_from or date.min, request.date_to or date.max
-    for row in rows:
-        day = row["engagement_date"] or date.min
-        if lo <= day <= hi and ((target.kind == "engagement" and row["engagement_id"] == target.id)
-                                or (target.kind == "owner" and row.get(target.field) == target.id)):
-            return True
-    return False
-
-
-def plan_org(org_id: str, candidates: list[Candidate], rows: list[dict]) -> OrgPlan:
-    """Reduce, hold back every request with a missing external target, re-reduce, until none is missing."""
-    active = sorted(candidates, key=lambda c: c.request.order)
+def hold_back_missing(by_org: dict[str, list[Candidate]], rows: pa.Table) -> tuple[dict[str, list[Candidate]], list[Candidate], int]:
+    """(requests to apply per org, requests held back, rounds): hold back every request with an external
+    target no row holds, then look again without them (what they would have produced is gone), until
+    no external target is missing. external_targets is the fold's own rule, without the fold."""
+    active = {org: sorted(cs, key=lambda c: c.request.order) for org, cs in by_org.items()}
     held: list[Candidate] = []
-    rounds = 0
-    while active:
+    todo, rounds = sorted(active), 0
+    while todo:
         rounds += 1
-        reduction = reduce_requests([c.request for c in active])
-        by_id = {c.request_id: c for c in active}
-        missing: dict[str, list] = {}
-        for target in reduction.external_targets:
-            if not _target_present(target, by_id[target.request_id].request, rows):
-                missing.setdefault(target.request_id, []).append(target)
-        if not missing:
-            return OrgPlan(org_id, active, held, reduction, rounds)
-        for rid, targets in missing.items():
-            c = by_id[rid]
-            c.missing = [{"kind": t.kind, "field": t.field, "id": t.id} for t in targets]
+        targets = []
+        for org in todo:
+            by_id = {c.request_id: c for c in active[org]}
+            targets += [(org, t, by_id[t.request_id]) for t in external_targets([c.request for c in active[org]])]
+        present = present_targets([(org, t, c.request) for org, t, c in targets], rows)
+        missing: dict[tuple[str, str], list] = {}
+        for (org, target, c), found in zip(targets, present):
+            if not found:
+                missing.setdefault((org, c.request_id), [c]).append(target)
+        for c, *lost in missing.values():
+            c.missing = [{"kind": t.kind, "field": t.field, "id": t.id} for t in lost]
             held.append(c)
-        active = [c for c in active if c.request_id not in missing]
-    return OrgPlan(org_id, [], held, None, rounds)
+        todo = sorted({org for org, _ in missing})
+        for org in todo:
+            active[org] = [c for c in active[org] if (org, c.request_id) not in missing]
+    return {org: cs for org, cs in active.items() if cs}, held, rounds
 
 
-def row_outcomes(rows: list[dict], reduction: Reduction) -> tuple[list[dict], dict[str, int]]:
-    """MERGE source rows (full row + _action) of the rows the reduction changes, and counts per kind."""
-    replaced_ids = {a.engagement_id for a in reduction.engagement_actions if a.action == REPLACE}
-    out, counts = [], {"updated": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
-    for row in rows:
-        new = reduced_row(row, reduction)
-        if new is None:
-            out.append({**row, ACTION: DELETE})
-            counts["deleted"] += 1
-            continue
-        merged = {**row, **new}
-        if merged == row:
-            counts["unchanged"] += 1
-            continue
-        counts["replaced" if row["engagement_id"] in replaced_ids else "updated"] += 1
-        out.append({**merged, ACTION: UPDATE})
-    return out, counts
+def reduce_batch(by_org: dict[str, list[Candidate]], rows: pa.Table) -> BatchReduction:
+    """Hold back requests whose targets are missing, then reduce each org's remaining requests once."""
+    active, held, rounds = hold_back_missing(by_org, rows)
+    tables, applied, count = [], [], 0
+    for org in sorted(active):
+        reduction = reduce_requests([c.request for c in active[org]])
+        tables.append(reduction_table(org, reduction, with_external_targets=False))
+        applied += active[org]
+        count += reduction.stats.actions_out
+    actions = pa.concat_tables(tables) if tables else REDUCED_ARROW_SCHEMA.empty_table()
+    return BatchReduction(actions, applied, held, count, rounds)
 
 
 # ---- the batch ---------------------------------------------------------------------------------
@@ -538,11 +489,6 @@ def _describe_missing(missing: list[dict]) -> str:
     return ", ".join(f"{m['field'] or 'engagement_id'}={m['id']}" for m in missing)
 
 
-def _merge_source(rows: list[dict]) -> pa.Table:
-    schema = ENGAGEMENT_ACTIVITY.schema.append(pa.field(ACTION, pa.string()))
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
 def _merge_predicate(orgs: list[str]) -> str:
     partitions = ", ".join(sql_literal(o) for o in orgs)
     return f"t.org_id IN ({partitions}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id"
@@ -584,40 +530,30 @@ def apply_mutation_batch(
     for c in carried + new:
         by_org.setdefault(c.request.org_id, []).append(c)
     orgs = sorted(by_org)
+    seconds["prepare"] = time.perf_counter() - t1
 
     # -- one pruned read of every row a request of the batch may touch
-    expr = affected_filter(by_org)
-    affected, files_read, files_total = (read_at(lake, ENGAGEMENT_ACTIVITY.name, snapshot["activity_version"], expr, ENGAGEMENT_ACTIVITY.schema)
-                                         if expr is not None else (ENGAGEMENT_ACTIVITY.schema.empty_table(), 0, 0))
-    rows_by_org: dict[str, list[dict]] = {}
-    for row in affected.to_pylist():
-        rows_by_org.setdefault(row["org_id"], []).append(row)
-    seconds["read_targets"] = time.perf_counter() - t1
-
-    # -- reduce per org, hold back requests whose targets are missing, outcome per row
     t2 = time.perf_counter()
-    source_rows: list[dict] = []
-    counts = {"updated": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
-    applied: list[Candidate] = []
-    held: list[Candidate] = []
-    actions = 0
-    for org in orgs:
-        org_plan = plan_org(org, by_org[org], rows_by_org.get(org, []))
-        applied += org_plan.applied
-        held += org_plan.held
-        if org_plan.reduction is not None:
-            actions += org_plan.reduction.stats.actions_out
-            rows, c = row_outcomes(rows_by_org.get(org, []), org_plan.reduction)
-            source_rows += rows
-            for k, v in c.items():
-                counts[k] += v
+    affected, files_read, files_total = read_affected(
+        lake, ENGAGEMENT_ACTIVITY.name, snapshot["activity_version"], ENGAGEMENT_ACTIVITY.schema,
+        {org: [c.request for c in cs] for org, cs in by_org.items()},
+    )
+    seconds["read_targets"] = time.perf_counter() - t2
+
+    # -- hold back requests whose targets are missing, reduce per org, outcome of every row at once
+    t3 = time.perf_counter()
+    reduced = reduce_batch(by_org, affected)
+    applied, held = reduced.applied, reduced.held
+    seconds["reduce"] = time.perf_counter() - t3
+    t4 = time.perf_counter()
+    source, counts = outcome_table(affected, reduced.actions)
+    merge_orgs = pc.unique(source["org_id"]).to_pylist()
     expired = [c for c in held if batch >= c.expires_batch]
     still_pending = [c for c in held if batch < c.expires_batch]
-    source = _merge_source(source_rows)
-    merge_orgs = sorted({r["org_id"] for r in source_rows})
     outcome_of = {c.request_id: "applied" for c in applied} | {c.request_id: "pending" for c in still_pending} | {c.request_id: "expired" for c in expired}
-    seconds["reduce"] = time.perf_counter() - t2
+    seconds["outcomes"] = time.perf_counter() - t4
 
+    t5 = time.perf_counter()
     log_rows = _log_rows(new, outcome_of, plan, now)
     pending_table = pa.Table.from_pylist([
         dict(org_id=c.request.org_id, request_id=c.request_id, request_time=c.request.request_time, request_json=json.dumps(c.json, sort_keys=True),
@@ -634,6 +570,7 @@ def apply_mutation_batch(
     ])
 
     merge_metrics: dict = {}
+    seconds["merge"] = 0.0
 
     def merge_step(txn: BatchTxn, _: Outcomes) -> int | None:
         lake.ensure(ENGAGEMENT_ACTIVITY)
@@ -643,6 +580,7 @@ def apply_mutation_batch(
             return None
         if source.num_rows == 0:
             return None  # nothing to change: no commit (a re-run finds nothing to do either)
+        t = time.perf_counter()
         metrics = (
             lake.merge(ENGAGEMENT_ACTIVITY, source, _merge_predicate(merge_orgs), txn)
             .when_matched_update_all(predicate=f"s.{ACTION} = '{UPDATE}'", except_cols=[ACTION])
@@ -650,6 +588,7 @@ def apply_mutation_batch(
             .execute()
         )
         merge_metrics.update(metrics)
+        seconds["merge"] = time.perf_counter() - t
         return lake.table(ENGAGEMENT_ACTIVITY.name).version()
 
     def pending_step(txn: BatchTxn, _: Outcomes) -> int | None:
@@ -672,7 +611,8 @@ def apply_mutation_batch(
             rows = notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, version, APP_ID, batch, now)
         return lake.append(ENGAGEMENT_NOTIFICATIONS, rows, txn)
 
-    t3 = time.perf_counter()
+    seconds["log_rows"] = time.perf_counter() - t5
+    t6 = time.perf_counter()
     versions = commit_batch(
         plan,
         APP_ID,
@@ -687,7 +627,7 @@ def apply_mutation_batch(
         ranges=plan.ranges_json(),
         **snapshot,  # pinned in every commit's metadata; the request log's is read back by a re-run
     )
-    seconds["commit"] = time.perf_counter() - t3
+    seconds["commits_other"] = time.perf_counter() - t6 - seconds["merge"]
     return MutationResult(
         plan=plan,
         requests_read=validated.num_rows,
@@ -695,7 +635,7 @@ def apply_mutation_batch(
         requests_malformed=validated.num_rows - len(new_json),
         requests_in=len(carried) + len(new),
         requests_applied=len(applied),
-        actions=actions,
+        actions=reduced.action_count,
         rows_scanned=affected.num_rows,
         rows_updated=counts["updated"],
         rows_replaced=counts["replaced"],

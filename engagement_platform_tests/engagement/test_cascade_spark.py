@@ -7,17 +7,14 @@ from datetime import date, datetime, timedelta, timezone
 
 import pytest
 
-from engagement_platform.engagement.cascade import OWNER_FIELDS, MutationRequest as R, apply_one_by_one, apply_reduction, reduce_requests
-from engagement_platform.engagement.cascade_spark import (
-    ENGAGEMENT_ACTION_COLUMNS,
-    OWNER_ACTION_COLUMNS,
-    REQUEST_SCHEMA,
-    record_to_json,
-    reduce_on_spark,
-    reduce_on_spark_frames,
-    reduction_from_rows,
-    reduction_table,
+from engagement_platform.engagement.cascade_fold import reduce_requests
+from engagement_platform.engagement.cascade_reference import apply_one_by_one
+from engagement_platform.engagement.cascade_spark import REQUEST_SCHEMA, reduce_on_spark, reduce_on_spark_frames
+from engagement_platform.engagement.mutation_request import OWNER_FIELDS, MutationRequest as R
+from engagement_platform.engagement.reduction_arrow import (
+    ENGAGEMENT_ACTION_COLUMNS, OWNER_ACTION_COLUMNS, record_to_json, reduction_from_rows, reduction_table,
 )
+from engagement_platform.engagement.row_outcome import apply_reduction
 
 ORGS = ("00D000001", "00D000002", "00D000003")
 DAYS = [date(2026, 1, day) for day in range(1, 5)]

@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 import pytest
 
 from engagement_platform.engagement import ingestion
-from engagement_platform.engagement.cascade import OWNER_FIELDS, apply_one_by_one
+from engagement_platform.engagement.cascade_reference import apply_one_by_one
 from engagement_platform.engagement.integrity import audit_notifications
+from engagement_platform.engagement.mutation_request import OWNER_FIELDS
 from engagement_platform.engagement.mutation_tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )

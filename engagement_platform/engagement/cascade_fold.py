@@ -1,9 +1,10 @@
 """Exact cascade reduction of one org's batch of ID mutation requests (pure Python, no Spark).
 
-Semantics (`apply_one_by_one`, the reference): apply the requests one at a time in the order of
-(request_time, request_id). `reduce_requests` turns the batch into two small lookup tables that
-one Delta MERGE applies row by row (`reduced_row` is that per-row function, `apply_reduction` the
-MERGE in Python), with the same result as the reference on any table.
+Semantics (`cascade_reference.apply_one_by_one`): apply the requests one at a time in the order of
+(request_time, request_id). `reduce_requests` turns the batch into two small lookup tables
+(reduction.Reduction) that one Delta MERGE applies row by row (`row_outcome.reduced_row` is that
+per-row function, `outcome_table` the same computed column-wise for the stream), with the same
+result as the reference on any table.
 
 The representation.
 - Owner actions, keyed by (field, id, date piece): an OwnerFate = the id's final (field, id), or
@@ -47,301 +48,15 @@ from __future__ import annotations
 import gc
 from bisect import bisect_left, bisect_right
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import date
-from functools import cached_property
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Iterable, NamedTuple
 
-OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
-FIRST_DAY = date.min.toordinal()  # also the day of a null engagement_date
-END_OF_TIME = date.max.toordinal() + 1
-DELETE = "delete"
-REPLACE = "replace"
+from engagement_platform.engagement.mutation_request import (
+    DELETE, END_OF_TIME, FIRST_DAY, OWNER_FIELDS, REPLACE, MutationRequest, Row, day_key, full_record,
+)
+from engagement_platform.engagement.reduction import EngagementAction, ExternalTarget, OwnerAction, OwnerFate, Reduction, ReductionStats
+from engagement_platform.engagement.row_outcome import settle_owners
 
-Row = dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class MutationRequest:
-    """One ID mutation request; use the op constructors below. Columns match the Spark input."""
-
-    request_id: str
-    org_id: str
-    request_time: Any  # datetime or epoch micros: only compared
-    op: str
-    field: str | None = None  # convert: from_field; merge and owner delete: the owner field
-    owner_id: str | None = None  # convert: from_id; owner delete: the id
-    from_ids: tuple[str, ...] = ()  # merge
-    to_field: str | None = None  # convert
-    to_id: str | None = None  # convert, merge
-    engagement_id: str | None = None  # update, delete by engagement
-    record: Mapping[str, Any] | None = None  # update: every column but org_id, engagement_id
-    date_from: date | None = None  # inclusive, None = open
-    date_to: date | None = None
-
-    @classmethod
-    def convert(cls, request_id, org_id, request_time, from_field, from_id, to_field, to_id, **dates) -> MutationRequest:
-        return cls(
-            request_id, org_id, request_time, "convert", field=from_field, owner_id=from_id, to_field=to_field, to_id=to_id, **dates
-        )
-
-    @classmethod
-    def merge(cls, request_id, org_id, request_time, field, from_ids, to_id, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "merge", field=field, from_ids=tuple(from_ids), to_id=to_id, **dates)
-
-    @classmethod
-    def delete_owner(cls, request_id, org_id, request_time, field, owner_id, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "delete", field=field, owner_id=owner_id, **dates)
-
-    @classmethod
-    def delete_engagement(cls, request_id, org_id, request_time, engagement_id, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "delete", engagement_id=engagement_id, **dates)
-
-    @classmethod
-    def update(cls, request_id, org_id, request_time, engagement_id, record, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "update", engagement_id=engagement_id, record=dict(record), **dates)
-
-    @property
-    def order(self) -> tuple:
-        return (self.request_time, self.request_id)
-
-
-class OwnerFate(NamedTuple):
-    """Where the rows holding one id end up: final (field, id), or the seq of the delete that hits them."""
-
-    deleted_at: int | None
-    new_field: str | None
-    new_id: str | None
-    moves: tuple[tuple[int, str], ...]  # cross-field moves (seq, to_field), before any delete
-
-
-class OwnerAction(NamedTuple):
-    """Rows with row[field] == id and engagement_date in [date_from, date_to] (None = open)."""
-
-    field: str
-    id: str
-    date_from: date | None
-    date_to: date | None
-    fate: OwnerFate
-
-    @property
-    def action(self) -> str:
-        return DELETE if self.fate.deleted_at is not None else "rewrite"
-
-
-class EngagementAction(NamedTuple):
-    """Branch of one engagement: taken by its row if the date fits and seq precedes the row's owner delete."""
-
-    engagement_id: str
-    seq: int
-    date_from: date | None
-    date_to: date | None
-    action: str  # DELETE or REPLACE
-    record: Mapping[str, Any] | None  # REPLACE: the final record (owner ids already mapped)
-
-
-class ExternalTarget(NamedTuple):
-    """An id or engagement a request needs that no earlier request of the batch produced."""
-
-    request_id: str
-    kind: str  # "owner" or "engagement"
-    field: str | None
-    id: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReductionStats:
-    requests_in: int
-    owner_actions: int
-    engagement_actions: int
-
-    @property
-    def actions_out(self) -> int:
-        return self.owner_actions + self.engagement_actions
-
-    @property
-    def reduction_ratio(self) -> float:
-        """Requests per output action (higher = more reduced); requests_in when nothing is left."""
-        return self.requests_in / max(self.actions_out, 1)
-
-
-@dataclass(frozen=True)
-class Reduction:
-    owner_actions: tuple[OwnerAction, ...]
-    engagement_actions: tuple[EngagementAction, ...]
-    external_targets: tuple[ExternalTarget, ...]
-    request_ids: tuple[str, ...]  # request_ids[seq]: which request a seq in the actions is
-    stats: ReductionStats
-
-    @cached_property
-    def _owner_index(self) -> dict[tuple[str, str], tuple[list[int], list[int], list[OwnerFate]]]:
-        index: dict = {}
-        for action in self.owner_actions:  # one id's pieces come in date order
-            los, his, fates = index.setdefault((action.field, action.id), ([], [], []))
-            los.append(day_key(action.date_from))
-            his.append(END_OF_TIME if action.date_to is None else action.date_to.toordinal() + 1)
-            fates.append(action.fate)
-        return index
-
-    @cached_property
-    def _engagement_index(self) -> dict[str, list[EngagementAction]]:
-        index: dict = {}
-        for action in self.engagement_actions:  # emitted in seq order per engagement
-            index.setdefault(action.engagement_id, []).append(action)
-        return index
-
-    def owner_fate(self, field: str, owner_id: str, day: int) -> OwnerFate | None:
-        entry = self._owner_index.get((field, owner_id))
-        if entry is None:
-            return None
-        los, his, fates = entry
-        i = bisect_right(los, day) - 1
-        return fates[i] if i >= 0 and day < his[i] else None
-
-    def branches(self, engagement_id: str) -> list[EngagementAction]:
-        return self._engagement_index.get(engagement_id, [])
-
-
-# ---------------------------------------------------------------- the reference: one at a time
-
-
-def day_key(day: date | None) -> int:
-    return FIRST_DAY if day is None else day.toordinal()
-
-
-def in_date_range(day: date | None, date_from: date | None, date_to: date | None) -> bool:
-    key = day_key(day)
-    return (date_from is None or key >= date_from.toordinal()) and (date_to is None or key <= date_to.toordinal())
-
-
-def full_record(record: Mapping[str, Any]) -> Row:
-    """A replacement record with every owner column and the date present (missing = null)."""
-    out = {name: None for name in (*OWNER_FIELDS, "engagement_date")}
-    out.update((k, v) for k, v in record.items() if k not in ("org_id", "engagement_id"))
-    return out
-
-
-def as_table(rows: Iterable[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]) -> dict[str, Row]:
-    """engagement_id -> row copy with every owner column and the date present."""
-    values = rows.values() if isinstance(rows, Mapping) else rows
-    table = {}
-    for row in values:
-        copy = dict(row)
-        for name in (*OWNER_FIELDS, "engagement_date"):
-            copy.setdefault(name, None)
-        table[copy["engagement_id"]] = copy
-    return table
-
-
-def apply_one_by_one(rows, requests: Iterable[MutationRequest]) -> dict[str, Row]:
-    """The slow, obviously correct semantics every reduction must reproduce."""
-    table = as_table(rows)
-    for request in sorted(requests, key=lambda r: r.order):
-        _apply_request(table, request)
-    return table
-
-
-def _apply_request(table: dict[str, Row], request: MutationRequest) -> None:
-    def hit(row: Row) -> bool:
-        return in_date_range(row["engagement_date"], request.date_from, request.date_to)
-
-    if request.op == "convert":
-        for row in table.values():
-            if row[request.field] == request.owner_id and hit(row):
-                row[request.field] = None
-                row[request.to_field] = request.to_id
-    elif request.op == "merge":
-        ids = set(request.from_ids)
-        for row in table.values():
-            if row[request.field] in ids and hit(row):
-                row[request.field] = request.to_id
-    elif request.op == "delete" and request.engagement_id is not None:
-        row = table.get(request.engagement_id)
-        if row is not None and hit(row):
-            del table[request.engagement_id]
-    elif request.op == "delete":
-        for eid in [eid for eid, row in table.items() if row[request.field] == request.owner_id and hit(row)]:
-            del table[eid]
-    elif request.op == "update":
-        row = table.get(request.engagement_id)
-        if row is not None and hit(row):
-            keys = {"org_id": row["org_id"], "engagement_id": row["engagement_id"]}
-            table[request.engagement_id] = {**keys, **full_record(request.record)}
-
-
-# ---------------------------------------------------------------- applying a reduction (the MERGE)
-
-
-def settle_owners(owners: Mapping[str, str | None], fates: Mapping[str, OwnerFate]) -> tuple[int | None, dict[str, str | None]]:
-    """(seq that deletes the row or None, final owner columns) of a row whose owner ids have these fates.
-
-    Fields without a fate keep their id unless another id moves into the field, which erases it
-    (and with it any later fate of the erased id, which is why the moves are replayed in order).
-    """
-    if not any(fate.moves for fate in fates.values()):
-        deletes = [fate.deleted_at for fate in fates.values() if fate.deleted_at is not None]
-        if deletes:
-            return min(deletes), {}
-        return None, {name: fate.new_id for name, fate in fates.items()}
-    current = {name: name for name in OWNER_FIELDS if owners.get(name) is not None}  # token -> field
-    occupant = {name: name for name in current}  # field -> token
-    events = []
-    for name, fate in fates.items():
-        events.extend((seq, name, to_field) for seq, to_field in fate.moves)
-        if fate.deleted_at is not None:
-            events.append((fate.deleted_at, name, None))
-    for seq, token, to_field in sorted(events):
-        if token not in current:
-            continue  # erased earlier by another id moving into its field
-        if to_field is None:
-            return seq, {}
-        del occupant[current[token]]
-        erased = occupant.get(to_field)
-        if erased is not None:
-            del current[erased]
-        occupant[to_field] = token
-        current[token] = to_field
-    final = dict.fromkeys(OWNER_FIELDS)
-    for token in current:
-        fate = fates.get(token)
-        final[fate.new_field if fate else token] = fate.new_id if fate else owners[token]
-    return None, final
-
-
-def reduced_row(row: Row, reduction: Reduction) -> Row | None:
-    """What the MERGE does to one row: a function of its own columns and the reduction's lookups."""
-    day = day_key(row["engagement_date"])
-    fates = {}
-    for name in OWNER_FIELDS:
-        value = row.get(name)
-        if value is not None:
-            fate = reduction.owner_fate(name, value, day)
-            if fate is not None:
-                fates[name] = fate
-    deleted_at, owners = settle_owners(row, fates) if fates else (None, {})
-    for branch in reduction.branches(row["engagement_id"]):
-        if day_key(branch.date_from) <= day and (branch.date_to is None or day <= branch.date_to.toordinal()):
-            if deleted_at is None or branch.seq < deleted_at:
-                if branch.action == DELETE:
-                    return None
-                return {"org_id": row["org_id"], "engagement_id": row["engagement_id"], **branch.record}
-            break  # later branches come after the row's delete too
-    if deleted_at is not None:
-        return None
-    return {**row, **owners} if owners else row
-
-
-def apply_reduction(rows, reduction: Reduction) -> dict[str, Row]:
-    """Apply a Reduction in one pass, each row independently, as the Delta MERGE will."""
-    out = {}
-    for eid, row in as_table(rows).items():
-        new_row = reduced_row(row, reduction)
-        if new_row is not None:
-            out[eid] = new_row
-    return out
-
-
-# ---------------------------------------------------------------- the fold
 
 UNTOUCHED = "untouched"  # slot cell: the position's original rows sit there, no request touched them
 EMPTY = None  # slot cell: nobody holds this id on these dates any more (moved away or deleted)
@@ -676,3 +391,35 @@ def _no_cyclic_gc():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def external_targets(requests: Iterable[MutationRequest]) -> list[ExternalTarget]:
+    """reduce_requests(requests).external_targets without the fold: which ids and engagements the batch
+    needs from the table. Only the set of produced positions matters (the fold's rule, dates aside),
+    so this scan costs a fraction of the fold and lets the stream find requests to hold back first."""
+    produced: set[tuple[str, str]] = set()
+    out: list[ExternalTarget] = []
+
+    def need(request: MutationRequest, position: tuple[str, str]) -> None:
+        if position not in produced:
+            out.append(ExternalTarget(request.request_id, "owner", position[0], position[1]))
+
+    for request in sorted(requests, key=lambda r: r.order):
+        if request.date_from is not None and request.date_to is not None and request.date_from > request.date_to:
+            continue  # an empty date range matches no row (the fold skips it too)
+        if request.op == "convert":
+            need(request, (request.field, request.owner_id))
+            produced.add((request.to_field, request.to_id))
+        elif request.op == "merge":
+            for from_id in dict.fromkeys(request.from_ids):
+                if from_id != request.to_id:
+                    need(request, (request.field, from_id))
+            produced.add((request.field, request.to_id))
+        elif request.op == "delete" and request.engagement_id is None:
+            need(request, (request.field, request.owner_id))
+        else:
+            out.append(ExternalTarget(request.request_id, "engagement", None, request.engagement_id))
+            if request.op == "update":
+                record = full_record(request.record)
+                produced.update((name, record[name]) for name in OWNER_FIELDS if record[name] is not None)
+    return out
