@@ -7,6 +7,8 @@
     engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
     engagement-platform ingest-batch --batch-id 3
     engagement-platform simulate-streams --out docs/three_streams_timeline.png
+    engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
+    engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
 """
 
 from __future__ import annotations
@@ -134,6 +136,54 @@ def simulate_streams(args) -> None:
     print(f"timeline: {draw_timeline(list(results), args.out)}")
 
 
+def demo_profile_cdc(args) -> None:
+    from engagement_platform.profiles.demo import ProfileCdcGenerator, write_snapshot_export
+    from engagement_platform.profiles.lag import profile_cdc_topic
+    from engagement_platform.streams.kafka import KafkaClient
+
+    if args.snapshot_dir:
+        print(f"snapshot export for the backfill: {write_snapshot_export(args.snapshot_dir)}", flush=True)
+    topic = profile_cdc_topic()
+    gen = ProfileCdcGenerator(seed=args.seed, tenants=args.tenants)
+    producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
+    sent, started = 0, time.monotonic()
+    print(f"producing ~{args.rate}/s profile CDC changes to {topic} (Ctrl-C stops)", flush=True)
+    try:
+        while args.count <= 0 or sent < args.count:
+            key, value = gen.message()
+            producer.produce(topic, key=key, value=value)
+            sent += 1
+            producer.poll(0)
+            ahead = sent / args.rate - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        producer.flush(10)
+
+
+def profile_backfill(args) -> None:
+    """One backfill outside Dagster, under the tenant lock unless EP_COORDINATOR=off."""
+    from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.profiles.backfill import backfill_stream, backfill_tenant
+    from engagement_platform.profiles.locks import tenant_lock
+    from engagement_platform.spark.session import build_session, session_config
+    from engagement_platform.streams.coordinator import Coordinator
+
+    settings = load_settings()
+    lake = _lake()
+    spark = build_session(session_config(settings.spark_remote, settings.spark_master))
+    zk = Coordinator(settings.zookeeper_hosts, settings.zookeeper_root) if settings.coordinator_enabled else None
+    try:
+        with tenant_lock(zk, args.tenant, f"{backfill_stream(args.tenant)}/cli"):
+            result = backfill_tenant(spark, lake, CheckpointStore(lake), args.tenant, args.path, args.until)
+    finally:
+        if zk is not None:
+            zk.close()
+    print(json.dumps(result.metadata(), default=str))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -181,6 +231,20 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mutation", type=int, default=5, help="mutation batches (medium cadence)")
     p.add_argument("--retention", type=int, default=3, help="retention batches (slow cadence)")
     p.set_defaults(fn=simulate_streams)
+
+    p = sub.add_parser("demo-profile-cdc", help="stream demo profile CDC changes (and write a snapshot export)")
+    p.add_argument("--rate", type=int, default=20, help="messages per second")
+    p.add_argument("--count", type=int, default=0, help="stop after this many (0: run until Ctrl-C)")
+    p.add_argument("--tenants", type=int, default=3)
+    p.add_argument("--seed", type=int, default=int(time.time()))
+    p.add_argument("--snapshot-dir", default="", help="first write a snapshot export of tenant01 here (for profile-backfill)")
+    p.set_defaults(fn=demo_profile_cdc)
+
+    p = sub.add_parser("profile-backfill", help="load a snapshot export into a tenant's raw table (under the tenant lock)")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--path", required=True, help="folder of JSON lines / Parquet files, or one file")
+    p.add_argument("--until", required=True, help="ISO time boundary: later rows are left to CDC")
+    p.set_defaults(fn=profile_backfill)
 
     args = parser.parse_args(argv)
     args.fn(args)

@@ -22,6 +22,9 @@ from engagement_platform.ingest.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipelines
 from engagement_platform.ingest.jobs import pipeline_job
 from engagement_platform.ingest.sensors import landing_sensor
+from engagement_platform.profiles.assets import profile_backfill, profile_cdc_staging, profile_cdc_topic_asset, profile_raw, profile_tables
+from engagement_platform.profiles.jobs import profile_backfill_job, profile_cdc_staging_job, profile_processor_job
+from engagement_platform.profiles.sensors import profile_cdc_dumper_sensor, profile_lag_sensor, profile_processor_sensor
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
 
@@ -34,10 +37,13 @@ defs = Definitions(
         engagement_activities_topic, engagement_mutations_topic, engagement_ingestion, engagement_mutation, *engagement_tables,
         engagement_gdpr_topic, engagement_retention,
         *UPKEEP_ASSETS, *[a for p in pipelines for a in pipeline_assets(p)],
+        profile_cdc_topic_asset, profile_cdc_staging, profile_raw, profile_backfill, *profile_tables,
     ],
     asset_checks=UPKEEP_CHECKS,
-    jobs=[ingestion_job, mutation_job, retention_job, *UPKEEP_JOBS, *pipeline_jobs.values()],
+    jobs=[ingestion_job, mutation_job, retention_job, *UPKEEP_JOBS, *pipeline_jobs.values(),
+          profile_cdc_staging_job, profile_processor_job, profile_backfill_job],
     schedules=UPKEEP_SCHEDULES,
-    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, engagement_retention_sensor, *UPKEEP_SENSORS, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines]],
+    sensors=[engagement_ingestion_sensor, engagement_mutation_sensor, engagement_retention_sensor, *UPKEEP_SENSORS, *[landing_sensor(p, pipeline_jobs[p.name]) for p in pipelines],
+             profile_cdc_dumper_sensor, profile_processor_sensor, profile_lag_sensor],
     resources={"spark": SparkResource(), "lake": lake, "kafka": KafkaResource(), "coordinator": CoordinatorResource(lake=lake)},
 )

@@ -14,6 +14,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "kafka/engagement_gdpr", "engagement_retention", "gdpr_audit", "quarantine_engagement_gdpr",
         # pipelines/rewards_members.yaml
         "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
+        "kafka/profile_cdc", "profile_cdc_staging", "profile_raw", "profile_backfill", "profile_progress", "quarantine_profile_cdc",
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
     assert checks == {("engagement_ingestion", n) for n in (
@@ -23,11 +24,14 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         ("engagement_retention", n) for n in (
         "subject_erased_everywhere", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted")} | {
         ("ingest_rewards_members", n) for n in ("records_conserved", "error_rate_under_threshold")} | {
-        ("engagement_layout_upkeep", n) for n in ("date_ranges_do_not_overlap", "file_count_under_limit")}
+        ("engagement_layout_upkeep", n) for n in ("date_ranges_do_not_overlap", "file_count_under_limit")} | {
+        ("profile_cdc_staging", "records_accounted"), ("profile_raw", "replication_lag_under_threshold"), ("profile_raw", "no_duplicate_primary_ids")}
     assert {s.name for s in repo.sensor_defs} == {
-        "engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor"}
+        "engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor",
+        "profile_cdc_dumper_sensor", "profile_processor_sensor", "profile_lag_sensor"}
     assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule"}
-    assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job"} <= set(repo.job_names)
+    assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job",
+            "profile_cdc_staging_job", "profile_processor_job", "profile_backfill_job"} <= set(repo.job_names)
     assert repo.assets_defs_by_key[AssetKey("engagement_mutation")].op.pool == "engagement_activity_rewrites"
     assert repo.assets_defs_by_key[AssetKey("engagement_layout_upkeep")].op.pool == "engagement_activity_rewrites"
     assert repo.assets_defs_by_key[AssetKey("engagement_retention")].op.pool == "engagement_activity_rewrites"
@@ -42,3 +46,5 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert AssetKey(["kafka", "engagement_gdpr"]) in lineage.get(AssetKey("engagement_retention")).parent_keys
     assert AssetKey(["landing", "rewards_members"]) in lineage.get(AssetKey("ingest_rewards_members")).parent_keys
     assert AssetKey("ingest_rewards_members") in lineage.get(AssetKey("quarantine_rewards_members")).parent_keys
+    assert AssetKey(["kafka", "profile_cdc"]) in lineage.get(AssetKey("profile_cdc_staging")).parent_keys
+    assert {AssetKey("profile_cdc_staging"), AssetKey("profile_backfill")} <= lineage.get(AssetKey("profile_raw")).parent_keys

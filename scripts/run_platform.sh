@@ -28,6 +28,7 @@ export EP_LAKE_ROOT="${EP_LAKE_ROOT:-$EP_STATE_DIR/lake}"
 export SPARK_LOCAL_IP=127.0.0.1
 
 PRODUCER_PID=""
+PROFILE_PRODUCER_PID=""
 DAGSTER_PID=""
 CLEANED=0
 
@@ -65,6 +66,13 @@ cleanup() {
     fi
     [ -z "$PRODUCER_PID" ] || kill_group_leftovers "$PRODUCER_PID"
     rm -f "$PID_DIR/demo-produce.pid"
+    if [ -n "$PROFILE_PRODUCER_PID" ] && kill -0 "$PROFILE_PRODUCER_PID" 2>/dev/null; then
+        echo "run_platform: stopping profile CDC demo producer (pid $PROFILE_PRODUCER_PID)"
+        kill -TERM "$PROFILE_PRODUCER_PID" 2>/dev/null
+        wait_gone "$PROFILE_PRODUCER_PID" 10 || kill -KILL "$PROFILE_PRODUCER_PID" 2>/dev/null
+    fi
+    [ -z "$PROFILE_PRODUCER_PID" ] || kill_group_leftovers "$PROFILE_PRODUCER_PID"
+    rm -f "$PID_DIR/demo-profile-cdc.pid"
     if [ -n "$DAGSTER_PID" ] && kill -0 "$DAGSTER_PID" 2>/dev/null; then
         # dagster dev shuts down cleanly on SIGINT (it does not act on SIGTERM here).
         echo "run_platform: stopping dagster dev (pid $DAGSTER_PID)"
@@ -95,6 +103,10 @@ bash scripts/stack.sh start
 set -m
 .venv/bin/python -m engagement_platform.cli demo-produce >>"$LOG_DIR/demo-produce.log" 2>&1 </dev/null &
 PRODUCER_PID=$!
+# Profile CDC changes of three tenants (~20/s), plus a snapshot export of tenant01 to try the backfill with.
+.venv/bin/python -m engagement_platform.cli demo-profile-cdc --snapshot-dir "$EP_STATE_DIR/exports/profiles" \
+    >>"$LOG_DIR/demo-profile-cdc.log" 2>&1 </dev/null &
+PROFILE_PRODUCER_PID=$!
 # dagster dev only stops cleanly on SIGINT, and Python ignores SIGINT for good if it starts
 # with it ignored (as when this script is itself launched in the background by another
 # script). Reset SIGINT to default before exec'ing dagster so `kill -INT` always works.
@@ -103,8 +115,10 @@ PRODUCER_PID=$!
 DAGSTER_PID=$!
 set +m
 echo "$PRODUCER_PID" >"$PID_DIR/demo-produce.pid"
+echo "$PROFILE_PRODUCER_PID" >"$PID_DIR/demo-profile-cdc.pid"
 echo "$DAGSTER_PID" >"$PID_DIR/dagster.pid"
 echo "run_platform: demo producer pid $PRODUCER_PID (log $LOG_DIR/demo-produce.log)"
+echo "run_platform: profile CDC demo producer pid $PROFILE_PRODUCER_PID (log $LOG_DIR/demo-profile-cdc.log)"
 echo "run_platform: dagster dev pid $DAGSTER_PID (log $LOG_DIR/dagster.log)"
 
 # Ready when the webserver answers; fail fast if dagster dev dies while loading.

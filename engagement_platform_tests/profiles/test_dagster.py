@@ -1,0 +1,148 @@
+"""The profile CDC lake's Dagster layer on the real stack: dumper sensor -> staging asset -> processor
+sensor -> profile_raw (an identity cascade across two batches), the backfill asset under the tenant
+lock, and the lag sensor's freshness-style check."""
+
+import json
+
+import pytest
+from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
+
+from engagement_platform.batch_dagster import STREAM_TAG
+from engagement_platform.profiles.assets import profile_backfill, profile_cdc_staging, profile_raw
+from engagement_platform.profiles.checks import NO_DUPLICATE_PRIMARY_IDS, RECORDS_ACCOUNTED, REPLICATION_LAG_UNDER_THRESHOLD
+from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
+from engagement_platform.profiles.processor import processor_stream, read_profiles
+from engagement_platform.profiles.sensors import profile_cdc_dumper_sensor, profile_lag_sensor, profile_processor_sensor
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
+from engagement_platform_tests.profiles.cdc import encode, new_topic, record
+from engagement_platform_tests.profiles.test_backfill import UNTIL, snap, write_jsonl
+
+
+@pytest.fixture
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+@pytest.fixture
+def cdc_topic(kafka, monkeypatch):
+    name = new_topic(kafka)
+    monkeypatch.setenv("EP_PROFILE_CDC_TOPIC", name)
+    return name
+
+
+@pytest.fixture
+def resources(stack, lake_root):
+    lake = LakeResource(root=lake_root)
+    return {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
+            "coordinator": CoordinatorResource(lake=lake), "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+
+
+def tick(sensor, instance, resources, cursor=None):
+    with build_sensor_context(instance=instance, resources=resources, cursor=cursor) as ctx:
+        return sensor(ctx)
+
+
+def values(metadata) -> dict:
+    return {k: v.value for k, v in metadata.items()}
+
+
+def materialized(out, key: str) -> dict:
+    (event,) = [m for m in out.get_asset_materialization_events() if m.asset_key == AssetKey(key)]
+    return values(event.materialization.metadata)
+
+
+def stage_via_dagster(instance, resources, cursor=None):
+    """Dumper sensor tick + the staging asset's run for the partition it requested."""
+    result = tick(profile_cdc_dumper_sensor, instance, resources, cursor)
+    (request,) = result.run_requests
+    instance.add_dynamic_partitions(profile_cdc_batches.name, [request.partition_key])
+    out = materialize([profile_cdc_staging], partition_key=request.partition_key, instance=instance, resources=resources, tags=request.tags)
+    assert out.success
+    return result, out
+
+
+def process_via_dagster(instance, resources, tenant="acme"):
+    """Processor sensor tick + the profile_raw run it requested for `tenant`."""
+    result = tick(profile_processor_sensor, instance, resources)
+    (request,) = [r for r in result.run_requests if r.partition_key == tenant]
+    for add in result.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(profile_tenants.name, list(add.partition_keys))
+    out = materialize([profile_raw], partition_key=tenant, instance=instance, resources=resources, tags=request.tags)
+    assert out.success
+    return result, request, out
+
+
+def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spark, kafka, lake, cdc_topic, instance, resources):
+    kafka.produce(cdc_topic, encode([
+        record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {}),
+        record("acme", "101", 2, {"b": 2}, related=["102"]), record("acme", "102", 2, {}), b"not json"]))
+    first, staged = stage_via_dagster(instance, resources)
+    (observed,) = first.asset_events
+    assert values(observed.metadata)["cdc_lag_messages"] == 5
+    assert json.loads(first.cursor)["batch_id"] == 1
+    meta = materialized(staged, "profile_cdc_staging")
+    assert (meta["rows_staged"], meta["records_quarantined"]) == (4, 1)
+    (accounted,) = staged.get_asset_check_evaluations()
+    assert accounted.check_name == RECORDS_ACCOUNTED and accounted.passed, accounted.metadata
+    assert values(accounted.metadata)["records_quarantined"] == 1
+
+    sensed, request, ran = process_via_dagster(instance, resources)
+    assert [list(r.partition_keys) for r in sensed.dynamic_partitions_requests] == [["acme"]]
+    assert request.run_key == f"{processor_stream('acme')}/staging[0..1]" and request.tags[STREAM_TAG] == processor_stream("acme")
+    raw_meta = materialized(ran, "profile_raw")
+    assert (raw_meta["changes_read"], raw_meta["replication_lag_seconds"], raw_meta["staged_unprocessed_records"], raw_meta["cdc_lag_messages"]) == (4, 0.0, 0, 0)
+    assert AssetKey("profile_progress") in {m.asset_key for m in ran.get_asset_materialization_events()}
+    checks = {c.check_name: c for c in ran.get_asset_check_evaluations()}
+    assert checks[REPLICATION_LAG_UNDER_THRESHOLD].passed and checks[NO_DUPLICATE_PRIMARY_IDS].passed
+    assert "merged" in tick(profile_processor_sensor, instance, resources).skip_message
+
+    # Batch 2: 103 links 789 and 101, whose rows were stored by batch 1: both components join.
+    kafka.produce(cdc_topic, encode([record("acme", "103", 3, {}, related=["789", "101"])]))
+    stage_via_dagster(instance, resources, first.cursor)
+    _, request, ran = process_via_dagster(instance, resources)
+    assert request.run_key == f"{processor_stream('acme')}/staging[2..2]"
+    raw_meta = materialized(ran, "profile_raw")
+    assert (raw_meta["changes_read"], raw_meta["rows_relinked"]) == (1, 4)
+    everyone = ["101", "102", "103", "788", "789"]
+    rows = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
+    assert {pid: r["related_ids"] for pid, r in rows.items()} == {pid: everyone for pid in everyone}
+    assert json.loads(rows["789"]["fields"]) == {"a": 1}
+    assert all(c.passed for c in ran.get_asset_check_evaluations())
+
+
+def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partition(lake, instance, resources, tmp_path):
+    folder = tmp_path / "export"
+    folder.mkdir()
+    write_jsonl(folder / "snapshot.jsonl", [snap("1", 4, {"email": "a@x.io"}), snap("2", 5, {}, related=["1"]), b"{broken"])
+    instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
+    out = materialize([profile_backfill], partition_key="acme", instance=instance, resources=resources,
+                      run_config={"ops": {"profile_backfill": {"config": {"path": str(folder), "until": UNTIL}}}})
+    assert out.success
+    events = {m.asset_key.to_user_string(): m.materialization for m in out.get_asset_materialization_events()}
+    assert values(events["profile_backfill"].metadata)["rows_upserted"] == 2
+    assert events["profile_raw"].partition == "acme" and values(events["profile_raw"].metadata)["stream"] == "profile_backfill/acme"
+    assert values(events["quarantine_profile_cdc"].metadata)["batch_id"] == 1
+    (commit,) = [c for c in lake.table("profile_raw/acme").history() if c.get("app_id") == "profile.backfill/acme"]
+    assert commit["lock_name"] == "profile_raw/acme" and int(commit["fencing_token"]) >= 0
+    assert sorted(r["primary_id"] for r in read_profiles(lake, "acme").to_pylist()) == ["1", "2"]
+
+
+def test_lag_sensor_fails_the_check_of_a_tenant_past_the_threshold(kafka, cdc_topic, instance, resources, monkeypatch):
+    monkeypatch.setenv("EP_PROFILE_MAX_LAG_SECONDS", "600")
+    assert tick(profile_lag_sensor, instance, resources).skip_reason is not None
+    kafka.produce(cdc_topic, encode([
+        record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("acme", "2", 2, {}, ts="2026-01-05T10:20:00Z"),
+        record("globex", "1", 1, {}, ts="2026-01-05T10:00:00Z")]))
+    stage_via_dagster(instance, resources)
+    kafka.produce(cdc_topic, encode([record("acme", "3", 3, {})]))  # not staged yet
+    instance.add_dynamic_partitions(profile_tenants.name, ["acme", "globex"])
+    result = tick(profile_lag_sensor, instance, resources)
+    assert isinstance(result, SensorResult)
+    observation, *evaluations = result.asset_events
+    assert values(observation.metadata)["cdc_lag_messages"] == 1
+    by_tenant = {e.partition: e for e in evaluations}
+    assert not by_tenant["acme"].passed and by_tenant["globex"].passed
+    assert by_tenant["acme"].check_name == REPLICATION_LAG_UNDER_THRESHOLD
+    acme = values(by_tenant["acme"].metadata)
+    assert (acme["replication_lag_seconds"], acme["max_lag_seconds"], acme["staged_unprocessed_records"]) == (1200.0, 600.0, 2)
