@@ -50,7 +50,10 @@ def resolve_keys(staged: DataFrame, raw: DataFrame) -> DataFrame:
     """The new state of every key with at least one change newer than its stored row (no graph columns yet)."""
     change = F.struct("cdc_seq", "op", "cdc_ts", "record_type", "related_ids", "fields")
     per_key = staged.groupBy(*KEY).agg(F.array_sort(F.collect_list(change)).alias("cs"))
-    old = raw.select(*KEY, *[F.col(c).alias(f"old_{c}") for c in ("cdc_seq", "deleted", "fields", "linked_ids", "record_type")])
+    # Only the stored rows of the batch's keys take part: a broadcast semi-join drops the others before
+    # the join shuffles them (the batch's keys are a fraction of the raw rows).
+    stored = raw.join(F.broadcast(per_key.select(*KEY)), KEY, "left_semi")
+    old = stored.select(*KEY, *[F.col(c).alias(f"old_{c}") for c in ("cdc_seq", "deleted", "fields", "linked_ids", "record_type")])
     keyed = per_key.join(old, KEY, "left")
     fresh = F.filter("cs", lambda c: c["cdc_seq"] > F.coalesce(F.col("old_cdc_seq"), F.lit(-1)))
     keyed = keyed.withColumn("fresh", fresh).where(F.size("fresh") > 0)

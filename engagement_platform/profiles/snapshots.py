@@ -9,14 +9,28 @@ compacted (a compaction would make old rows look new; the processor would then s
 
 from __future__ import annotations
 
+import re
+
 from pyspark.sql import DataFrame, SparkSession
 
 from engagement_platform.lake.delta import DeltaLake
+
+_TENANT_DIR = re.compile(r"/tenant=([^/]+)/")
 
 
 def tenant_files(lake: DeltaLake, name: str, tenant: str, version: int | None = None) -> set[str]:
     table = lake.table(name, version=version)
     return set(table.file_uris(partition_filters=[("tenant", "=", tenant)]))
+
+
+def files_by_tenant(lake: DeltaLake, name: str, version: int | None = None) -> dict[str, set[str]]:
+    """tenant -> data files of the snapshot, from one listing (tenant names need no escaping in paths)."""
+    out: dict[str, set[str]] = {}
+    for uri in lake.table(name, version=version).file_uris():
+        match = _TENANT_DIR.search(uri)
+        if match:
+            out.setdefault(match.group(1), set()).add(uri)
+    return out
 
 
 def files_added(lake: DeltaLake, name: str, tenant: str, after_version: int, up_to_version: int) -> list[str]:
