@@ -4,21 +4,28 @@
 package is installed there), which runs `reduce_requests` and returns flat rows (reduction_arrow's
 union schema, a `kind` column says which table a row belongs to). The grouped pass is checkpointed
 once and split, so the fold never runs twice.
+
+`reduce_to_arrow` is what the mutation stream calls (EP_MUTATION_REDUCER=spark|auto, see mutations.py):
+the driver's checked requests go up as one Arrow relation, one grouped job reduces every org, and
+the union rows come back as one Arrow table, in the same per-org order as the driver's fold.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 import pyarrow as pa
-from pyspark.sql import DataFrame
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from engagement_platform.engagement.cascade_fold import reduce_requests
 from engagement_platform.engagement.reduction import ReductionStats
+from engagement_platform.engagement.mutation_request import MutationRequest
 from engagement_platform.engagement.reduction_arrow import (
-    ENGAGEMENT_ACTION_COLUMNS, EXTERNAL_TARGET_COLUMNS, OWNER_ACTION_COLUMNS, REDUCED_SCHEMA, STAT_COLUMNS,
-    reduction_table, requests_from_arrow,
+    ENGAGEMENT_ACTION_COLUMNS, EXTERNAL_TARGET_COLUMNS, OWNER_ACTION_COLUMNS, REDUCED_ARROW_SCHEMA, REDUCED_SCHEMA, STAT_COLUMNS,
+    record_to_json, reduction_table, requests_from_arrow,
 )
 
 REQUEST_SCHEMA = (
@@ -73,6 +80,46 @@ def reduce_on_spark_frames(requests_df: DataFrame, with_external_targets: bool =
         external_targets=part("external", EXTERNAL_TARGET_COLUMNS),
         stats=stats,
     )
+
+
+REQUEST_ARROW_SCHEMA = pa.schema([
+    ("request_id", pa.string()), ("org_id", pa.string()), ("request_time", pa.timestamp("us", tz="UTC")), ("op", pa.string()),
+    ("field", pa.string()), ("owner_id", pa.string()), ("from_ids", pa.list_(pa.string())), ("to_field", pa.string()),
+    ("to_id", pa.string()), ("engagement_id", pa.string()), ("record", pa.string()), ("date_from", pa.date32()),
+    ("date_to", pa.date32()),
+])
+
+
+def requests_to_arrow(requests: Iterable[MutationRequest]) -> pa.Table:
+    """Requests (request_time a datetime) as REQUEST_SCHEMA rows, column by column; records as JSON."""
+    requests = list(requests)
+    columns = {
+        "request_id": [r.request_id for r in requests], "org_id": [r.org_id for r in requests],
+        "request_time": [r.request_time for r in requests], "op": [r.op for r in requests],
+        "field": [r.field for r in requests], "owner_id": [r.owner_id for r in requests],
+        "from_ids": [list(r.from_ids) if r.from_ids else None for r in requests],
+        "to_field": [r.to_field for r in requests], "to_id": [r.to_id for r in requests],
+        "engagement_id": [r.engagement_id for r in requests],
+        "record": [None if r.record is None else record_to_json(r.record) for r in requests],
+        "date_from": [r.date_from for r in requests], "date_to": [r.date_to for r in requests],
+    }
+    return pa.Table.from_pydict(columns, schema=REQUEST_ARROW_SCHEMA)
+
+
+def reduce_to_arrow(spark: SparkSession, requests: Iterable[MutationRequest], partitions: int | None = None) -> pa.Table:
+    """Every org's owner, engagement and stats rows (REDUCED_ARROW_SCHEMA, no external targets) from one
+    grouped Spark job, collected to the driver: the table the driver's fold builds, in its order
+    (orgs sorted, each org's rows as reduction_table emits them)."""
+    table = requests_to_arrow(requests)
+    if table.num_rows == 0:
+        return REDUCED_ARROW_SCHEMA.empty_table()
+    if partitions is None:
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    by_org = spark.createDataFrame(table).repartition(partitions, "org_id")
+    reduced = by_org.groupBy("org_id").applyInArrow(reduce_org_table_without_targets, schema=REDUCED_SCHEMA).toArrow()
+    reduced = reduced.select(REDUCED_ARROW_SCHEMA.names).cast(REDUCED_ARROW_SCHEMA)
+    # Arrow's sort is stable: an org's rows keep the order its worker emitted them in.
+    return reduced.take(pc.sort_indices(reduced, [("org_id", "ascending")]))
 
 
 # ---------------------------------------------------------------- what runs in the Python worker

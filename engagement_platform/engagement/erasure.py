@@ -81,9 +81,11 @@ def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest],
     if not erasures or not lake.exists(ENGAGEMENT_ACTIVITY.name):
         return ENGAGEMENT_ACTIVITY.schema.empty_table()
     subjects = sorted({r.subject_id for r in erasures})
-    ids = ds.field(SUBJECT_FIELDS[0]).isin(subjects)
+    # Compared through a cast: files a delta-rs delete/merge rewrote store strings as string_view, and
+    # pyarrow cannot compare their statistics with a string literal (the read would raise).
+    ids = ds.field(SUBJECT_FIELDS[0]).cast(pa.string()).isin(subjects)
     for f in SUBJECT_FIELDS[1:]:
-        ids = ids | ds.field(f).isin(subjects)
+        ids = ids | ds.field(f).cast(pa.string()).isin(subjects)
     expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) & ids
     if arrived_by is not None:
         expr = expr & (ds.field("ingestion_time") <= pa.scalar(arrived_by, UTC_US))

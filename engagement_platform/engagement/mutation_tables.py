@@ -57,6 +57,7 @@ ENGAGEMENT_MUTATIONS_PENDING = TableSpec(
             ("expires_batch", pa.int64()),  # quarantined if still unresolved in this batch
             ("source_partition", pa.int32()),
             ("source_offset", pa.int64()),
+            ("first_seen_at", pa.timestamp("us", tz="UTC")),  # as-of time of the batch that first held it back (age horizon)
         ]
     ),
     partition_by=("org_id",),

@@ -29,18 +29,33 @@ compute  The ingest framework parses and validates the slice (mutation_pipeline.
          date stats when every request of an org is bounded, then Arrow set lookups of the ids and
          engagements involved) gives the rows any request can touch. Requests whose targets are
          missing are held back (below), the rest of each org is reduced once with the exact fold
-         (cascade_fold.reduce_requests, on the driver; cascade_spark.reduce_on_spark is not wired in,
-         BENCHMARKS.md says why) and every row's outcome is computed column-wise (outcome_table).
+         (cascade_fold.reduce_requests) and every row's outcome is computed column-wise (outcome_table).
+reducer  Where the fold runs (the hold-back above always runs first, on the driver, so both give the
+         same actions table, row for row): EP_MUTATION_REDUCER=spark (cascade_spark.reduce_to_arrow:
+         one Spark job, repartitioned and grouped by org, applyInArrow runs the fold per org on the
+         Python workers), driver (the fold per org in this process) or auto (default): Spark when more
+         than EP_MUTATION_SPARK_THRESHOLD requests are left to reduce (default 1,000,000), else the
+         driver. Why that default: on this machine (2 cores, Spark local[2]) the driver fold won at
+         every size measured (2026-11-22, load 9-28, same requests, equal output): 20k requests 0.6 s
+         vs 7.9 s on Spark, 200k 4.3 s vs 20.7 s, 1M 18.1 s vs 47.0 s (Spark ~6 s fixed + ~41 us per
+         request: upload, shuffle, Arrow <-> objects in the workers, collect; driver ~18 us). There is
+         no crossover to pick, so auto keeps every batch the default plan bound makes (4 partitions x
+         250k = 1M requests) on the driver and sends only larger ones, which were not measured, to the
+         grouped Spark job, whose fold work spreads over executors. On a real cluster, set the
+         threshold from benchmarks/mutation.py, which times both reducers on the same requests.
 pending  A request whose external target (cascade_fold.external_targets: an id or engagement no earlier
          request of the batch produced) has no row in the table within the request's date range is
          held back whole, and the org's targets are looked up again without it until none is missing (a
          request that needed what a held-back request would have produced is then held back too, so a
          chain keeps its order). Held-back requests go to the pending table and are retried in each of
-         the next `horizon_batches` batches; then they are quarantined with `target_not_found_within_horizon`.
-commit   request log (append), engagement_activity (ONE delta-rs MERGE), pending (one overwrite),
+         the next `horizon_batches` batches, for at most EP_MUTATION_PENDING_MAX_AGE_HOURS after the batch
+         that first held them back (both measured at the batch's pinned as-of time); then they are
+         quarantined with `target_not_found_within_horizon`, the message naming the horizon that ran out.
+commit   request log (append), engagement_activity (ONE delta-rs MERGE), pending (one MERGE: upsert kept,
+         delete consumed; requests an erasure deleted after the pin are not written back, erased_since_pin),
          quarantine (append), notifications (counts from the MERGE commit's change data feed); each
          commit carries the txn. A re-run after a crash recomputes against the table versions pinned
-         in the request log's commit (time travel), so it reaches the same decisions and only writes
+         in the request log's commit (time travel) and its as-of time, so it reaches the same decisions and only writes
          the tables the first attempt did not reach.
 """
 
@@ -52,7 +67,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -60,7 +75,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.affected_rows import present_targets, read_affected
@@ -91,7 +105,13 @@ PIPELINE_NAME = "engagement_mutations"
 PIPELINE_FILE = Path(__file__).with_name("mutation_pipeline.yaml")
 DEFAULT_TOPIC = "engagement.mutations"
 DEFAULT_HORIZON_BATCHES = 10
-REDUCER = "driver"  # cascade_fold.reduce_requests per org on the driver (BENCHMARKS.md: why not Spark yet)
+DEFAULT_PENDING_MAX_AGE_HOURS = 72.0
+PENDING_ACTION, UPSERT, PENDING_DELETE = "_pending_action", "upsert", "delete"  # the pending step's MERGE source
+REDUCER_ENV = "EP_MUTATION_REDUCER"  # spark | driver | auto (module docstring: the default and why)
+SPARK_THRESHOLD_ENV = "EP_MUTATION_SPARK_THRESHOLD"  # auto: Spark above this many requests to reduce
+DEFAULT_REDUCER = "auto"
+DEFAULT_SPARK_THRESHOLD = 1_000_000  # no crossover measured up to 1M on 2 cores (module docstring)
+REDUCER = "driver"  # what MutationResult reports when no reduction ran
 
 CHECKS = "mutation_request"  # plugin name of the driver-side request checks
 APPLY = "apply"  # stage of errors found while applying (targets never arrived)
@@ -108,6 +128,11 @@ OP_REQUIRED = {
     "merge": ("field", "from_ids", "to_id"),
     "update": ("engagement_id", "record"),
 }
+
+
+def pending_max_age_hours() -> float:
+    """Hours a request may wait in the pending table (EP_MUTATION_PENDING_MAX_AGE_HOURS, default 72), read at run time."""
+    return float(os.environ.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", str(DEFAULT_PENDING_MAX_AGE_HOURS)))
 
 
 def mutations_topic() -> str:
@@ -296,6 +321,7 @@ class Candidate:
     expires_batch: int
     from_pending: bool
     missing: list[dict] = field(default_factory=list)
+    first_seen_at: datetime | None = None  # the as-of time of the batch that first held it back (None: this batch)
 
     @property
     def request_id(self) -> str:
@@ -311,6 +337,7 @@ class BatchReduction:
     held: list[Candidate]
     action_count: int
     rounds: int
+    reducer: str = REDUCER
 
 
 def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None, schema: pa.Schema | None = None) -> tuple[pa.Table, int, int]:
@@ -352,9 +379,29 @@ def hold_back_missing(by_org: dict[str, list[Candidate]], rows: pa.Table) -> tup
     return {org: cs for org, cs in active.items() if cs}, held, rounds
 
 
-def reduce_batch(by_org: dict[str, list[Candidate]], rows: pa.Table) -> BatchReduction:
-    """Hold back requests whose targets are missing, then reduce each org's remaining requests once."""
+def mutation_reducer(requests: int) -> str:
+    """'spark' or 'driver' for a batch reducing `requests` requests (EP_MUTATION_REDUCER, EP_MUTATION_SPARK_THRESHOLD)."""
+    choice = os.environ.get(REDUCER_ENV, DEFAULT_REDUCER).strip().lower() or DEFAULT_REDUCER
+    if choice not in ("spark", "driver", "auto"):
+        raise ValueError(f"{REDUCER_ENV}={choice!r}: expected spark, driver or auto")
+    if choice == "auto":
+        threshold = int(os.environ.get(SPARK_THRESHOLD_ENV) or DEFAULT_SPARK_THRESHOLD)
+        return "spark" if requests > threshold else "driver"
+    return choice
+
+
+def reduce_batch(by_org: dict[str, list[Candidate]], rows: pa.Table, spark: SparkSession | None = None) -> BatchReduction:
+    """Hold back requests whose targets are missing, then reduce each org's remaining requests once:
+    on Spark grouped by org (cascade_spark.reduce_to_arrow) or on the driver, per mutation_reducer."""
     active, held, rounds = hold_back_missing(by_org, rows)
+    applied = [c for org in sorted(active) for c in active[org]]
+    if spark is not None and applied and mutation_reducer(len(applied)) == "spark":
+        from engagement_platform.engagement.cascade_spark import reduce_to_arrow
+
+        actions = reduce_to_arrow(spark, [c.request for c in applied])
+        stats = actions.filter(pc.equal(actions["kind"], "stats"))
+        count = sum(pc.sum(stats[name]).as_py() or 0 for name in ("owner_actions", "engagement_actions"))
+        return BatchReduction(actions, applied, held, count, rounds, reducer="spark")
     tables, applied, count = [], [], 0
     for org in sorted(active):
         reduction = reduce_requests([c.request for c in active[org]])
@@ -457,9 +504,29 @@ def snapshot_versions(lake: DeltaLake, batch_id: int) -> dict[str, int]:
 def _pending_candidates(pending: pa.Table) -> list[Candidate]:
     return [
         Candidate(request_from_json(json.loads(r["request_json"])), json.loads(r["request_json"]), r["source_partition"], r["source_offset"],
-                  r["first_seen_batch"], r["attempts"], r["expires_batch"], from_pending=True)
+                  r["first_seen_batch"], r["attempts"], r["expires_batch"], from_pending=True,
+                  first_seen_at=r.get("first_seen_at"))  # None in rows written before the column existed: the clock starts now
         for r in pending.to_pylist()
     ]
+
+
+def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
+    """The batch's as-of time: pinned in the request log's commit once it exists, so a re-run decides the same
+    (pending age, received_at / quarantined_at); before that, now."""
+    info = _commit_info(lake, ENGAGEMENT_MUTATION_REQUESTS.name, batch_id)
+    if info is not None and "as_of" in info:
+        return datetime.fromisoformat(info["as_of"])
+    return datetime.now(timezone.utc)
+
+
+def _expired_horizons(c: Candidate, batch_id: int, as_of: datetime, max_age: timedelta) -> list[str]:
+    """Which horizons a held-back request has run out of at this batch: "batches" and/or "age" (empty: it waits)."""
+    out = []
+    if batch_id >= c.expires_batch:
+        out.append("batches")
+    if as_of - (c.first_seen_at or as_of) >= max_age:
+        out.append("age")
+    return out
 
 
 def _already_logged(lake: DeltaLake, version_of_log: int, requests: list[dict], batch_id: int) -> set[tuple[str, str]]:
@@ -467,9 +534,41 @@ def _already_logged(lake: DeltaLake, version_of_log: int, requests: list[dict], 
     if version_of_log < 0 or not requests:
         return set()
     orgs = sorted({r["org_id"] for r in requests})
-    expr = ds.field("org_id").isin(orgs) & ds.field("request_id").isin(sorted({r["request_id"] for r in requests})) & (ds.field("batch_id") < batch_id)
+    # request_id is compared through a cast: files a delta-rs delete/merge rewrote (an erasure) store it as
+    # string_view, and pyarrow cannot compare their min/max guarantee with a string literal.
+    ids = pc.field("request_id").cast(pa.string()).isin(sorted({r["request_id"] for r in requests}))
+    expr = ds.field("org_id").isin(orgs) & ids & (ds.field("batch_id") < batch_id)
     rows, _, _ = read_at(lake, ENGAGEMENT_MUTATION_REQUESTS.name, version_of_log, expr)
     return {(r["org_id"], r["request_id"]) for r in rows.select(["org_id", "request_id"]).to_pylist()}
+
+
+def _request_keys(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None) -> set[tuple[str, str]]:
+    if version < 0:
+        return set()
+    rows = lake.table(name, version).to_pyarrow_dataset().to_table(columns=["org_id", "request_id"], filter=filter)
+    return set(zip(rows["org_id"].to_pylist(), rows["request_id"].to_pylist()))
+
+
+def erased_since_pin(lake: DeltaLake, batch_id: int, pinned_pending: int, new_keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """(org_id, request_id) of this batch's requests that another writer (a GDPR erasure) deleted after the
+    batch's pin; a re-run must not write them back (to pending or quarantine) although its decisions,
+    computed against the pin, still count them. The rule: the pending table changes only through this
+    stream's one commit per batch and erasure deletes, so every key a commit of another app removed from
+    it after the pinned version was erased (optimize/vacuum commits remove no key); and the request log
+    is append-only apart from erasures, so a request this batch already logged whose row is gone was erased."""
+    erased: set[tuple[str, str]] = set()
+    name = ENGAGEMENT_MUTATIONS_PENDING.name
+    current = _current_version(lake, name)
+    if current > pinned_pending >= 0:
+        for commit in lake.table(name).history(limit=current - pinned_pending):
+            version = int(commit["version"])
+            if version > pinned_pending and commit.get("app_id") != APP_ID:
+                erased |= _request_keys(lake, name, version - 1) - _request_keys(lake, name, version)
+    log = ENGAGEMENT_MUTATION_REQUESTS.name
+    if new_keys and lake.exists(log) and (lake.committed_version(log, APP_ID) or -1) >= batch_id:
+        mine = ds.field("org_id").isin(sorted({o for o, _ in new_keys})) & (ds.field("batch_id") == batch_id)
+        erased |= new_keys - _request_keys(lake, log, _current_version(lake, log), mine)
+    return erased
 
 
 def _quarantine_candidates(candidates: list[Candidate], plan: BatchPlan, at: datetime, code: str, message) -> pa.Table:
@@ -502,13 +601,15 @@ def apply_mutation_batch(
     plan: BatchPlan,
     horizon_batches: int = DEFAULT_HORIZON_BATCHES,
     kafka_config: dict | None = None,
+    max_age_hours: float | None = None,
 ) -> MutationResult:
     seconds: dict[str, float] = {}
     batch = plan.batch_id
     t0 = time.perf_counter()
     validated, requests = validate_requests(spark, bootstrap_servers, plan, kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
-    now = datetime.now(timezone.utc)
+    max_age_hours = pending_max_age_hours() if max_age_hours is None else max_age_hours
+    as_of = now = pinned_as_of(lake, batch)
 
     # -- requests of this batch: new valid ones + every pending one (pinned snapshot)
     t1 = time.perf_counter()
@@ -542,31 +643,50 @@ def apply_mutation_batch(
 
     # -- hold back requests whose targets are missing, reduce per org, outcome of every row at once
     t3 = time.perf_counter()
-    reduced = reduce_batch(by_org, affected)
+    reduced = reduce_batch(by_org, affected, spark)
     applied, held = reduced.applied, reduced.held
     seconds["reduce"] = time.perf_counter() - t3
     t4 = time.perf_counter()
     source, counts = outcome_table(affected, reduced.actions)
     merge_orgs = pc.unique(source["org_id"]).to_pylist()
-    expired = [c for c in held if batch >= c.expires_batch]
-    still_pending = [c for c in held if batch < c.expires_batch]
-    outcome_of = {c.request_id: "applied" for c in applied} | {c.request_id: "pending" for c in still_pending} | {c.request_id: "expired" for c in expired}
+    # Expiry: `horizon_batches` batches after the first attempt, or `max_age_hours` after the batch that first
+    # held it back (first_seen_at), both measured at this batch's pinned as-of time, never the clock at re-run.
+    max_age = timedelta(hours=max_age_hours)
+    horizons = {(c.request.org_id, c.request_id): _expired_horizons(c, batch, as_of, max_age) for c in held}
+    expired = [c for c in held if horizons[(c.request.org_id, c.request_id)]]
+    still_pending = [c for c in held if not horizons[(c.request.org_id, c.request_id)]]
+    outcome_of = ({(c.request.org_id, c.request_id): "applied" for c in applied} | {(c.request.org_id, c.request_id): "pending" for c in still_pending}
+                  | {(c.request.org_id, c.request_id): "expired" for c in expired})
+    # A re-run computes against its pin but does not write back what an erasure deleted after the pin.
+    erased = erased_since_pin(lake, batch, snapshot["pending_version"], {(c.request.org_id, c.request_id) for c in new})
     seconds["outcomes"] = time.perf_counter() - t4
 
     t5 = time.perf_counter()
     log_rows = _log_rows(new, outcome_of, plan, now)
+    keep = sorted((c for c in still_pending if (c.request.org_id, c.request_id) not in erased), key=lambda c: (c.request.org_id, c.request.order))
+    kept_keys = {(c.request.org_id, c.request_id) for c in keep}
+    consumed = sorted({(c.request.org_id, c.request_id) for c in carried} - kept_keys)
     pending_table = pa.Table.from_pylist([
         dict(org_id=c.request.org_id, request_id=c.request_id, request_time=c.request.request_time, request_json=json.dumps(c.json, sort_keys=True),
              missing_targets=json.dumps(c.missing), first_seen_batch=c.first_seen_batch, last_batch=batch, attempts=c.attempts + 1,
-             expires_batch=c.expires_batch, source_partition=c.source_partition, source_offset=c.source_offset)
-        for c in sorted(still_pending, key=lambda c: (c.request.org_id, c.request.order))
+             expires_batch=c.expires_batch, source_partition=c.source_partition, source_offset=c.source_offset,
+             first_seen_at=c.first_seen_at or as_of)
+        for c in keep
     ], schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
+    # The pending step's change as a delta against the current table: upsert what stays, delete what it consumed.
+    pending_delta = pa.concat_tables([
+        pending_table.append_column(PENDING_ACTION, pa.array([UPSERT] * pending_table.num_rows, pa.string())),
+        pa.Table.from_pylist([dict(org_id=o, request_id=r, **{PENDING_ACTION: PENDING_DELETE}) for o, r in consumed],
+                             schema=ENGAGEMENT_MUTATIONS_PENDING.schema.append(pa.field(PENDING_ACTION, pa.string()))),
+    ])
     quarantine = pa.concat_tables([
         malformed,
         _quarantine_candidates(replayed, plan, now, "duplicate_request", lambda c: f"request_id '{c.request_id}' was already received by an earlier batch"),
-        _quarantine_candidates(expired, plan, now, TARGET_NOT_FOUND, lambda c: (
-            f"targets {_describe_missing(c.missing)} not found in engagement_activity "
-            f"within {horizon_batches} batch(es) after batch {c.first_seen_batch} ({c.attempts + 1} attempts)")),
+        _quarantine_candidates([c for c in expired if (c.request.org_id, c.request_id) not in erased], plan, now, TARGET_NOT_FOUND, lambda c: (
+            f"targets {_describe_missing(c.missing)} not found in engagement_activity within the "
+            f"{' and '.join(horizons[(c.request.org_id, c.request_id)])} horizon: "
+            f"{horizon_batches} batch(es) after batch {c.first_seen_batch} ({c.attempts + 1} attempts), "
+            f"{max_age_hours:g} h after {_iso(c.first_seen_at or as_of)} (batch as-of {_iso(as_of)})")),
     ])
 
     merge_metrics: dict = {}
@@ -595,9 +715,17 @@ def apply_mutation_batch(
         table = lake.ensure(ENGAGEMENT_MUTATIONS_PENDING)
         if lake.already_committed(ENGAGEMENT_MUTATIONS_PENDING.name, txn):
             return None
-        # The whole pending set after this batch, in one commit with the txn (delete resolved/expired + add new).
-        write_deltalake(table, pending_table, mode="overwrite", partition_by=list(ENGAGEMENT_MUTATIONS_PENDING.partition_by),
-                        commit_properties=txn.commit_properties())
+        if pending_delta.num_rows == 0:
+            return None  # nothing carried, nothing held back: no commit (a re-run finds nothing to do either)
+        # One MERGE with the txn against the current table (not an overwrite of the pinned set): rows an erasure
+        # deleted after the pin are neither in the source nor matched, so they stay deleted.
+        orgs = ", ".join(sql_literal(o) for o in pc.unique(pending_delta["org_id"]).to_pylist())
+        (table.merge(pending_delta, predicate=f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.request_id = s.request_id",
+                     source_alias="s", target_alias="t", merge_schema=True, commit_properties=txn.commit_properties())
+         .when_matched_update_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
+         .when_matched_delete(predicate=f"s.{PENDING_ACTION} = '{PENDING_DELETE}'")
+         .when_not_matched_insert_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
+         .execute())
         table.update_incremental()
         return table.version()
 
@@ -625,6 +753,7 @@ def apply_mutation_batch(
         ],
         checkpoints,
         ranges=plan.ranges_json(),
+        as_of=as_of.isoformat(),
         **snapshot,  # pinned in every commit's metadata; the request log's is read back by a re-run
     )
     seconds["commits_other"] = time.perf_counter() - t6 - seconds["merge"]
@@ -652,10 +781,11 @@ def apply_mutation_batch(
         snapshot=snapshot,
         org_ids=orgs,
         seconds=seconds,
+        reducer=reduced.reducer,
     )
 
 
-def _log_rows(new: list[Candidate], outcome_of: dict[str, str], plan: BatchPlan, at: datetime) -> pa.Table:
+def _log_rows(new: list[Candidate], outcome_of: dict[tuple[str, str], str], plan: BatchPlan, at: datetime) -> pa.Table:
     rows = []
     for c in new:
         j, r = c.json, c.request
@@ -664,7 +794,7 @@ def _log_rows(new: list[Candidate], outcome_of: dict[str, str], plan: BatchPlan,
             from_field=j.get("from_field"), from_id=j.get("from_id"), to_field=j.get("to_field"), to_id=j.get("to_id"),
             field=j.get("field"), from_ids=j.get("from_ids"), id=j.get("id"), engagement_id=j.get("engagement_id"),
             record=json.dumps(j["record"], sort_keys=True) if "record" in j else None, date_from=r.date_from, date_to=r.date_to,
-            request_json=json.dumps(j, sort_keys=True), outcome=outcome_of.get(r.request_id), batch_id=plan.batch_id,
+            request_json=json.dumps(j, sort_keys=True), outcome=outcome_of.get((r.org_id, r.request_id)), batch_id=plan.batch_id,
             source_partition=c.source_partition, source_offset=c.source_offset, received_at=at,
         ))
     return pa.Table.from_pylist(rows, schema=ENGAGEMENT_MUTATION_REQUESTS.schema)

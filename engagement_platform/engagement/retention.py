@@ -116,7 +116,8 @@ def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], ba
     if not requests:
         return set()
     expr = (ds.field("org_id").isin(sorted({r.org_id for r in requests}))
-            & ds.field("request_id").isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
+            # cast: string_view in files a delta-rs delete rewrote (see erasure.activity_rows_of_subjects)
+            & ds.field("request_id").cast(pa.string()).isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
     rows = read_at(lake, GDPR_AUDIT.name, version, expr, ["org_id", "request_id"])
     return {(r["org_id"], r["request_id"]) for r in rows.to_pylist()}
 

@@ -95,7 +95,10 @@ def _present(value: Column) -> Column:
 
 
 def _fields_map(json_text: Column) -> Column:
-    return F.coalesce(F.from_json(json_text, FIELDS_MAP), F.create_map().cast(FIELDS_MAP))
+    # from_json keeps a repeated key twice and later lookups see the first; rebuilding the map applies
+    # spark.sql.mapKeyDedupPolicy=LAST_WIN (set in spark/session.py), the JSON parsers' rule.
+    parsed = F.map_from_entries(F.map_entries(F.from_json(json_text, FIELDS_MAP)))
+    return F.coalesce(parsed, F.create_map().cast(FIELDS_MAP))
 
 
 def merged_fields_json(base_json: Column, changes: Column) -> Column:

@@ -43,6 +43,9 @@ def build_session(config: dict[str, str]) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
+    # whole batch on one such record.
+    spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     spark.dataSource.register(KafkaOffsetsDataSource)
     spark.dataSource.register(LandingLinesDataSource)
     return spark

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import date, datetime, timedelta, timezone
 
+import pyarrow as pa
 import pytest
 
 from engagement_platform.engagement.cascade_fold import reduce_requests
@@ -117,3 +118,13 @@ def test_reduce_on_spark_returns_the_three_parts(spark, batches):
     assert owner_actions.columns == list(OWNER_ACTION_COLUMNS)
     assert engagement_actions.columns == list(ENGAGEMENT_ACTION_COLUMNS)
     assert stats.requests_in == len(batches[ORGS[0]]) and stats.orgs == 1
+
+
+def test_reduce_to_arrow_is_the_drivers_table_row_for_row(spark, batches):
+    """What the stream uses with EP_MUTATION_REDUCER=spark: the driver fold's union table, same order."""
+    from engagement_platform.engagement.cascade_spark import reduce_to_arrow
+
+    driver = pa.concat_tables([reduction_table(org, reduce_requests(batches[org]), with_external_targets=False) for org in sorted(batches)])
+    on_spark = reduce_to_arrow(spark, [r for org in reversed(ORGS) for r in batches[org]], partitions=3)
+    assert on_spark.equals(driver)
+    assert reduce_to_arrow(spark, []).num_rows == 0

@@ -263,3 +263,121 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     assert pc.count_distinct(q["row_id"]).as_py() == 1
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
     assert [(n["org_id"], n["updated"], n["deleted"]) for n in notes] == [(org, len(lead_rows), 0)]
+
+
+def test_pending_request_expires_after_the_age_horizon_measured_at_the_batch_as_of(spark, kafka, topic, mutation_topic, lake, checkpoints, monkeypatch):
+    """EP_MUTATION_PENDING_MAX_AGE_HOURS: a request pending longer than that (first_seen_at -> the batch's pinned
+    as-of time) is quarantined with target_not_found_within_horizon naming the age horizon, before the batch horizon."""
+    from engagement_platform.engagement.mutations import pinned_as_of
+
+    records = produce_activities(kafka, topic, 20)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic, [req("old", org, 1, "delete", field="lead_id", id="00QNEVER")])
+    assert first.pending_added == 1
+    (row,) = lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).to_pylist()
+    assert row["first_seen_at"] == pinned_as_of(lake, 1), "the clock starts at the batch's recorded as-of time"
+
+    monkeypatch.setenv("EP_MUTATION_PENDING_MAX_AGE_HOURS", "0.0001")  # 0.36 s: batch 2's as-of is later than that
+    second = mutate(spark, kafka, lake, checkpoints, mutation_topic, [req("young", org, 2, "delete", field="lead_id", id="00QNEVER2")],
+                    horizon_batches=1)
+    assert (second.pending_expired, second.pending_added, second.pending_retained) == (1, 1, 0)
+    (expired,) = [r for r in lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).to_pylist() if r["error_code"] == TARGET_NOT_FOUND]
+    assert json.loads(expired["input"])["request_id"] == "old" and "within the age horizon" in expired["message"]
+    assert "0.0001 h after" in expired["message"] and "00QNEVER" in expired["message"]
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["young"]
+
+    # the batch horizon still applies, and the message says which one ran out
+    monkeypatch.setenv("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")
+    third = mutate(spark, kafka, lake, checkpoints, mutation_topic, [b"{"])
+    assert third.pending_expired == 1
+    messages = {json.loads(r["input"])["request_id"]: r["message"] for r in lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).to_pylist()
+                if r["error_code"] == TARGET_NOT_FOUND}
+    assert "within the batches horizon" in messages["young"]
+    # the request log's outcome is per (org, request_id)
+    log = {(r["org_id"], r["request_id"]): r["outcome"] for r in lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).to_pylist()}
+    assert log == {(org, "old"): "pending", (org, "young"): "pending"}
+
+
+def test_spark_and_driver_reducers_give_the_same_tables(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, tmp_path, monkeypatch):
+    """EP_MUTATION_REDUCER=spark (grouped by org on Spark) and =driver on the same batches of the same
+    table: every table the batches write is the same, pending hold-back and retry included."""
+    import shutil
+
+    from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.lake.delta import DeltaLake
+
+    records = produce_activities(kafka, topic, 90)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    shutil.copytree(lake_root, tmp_path / "spark-lake")
+    spark_lake = DeltaLake(str(tmp_path / "spark-lake"))
+    spark_checkpoints = CheckpointStore(spark_lake)
+    orgs = sorted({r["org_id"] for r in records.values()})
+    a, b, c = orgs[0], orgs[1], orgs[2]
+    lead_a = pick(records, a, "lead_id", 2)
+    c1, c2 = pick(records, b, "contact_id", 2)
+    eng_c = sorted(e for e, r in records.items() if r["org_id"] == c)
+    batches = [
+        [
+            req("a1", a, 1, "convert", from_field="lead_id", from_id=lead_a[0], to_field="contact_id", to_id="003A1"),
+            req("a2", a, 2, "merge", field="contact_id", from_ids=["003A1", pick(records, a, "contact_id")[0]], to_id="003A2"),
+            req("a3", a, 3, "delete", field="lead_id", id=lead_a[1], date_from="2026-01-01", date_to="2026-12-31"),
+            # a ghost target and a chain that needs it: both held back, in order
+            req("a4", a, 4, "convert", from_field="lead_id", from_id="00QGHOST", to_field="lead_id", to_id="00QGHOST2"),
+            req("a5", a, 5, "convert", from_field="lead_id", from_id="00QGHOST2", to_field="contact_id", to_id="003G"),
+            req("b1", b, 1, "merge", field="contact_id", from_ids=[c1, c2], to_id="003B"),
+            req("b2", b, 2, "convert", from_field="contact_id", from_id="003B", to_field="lead_id", to_id="00QB"),
+            req("c1", c, 1, "update", engagement_id=eng_c[0], record={"contact_id": "003U", "engagement_date": "2026-02-03", "subject": "u"}),
+            req("c2", c, 2, "merge", field="contact_id", from_ids=["003U"], to_id="003V"),
+            req("c3", c, 3, "delete", engagement_id=eng_c[1]),
+            req("c4", c, 4, "update", engagement_id="e-missing", record={"subject": "never"}),
+        ],
+        [
+            req("a6", a, 6, "convert", from_field="contact_id", from_id="003A2", to_field="lead_id", to_id="00QBACK"),
+            req("b3", b, 3, "delete", field="lead_id", id="00QB"),
+            req("c5", c, 5, "update", engagement_id=eng_c[2], record={"lead_id": "00QNEW", "subject": "again"}),
+        ],
+    ]
+
+    def tables(on_lake) -> dict:
+        out = {}
+        for table, drop in ((ENGAGEMENT_ACTIVITY, ()), (ENGAGEMENT_MUTATION_REQUESTS, ("received_at",)),
+                            (ENGAGEMENT_MUTATIONS_PENDING, ("first_seen_at",)), (QUARANTINE_ENGAGEMENT_MUTATIONS, ("quarantined_at", "quarantine_date")),
+                            (ENGAGEMENT_NOTIFICATIONS, ("ingestion_hour", "last_modified_time"))):
+            if on_lake.exists(table.name):
+                rows = [{k: v for k, v in r.items() if k not in drop} for r in on_lake.read(table.name).to_pylist()]
+                out[table.name] = sorted(rows, key=repr)
+        return out
+
+    for requests in batches:
+        produce_requests(kafka, mutation_topic, requests)
+        marks = kafka.watermarks(mutation_topic)
+        results = {}
+        for reducer, on_lake, store in (("driver", lake, checkpoints), ("spark", spark_lake, spark_checkpoints)):
+            monkeypatch.setenv("EP_MUTATION_REDUCER", reducer)
+            p = plan_next_batch(STREAM, mutation_topic, store.latest_plan(STREAM), marks, 10_000)
+            assert store.record_plan(p)
+            results[reducer] = apply_mutation_batch(spark, on_lake, store, kafka.bootstrap_servers, p)
+        driver, on_spark = results["driver"], results["spark"]
+        assert (driver.reducer, on_spark.reducer) == ("driver", "spark")
+        keys = ("requests_applied", "actions", "rows_updated", "rows_replaced", "rows_deleted", "pending_added", "pending_retained")
+        assert {k: getattr(on_spark, k) for k in keys} == {k: getattr(driver, k) for k in keys}
+        assert driver.requests_applied > 0 and driver.rows_updated + driver.rows_deleted + driver.rows_replaced > 0
+        assert tables(spark_lake) == tables(lake)
+    assert {r["request_id"] for r in lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).to_pylist()} == {"a4", "a5", "c4"}
+
+
+def test_reducer_setting(monkeypatch):
+    from engagement_platform.engagement.mutations import mutation_reducer
+
+    monkeypatch.delenv("EP_MUTATION_REDUCER", raising=False)
+    monkeypatch.delenv("EP_MUTATION_SPARK_THRESHOLD", raising=False)
+    assert (mutation_reducer(1_000), mutation_reducer(1_000_000), mutation_reducer(1_000_001)) == ("driver", "driver", "spark")
+    monkeypatch.setenv("EP_MUTATION_SPARK_THRESHOLD", "10")
+    assert (mutation_reducer(10), mutation_reducer(11)) == ("driver", "spark")
+    for forced in ("spark", "driver"):
+        monkeypatch.setenv("EP_MUTATION_REDUCER", forced)
+        assert mutation_reducer(5) == mutation_reducer(10**9) == forced
+    monkeypatch.setenv("EP_MUTATION_REDUCER", "gpu")
+    with pytest.raises(ValueError, match="EP_MUTATION_REDUCER"):
+        mutation_reducer(1)

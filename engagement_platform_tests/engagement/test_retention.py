@@ -205,6 +205,10 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
         assert not files_mentioning(lake, table, SUBJECT), table
     assert files_mentioning(lake, ENGAGEMENT_ACTIVITY.name, SUBJECT, f"org_id={B}"), "the other org's row stays"
 
+    # A second erasure reads files the first one's deletes rewrote (strings stored as string_view there).
+    again = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e3", A, ERASURE, subject_id=CONTACT, at="2026-02-01T12:00:00Z")])
+    assert again.requests_applied == 1 and sum(again.rows_removed.values()) == 0
+
 
 # ---- malformed and repeated requests ---------------------------------------------------------------
 
@@ -392,3 +396,45 @@ def test_predicates_group_by_partition_and_quote_values():
     assert activity_predicate([]) is None
     assert keyed_predicate(("pipeline", "row_id"), {("p", "t:0:2"), ("p", "t:0:1")}) == "(pipeline = 'p' AND row_id IN ('t:0:1', 't:0:2'))"
     assert mutations.STREAM != STREAM  # each stream its own txn app id and checkpoint partition
+
+
+# ---- an erasure between a crashed mutation batch and its re-run ------------------------------------
+
+
+def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requests(
+    spark, kafka, topic, gdpr_topic, mutation_topic, lake, lake_root, checkpoints
+):
+    """The mutation batch re-runs against its pinned pending version; an erasure committed after the pin
+    must stay done: neither the carried pending request nor the batch's new one comes back."""
+    from engagement_platform_tests.engagement.test_mutations import plan_mutations, produce_requests
+    from engagement_platform_tests.engagement.test_mutations import run_batch_process as run_mutation_process
+
+    produce(kafka, topic, [activity("a1", A, date(2026, 1, 10), lead="00QKEEP")])
+    ingest(spark, kafka, lake, checkpoints, topic)
+
+    def pending(rid, missing, **to) -> dict:
+        return {"request_id": rid, "org_id": A, "request_time": ASKED, "op": "convert", "from_field": "lead_id", "from_id": missing,
+                "to_field": "contact_id", "to_id": to.get("to_id", "003KEPT")}
+
+    mutate(spark, kafka, lake, checkpoints, mutation_topic, [pending("m1", "00QNOTYET", to_id=SUBJECT), pending("m2", "00QOTHER")])
+    produce_requests(kafka, mutation_topic, [pending("m3", "00QNOTYET2", to_id=SUBJECT), pending("m4", "00QOTHER2")])
+    p = plan_mutations(kafka, checkpoints, mutation_topic)
+    crashed = run_mutation_process(lake_root, p.batch_id, failpoint=f"{mutations.STREAM}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}")
+    assert crashed.returncode == 137, crashed.stderr[-2000:]
+
+    result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT)])
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["m2"]
+    assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["m2", "m4"]
+
+    rerun = run_mutation_process(lake_root, p.batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert checkpoints.is_done(mutations.STREAM, p.batch_id)
+    assert sorted(lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist()) == ["m2", "m4"]
+    assert subject_rows_remaining(lake, result.erasures, result.as_of) == {t: 0 for t in ERASED_TABLES}
+    q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name) if lake.exists(QUARANTINE_ENGAGEMENT_MUTATIONS.name) else None
+    assert q is None or not any(mentions(v, SUBJECT) for v in q["input"].to_pylist() if v)
+    # the re-run is still exactly-once: one pending commit for the batch, the same decisions
+    commits = [c for c in lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).history() if c.get("app_id") == mutations.APP_ID]
+    assert sorted(c["batch_id"] for c in commits) == ["1", "2"]
+    meta = json.loads(rerun.stdout.strip().splitlines()[-1])
+    assert (meta["requests_applied"], meta["pending_retained"], meta["pending_added"]) == (0, 2, 2)

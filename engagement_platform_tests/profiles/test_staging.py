@@ -9,6 +9,7 @@ import threading
 import pyarrow.compute as pc
 import pytest
 
+from engagement_platform.profiles.processor import process_tenant, read_profiles
 from engagement_platform.profiles.staging import STREAM, app_id, stage_cdc_batch
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, bucket_of
 from engagement_platform.streams.batch import FAILPOINT_ENV
@@ -63,6 +64,22 @@ def test_fields_given_as_a_json_string_are_accepted(spark, kafka, lake, checkpoi
     assert json.loads(row["fields"]) == {"email": "a@b.c"} and row["email"] == "a@b.c"
 
 
+def test_a_duplicate_key_in_fields_does_not_stop_the_batch_and_the_last_value_wins(spark, kafka, lake, checkpoints):
+    """JSON allows repeated keys (json.loads keeps the last); Spark's default map policy would fail the
+    whole query on one such record, halting the stream on a single bad producer."""
+    topic = new_topic(kafka)
+    head = json.dumps(record("acme", "1", 1, {}))[:-1]  # the record without its closing brace
+    raw = head.replace('"fields": {}', '"fields": {"email": "old@x.io", "email": "new@x.io"}') + "}"
+    assert '"email": "old@x.io", "email"' in raw
+    result = stage(spark, kafka, lake, checkpoints, topic, [raw.encode(), record("acme", "2", 2, {"email": "b@x.io"})])
+    assert (result.rows_staged, result.records_quarantined) == (2, 0)
+    staged = {r["primary_id"]: r for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
+    assert json.loads(staged["1"]["fields"]) == {"email": "new@x.io"}
+    process_tenant(spark, lake, checkpoints, "acme")  # the processor parses the same text again
+    profiles = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
+    assert json.loads(profiles["1"]["fields"]) == {"email": "new@x.io"}
+
+
 def test_rerun_of_a_staged_batch_changes_nothing(spark, kafka, lake, checkpoints):
     topic = new_topic(kafka)
     first = stage(spark, kafka, lake, checkpoints, topic, good_records(10) + [BAD["not_json"][0]])
@@ -77,6 +94,7 @@ RUNNER = """
 import sys
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.profiles.processor import process_tenant, read_profiles
 from engagement_platform.profiles.staging import STREAM, stage_cdc_batch
 from engagement_platform.spark.session import build_session
 lake_root, bootstrap, remote, batch_id = sys.argv[1:5]
