@@ -13,6 +13,13 @@ so they go to the pending table) are produced to a fresh broker, then the real s
 -> checkpoint -> apply_mutation_batch, timed from the first read to the last commit. Baseline in the
 same run: a sample of the same requests applied one at a time, each as its own delta-rs update/delete
 of the table (on a second copy), scaled up to requests/s.
+
+Reducers: before the stream runs, the same requests (all of them, without the hold-back, which needs
+the table) are reduced with both reducers in the same run: the driver's fold per org and
+cascade_spark.reduce_to_arrow (one Spark job grouped by org), after a small warm-up job that starts
+the Python workers; both times, their ratio and whether the tables are equal are printed. The end to
+end run uses the configured reducer (EP_MUTATION_REDUCER / EP_MUTATION_SPARK_THRESHOLD, see
+engagement/mutations.py; `--reducer` sets EP_MUTATION_REDUCER for the run).
 """
 
 from __future__ import annotations
@@ -35,7 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stack  # noqa: E402
 from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E402
 
-from engagement_platform.engagement.mutations import STREAM, apply_mutation_batch  # noqa: E402
+from engagement_platform.engagement.cascade_fold import reduce_requests  # noqa: E402
+from engagement_platform.engagement.cascade_spark import reduce_to_arrow  # noqa: E402
+from engagement_platform.engagement.mutations import (  # noqa: E402
+    DEFAULT_REDUCER, REDUCER_ENV, STREAM, apply_mutation_batch, request_from_json,
+)
+from engagement_platform.engagement.reduction_arrow import reduction_table  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal  # noqa: E402
@@ -263,6 +275,31 @@ def apply_naively(lake: DeltaLake, request: dict) -> None:
         table.update(updates=updates, predicate=" AND ".join(where))
 
 
+# ---- the two reducers on the same requests -----------------------------------------------------------
+
+
+def compare_reducers(spark, flat: list[dict]) -> dict:
+    """Seconds of the driver fold and of the grouped Spark job on the same requests, and whether they agree."""
+    by_org: dict[str, list] = {}
+    for r in flat:
+        request = request_from_json(r)
+        by_org.setdefault(request.org_id, []).append(request)
+    orgs = sorted(by_org)
+    t = time.perf_counter()
+    reduce_to_arrow(spark, by_org[orgs[0]])  # starts the Python workers (a running stream has them warm)
+    warmup_s = time.perf_counter() - t
+    t = time.perf_counter()
+    driver = pa.concat_tables([reduction_table(org, reduce_requests(by_org[org]), with_external_targets=False) for org in orgs])
+    driver_s = time.perf_counter() - t
+    requests = [r for org in orgs for r in by_org[org]]
+    del by_org
+    t = time.perf_counter()
+    on_spark = reduce_to_arrow(spark, requests)
+    spark_s = time.perf_counter() - t
+    return {"requests": len(requests), "driver_s": driver_s, "spark_s": spark_s, "warmup_s": warmup_s,
+            "equal": on_spark.equals(driver), "rows": driver.num_rows}
+
+
 # ---- main -----------------------------------------------------------------------------------------
 
 
@@ -276,8 +313,11 @@ def main() -> None:
     parser.add_argument("--per-partition", type=int, default=250_000, help="batch bound per Kafka partition")
     parser.add_argument("--baseline-sample", type=int, default=200)
     parser.add_argument("--seed", type=int, default=4)
+    parser.add_argument("--reducer", choices=("spark", "driver", "auto"), help="EP_MUTATION_REDUCER for the end-to-end run")
     parser.add_argument("--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports")
     args = parser.parse_args()
+    if args.reducer:
+        os.environ[REDUCER_ENV] = args.reducer
     if args.ports:
         _stack.PORTS.update(zip(("EP_ZK_PORT", "EP_KAFKA_PORT", "EP_SPARK_CONNECT_PORT"), args.ports.split(",")))
 
@@ -300,7 +340,7 @@ def main() -> None:
     messages = [(r["org_id"].encode(), json.dumps(r).encode()) for r in flat]
     sample = random.Random(args.seed).sample(flat, min(args.baseline_sample, len(flat)))
     in_requests = len(flat)
-    del by_org, flat  # a million dicts: the run needs the memory
+    del by_org
     generate_s = time.perf_counter() - t
 
     with bench_stack("mutation", servers=("kafka", "spark")) as env:
@@ -324,6 +364,9 @@ def main() -> None:
         spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
         spark.range(1).count()
         connect_s = time.perf_counter() - t
+        load_compare = Path("/proc/loadavg").read_text().split()[:3]
+        reducers = compare_reducers(spark, flat)
+        del flat  # a million dicts: the run needs the memory
 
         os.environ["EP_MUTATIONS_TOPIC"] = TOPIC
         load_before = Path("/proc/loadavg").read_text().split()[:3]
@@ -358,6 +401,11 @@ def main() -> None:
           f"{chained:,} in chains ({chained / in_requests:.0%}); generated in {generate_s:.1f} s")
     print(f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
           f"Spark Connect session + first job {connect_s:.2f} s")
+    print(f"reducers on the same {reducers['requests']:,} requests (load before {' '.join(load_compare)}): driver fold {reducers['driver_s']:.2f} s, "
+          f"Spark grouped by org {reducers['spark_s']:.2f} s (after a {reducers['warmup_s']:.1f} s warm-up job), Spark / driver "
+          f"{reducers['spark_s'] / reducers['driver_s']:.2f}x; {reducers['rows']:,} action rows, equal: {reducers['equal']}")
+    print(f"end to end with {REDUCER_ENV}={os.environ.get(REDUCER_ENV, DEFAULT_REDUCER)}: reducer per batch "
+          + ", ".join(f"{r.plan.batch_id}:{r.reducer} ({r.requests_applied:,} requests)" for r in results))
     print(f"run: {len(results)} batch(es), {run_s:.1f} s first read -> last commit = {rps:,.0f} requests/s")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
     print(f"requests in {sum_('requests_in'):,}, applied {sum_('requests_applied'):,}, malformed {sum_('requests_malformed'):,}, "
