@@ -9,6 +9,7 @@ commit:  data table, then quarantine, then notifications (counts from the data c
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -85,6 +86,32 @@ def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]
         spans.setdefault(p, []).append(o)
     ranges = [OffsetRange(p, min(offsets), max(offsets) + 1) for p, offsets in spans.items()]
     return {(m.partition, m.offset): m.value for m in kafka.read_range(topic, ranges) if (m.partition, m.offset) in positions}
+
+
+def reject_on_driver(validated: pa.Table, errors: list, flagged: list[int], bootstrap_servers: str, topic: str,
+                     kafka_config: dict | None = None) -> pa.Table:
+    """`validated` with the driver's `errors` column, and raw bytes plus input JSON for the rows the
+    driver rejected (`flagged`): Spark returns raw bytes only for the rows it rejected itself."""
+    if not flagged:
+        return validated
+    rows = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
+    wanted = {(rows[i][SOURCE_PARTITION], rows[i][SOURCE_OFFSET]): i for i in flagged}
+    raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), topic, set(wanted))
+    raws, inputs = validated[RAW].to_pylist(), validated[INPUT].to_pylist()
+    for position, i in wanted.items():
+        raws[i] = raw.get(position)
+        inputs[i] = _input_json(raws[i])
+    schema = validated.schema
+    return (validated.set_column(schema.get_field_index(ERRORS), ERRORS, pa.array(errors, schema.field(ERRORS).type))
+            .set_column(schema.get_field_index(RAW), RAW, pa.array(raws, schema.field(RAW).type))
+            .set_column(schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+
+
+def _input_json(raw: bytes | None) -> str | None:
+    try:
+        return json.dumps(json.loads(raw), sort_keys=True) if raw else None
+    except ValueError:
+        return None
 
 
 def split_rows(validated: pa.Table, plan: BatchPlan, ingested_at: datetime) -> tuple[pa.Table, pa.Table]:

@@ -82,21 +82,20 @@ from engagement_platform.engagement.cascade_fold import external_targets, reduce
 from engagement_platform.engagement.mutation_request import MutationRequest
 from engagement_platform.engagement.outcome_table import ACTION, DELETE, UPDATE, outcome_table
 from engagement_platform.engagement.reduction_arrow import REDUCED_ARROW_SCHEMA, reduction_table
-from engagement_platform.engagement.ingestion import fetch_values
+from engagement_platform.engagement.ingestion import reject_on_driver
 from engagement_platform.engagement.mutation_tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline
-from engagement_platform.ingest.errors import ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION, VALIDATE
+from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION, VALIDATE
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
-from engagement_platform.ingest.sources import INPUT, read_kafka
+from engagement_platform.ingest.sources import read_kafka
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
 from engagement_platform.lake.notifications import notification_rows
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
-from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM = "mutation"
@@ -285,24 +284,8 @@ def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPl
         else:
             seen.add(key)
             requests[i] = request
-    if flagged:
-        wanted = {(rows[i][SOURCE_PARTITION], rows[i][SOURCE_OFFSET]): i for i in flagged}
-        raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), plan.topic, set(wanted))
-        raws, inputs = validated[RAW].to_pylist(), validated[INPUT].to_pylist()
-        for position, i in wanted.items():
-            raws[i] = raw.get(position)
-            inputs[i] = _input_json(raws[i])
-        validated = (validated.set_column(validated.schema.get_field_index(ERRORS), ERRORS, pa.array(errors, validated.schema.field(ERRORS).type))
-                     .set_column(validated.schema.get_field_index(RAW), RAW, pa.array(raws, validated.schema.field(RAW).type))
-                     .set_column(validated.schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+    validated = reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config)
     return validated, requests
-
-
-def _input_json(raw: bytes | None) -> str | None:
-    try:
-        return json.dumps(json.loads(raw), sort_keys=True) if raw else None
-    except ValueError:
-        return None
 
 
 # ---- compute: requests -> outcome rows ------------------------------------------------------------

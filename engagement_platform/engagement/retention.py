@@ -41,22 +41,21 @@ import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.erasure import ERASABLE, ERASED_TABLES, current_version, erasure_matches, read_at
-from engagement_platform.engagement.ingestion import fetch_values
+from engagement_platform.engagement.ingestion import reject_on_driver
 from engagement_platform.engagement.retention_requests import (
     ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, error, keyed_predicate,
 )
 from engagement_platform.engagement.retention_tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline
-from engagement_platform.ingest.errors import ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
-from engagement_platform.ingest.sources import INPUT, read_kafka
+from engagement_platform.ingest.sources import read_kafka
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.layout import DEFAULT_RETENTION_HOURS
 from engagement_platform.lake.notifications import notification_rows
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
-from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM = "retention"
@@ -154,25 +153,8 @@ def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: s
             requests[i] = r
             continue
         flagged.append(i)
-    if flagged:  # Spark returns raw bytes only for rows it rejected: fetch the others' from Kafka
-        wanted = {(rows[i][SOURCE_PARTITION], rows[i][SOURCE_OFFSET]): i for i in flagged}
-        raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), plan.topic, set(wanted))
-        raws, inputs = validated[RAW].to_pylist(), validated[INPUT].to_pylist()
-        for position, i in wanted.items():
-            raws[i] = raw.get(position)
-            inputs[i] = _input_json(raws[i])
-        schema = validated.schema
-        validated = (validated.set_column(schema.get_field_index(ERRORS), ERRORS, pa.array(errors, schema.field(ERRORS).type))
-                     .set_column(schema.get_field_index(RAW), RAW, pa.array(raws, schema.field(RAW).type))
-                     .set_column(schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+    validated = reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config)
     return validated, requests
-
-
-def _input_json(raw: bytes | None) -> str | None:
-    try:
-        return json.dumps(json.loads(raw), sort_keys=True) if raw else None
-    except ValueError:
-        return None
 
 
 # ---- the batch ---------------------------------------------------------------------------------
