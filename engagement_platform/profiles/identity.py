@@ -5,22 +5,16 @@ Every profile row declares its neighbours (`linked_ids`, from its latest CDC rec
 `component_id` the smallest of them. A record linking 789 and 101 through 103 therefore updates
 related ids on every row of both old components, in the same batch (processor.py finds those rows).
 
-GraphFrames' jar cannot be loaded here, so components run as a union-find per tenant inside
-`groupBy(tenant).applyInArrow`: one pass over the affected edges, no iteration count that grows with
-the graph's diameter (min-label propagation needs one join round per hop). `components_reference`
-is the slow, obviously correct BFS the tests compare against.
+GraphFrames' jar cannot be loaded here, so components run as a union-find per tenant inside Spark's
+Python workers (tenant_merge.py, called through a cogroup by tenant with applyInArrow): one pass over
+the affected edges, no iteration count that grows with the graph's diameter (min-label propagation
+needs one join round per hop). `components_reference` is the slow, obviously correct BFS the tests
+compare against.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-
-import pyarrow as pa
-from pyspark.sql import DataFrame
-
-COMPONENT_SCHEMA = "tenant string, id string, component_id string, related_ids array<string>"
-_COMPONENT_ARROW = pa.schema([("tenant", pa.string()), ("id", pa.string()), ("component_id", pa.string()),
-                              ("related_ids", pa.list_(pa.string()))])
 
 
 def union_find_labels(src: Iterable[str], dst: Iterable[str]) -> dict[str, str]:
@@ -61,29 +55,3 @@ def components_reference(edges: Iterable[tuple[str, str]]) -> dict[str, str]:
         smallest = min(seen)
         label.update((x, smallest) for x in seen)
     return label
-
-
-def component_table(table: pa.Table) -> pa.Table:
-    """One tenant's edges (tenant, src, dst) -> (tenant, id, component_id, related_ids). Runs in the worker."""
-    tenant = table.column("tenant")[0].as_py() if table.num_rows else None
-    labels = union_find_labels(table.column("src").to_pylist(), table.column("dst").to_pylist())
-    members: dict[str, list[str]] = {}
-    for node, root in labels.items():
-        members.setdefault(root, []).append(node)
-    for ids in members.values():
-        ids.sort()
-    ids = list(labels)
-    roots = [labels[x] for x in ids]
-    return pa.table([pa.array([tenant] * len(ids), pa.string()), pa.array(ids, pa.string()), pa.array(roots, pa.string()),
-                     pa.array([members[r] for r in roots], pa.list_(pa.string()))], schema=_COMPONENT_ARROW)
-
-
-def connected_components(edges: DataFrame, partitions: int | None = None) -> DataFrame:
-    """edges (tenant, src, dst) -> one row per id: (tenant, id, component_id, related_ids).
-
-    Give every node a self-loop (id, id) so ids without links get their own component. Tenants are
-    spread over `partitions` (default spark.sql.shuffle.partitions) so both cores work.
-    """
-    if partitions is None:
-        partitions = int(edges.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return edges.repartition(partitions, "tenant").groupBy("tenant").applyInArrow(component_table, schema=COMPONENT_SCHEMA)

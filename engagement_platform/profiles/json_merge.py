@@ -20,8 +20,8 @@ Fields are schema-on-read JSON objects, different per tenant, so nothing here kn
 6. Other columns follow rule 2: `related_ids` (the record's graph neighbours; [] clears them) and
    `record_type` come from the newest change that carries them; `cdc_ts` from the newest change.
 
-`merge_fields` / `resolve_changes` are the pure reference; `merged_fields_json` is the same fold as a
-Spark column (map_zip_with over map<string,variant>), so it runs in the JVM at batch scale.
+`merge_fields` / `resolve_changes` are the reference; tenant_merge.py applies the same rules to a
+whole tenant's batch at once (in Spark's Python workers), tested against them.
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
 
 UPSERT, DELETE = "upsert", "delete"
-FIELDS_MAP = "map<string,variant>"
 
 
 def merge_fields(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
@@ -85,27 +82,3 @@ def resolve_changes(stored: ProfileState | None, changes: Iterable[Change]) -> P
             ts=c.ts,
         )
     return state
-
-
-# ---- the same fold as Spark columns ---------------------------------------------------------------
-
-
-def _present(value: Column) -> Column:
-    return value.isNotNull() & ~F.is_variant_null(value)
-
-
-def _fields_map(json_text: Column) -> Column:
-    # from_json keeps a repeated key twice and later lookups see the first; rebuilding the map applies
-    # spark.sql.mapKeyDedupPolicy=LAST_WIN (set in spark/session.py), the JSON parsers' rule.
-    parsed = F.map_from_entries(F.map_entries(F.from_json(json_text, FIELDS_MAP)))
-    return F.coalesce(parsed, F.create_map().cast(FIELDS_MAP))
-
-
-def merged_fields_json(base_json: Column, changes: Column) -> Column:
-    """JSON text of `base_json` (object text or null) folded with `changes`, an array of structs with a
-    `fields` JSON text, already sorted by sequence and holding only the changes to apply (rules 2-4)."""
-    folded = F.aggregate(
-        changes, _fields_map(base_json),
-        lambda acc, c: F.map_zip_with(acc, _fields_map(c["fields"]), lambda _, old, new: F.when(_present(new), new).otherwise(old)),
-    )
-    return F.to_json(F.map_filter(folded, lambda _, v: _present(v)))

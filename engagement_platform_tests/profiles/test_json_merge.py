@@ -1,13 +1,9 @@
-"""JSON field resolution: the pure rules against a plain per-field reference (hypothesis), and the
-Spark fold against the pure function."""
+"""JSON field resolution: the pure rules against a plain per-field reference (hypothesis)."""
 
-import json
-
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from pyspark.sql import functions as F
 
-from engagement_platform.profiles.json_merge import DELETE, Change, merge_fields, merged_fields_json, resolve_changes
+from engagement_platform.profiles.json_merge import DELETE, Change, merge_fields, resolve_changes
 
 KEYS = st.sampled_from(["email", "country", "tags", "address", "score", "ok"])
 SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=5) | st.floats(-1e6, 1e6, allow_nan=False).map(lambda f: round(f, 3))
@@ -74,17 +70,3 @@ def test_delete_tombstones_and_blocks_older_changes():
     assert resolve_changes(state, [Change(3, fields={"a": 2})]) is None
     reborn = resolve_changes(state, [Change(6, fields={"b": 1})])
     assert reborn.fields == {"b": 1} and not reborn.deleted
-
-
-@settings(max_examples=5, deadline=None)
-@given(st.lists(st.tuples(OBJECTS | st.none(), st.lists(OBJECTS | st.none(), max_size=4)), min_size=20, max_size=40))
-def test_spark_fold_matches_the_pure_function(spark, cases):
-    rows = [(i, json.dumps(base) if base is not None else None, [(j, json.dumps(c) if c is not None else None) for j, c in enumerate(cs)])
-            for i, (base, cs) in enumerate(cases)]
-    df = spark.createDataFrame(rows, "i int, base string, cs array<struct<seq:int,fields:string>>")
-    out = {r["i"]: json.loads(r["j"]) for r in df.select("i", merged_fields_json(F.col("base"), F.col("cs")).alias("j")).collect()}
-    for i, (base, cs) in enumerate(cases):
-        expected = merge_fields(None, base)
-        for c in cs:
-            expected = merge_fields(expected, c)
-        assert out[i] == expected

@@ -1,0 +1,193 @@
+"""One tenant's MERGE source from its staged changes and its stored rows: Arrow in, Arrow out.
+
+resolution.merge_source runs this inside Spark's Python workers, once per tenant (a cogroup of the
+staged changes and the stored rows by tenant, applyInArrow), so the tenants of a batch spread over
+the executors' cores. It does what the processor needs per tenant in one pass:
+
+1. per primary id, json_merge's rules (json_merge.resolve_changes is the reference; hypothesis tests
+   compare): changes in CDC sequence order, those not above the stored row's sequence dropped, the
+   fold restarted after the last delete, newer non-null top-level fields win;
+2. the identity graph: the batch's rows and every stored row whose component touches an id of the
+   batch are labelled again (union-find, identity.union_find_labels), so a new link between two
+   existing components relabels both and a dropped link splits one;
+3. the rows to MERGE: `upsert` (a whole new row, tombstones included) for every resolved key,
+   `relink` (related_ids / component_id only) for stored rows whose component changed.
+
+Why Python here and not Spark columns: the field-level fold over schema-on-read JSON needs a map of
+variants per change and per stored row (from_json to map<string,variant>, map_zip_with, to_json), and
+on this 2-core machine that plan was the processor's whole cost (BENCHMARKS.md, issue 6); orjson
+parses and writes these small objects in about a microsecond each.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engagement_platform.profiles.identity import union_find_labels
+from engagement_platform.profiles.json_merge import DELETE
+
+ACTION, UPSERT, RELINK = "_action", "upsert", "relink"
+UTC_US = pa.timestamp("us", tz="UTC")
+CHANGE_COLUMNS = ("tenant", "primary_id", "related_ids", "record_type", "op", "cdc_seq", "cdc_ts", "fields")
+STORED_COLUMNS = ("tenant", "primary_id", "record_type", "linked_ids", "related_ids", "component_id", "cdc_seq", "deleted", "fields")
+SOURCE_SCHEMA = pa.schema([
+    ("tenant", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()),
+    ("linked_ids", pa.list_(pa.string())), ("related_ids", pa.list_(pa.string())), ("component_id", pa.string()),
+    ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("deleted", pa.bool_()), ("fields", pa.string()), (ACTION, pa.string()),
+])
+SOURCE_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(SOURCE_SCHEMA, (
+    "string", "string", "string", "array<string>", "array<string>", "string", "bigint", "timestamp", "boolean", "string", "string")))
+
+
+# orjson reads an integer beyond 64 bits as a float (precision lost), the standard parser keeps it
+# exact: any run of 19+ digits (even inside a string: only slower) takes the standard parser.
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def loads(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    if _LONG_DIGITS.search(text):
+        return json.loads(text)
+    return orjson.loads(text)
+
+
+def dumps(obj: dict) -> str:
+    try:
+        return orjson.dumps(obj).decode()
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (see loads)
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _sorted_changes(changes: pa.Table) -> pa.Table:
+    # Ties in sequence (a replayed record) are broken by content, so the outcome never depends on arrival.
+    keys = [(name, "ascending", "at_start") for name in ("primary_id", "cdc_seq", "op", "cdc_ts", "record_type", "fields")]
+    return changes.take(pc.sort_indices(changes, sort_keys=keys))
+
+
+def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
+    """SOURCE_SCHEMA rows of one tenant. `changes`: CHANGE_COLUMNS of every staged change of the
+    batch; `stored`: STORED_COLUMNS of (at least) the stored rows of the batch's keys and of the
+    components they touch; more stored rows only cost time."""
+    if changes.num_rows == 0:
+        return SOURCE_SCHEMA.empty_table()
+    tenant = changes["tenant"][0].as_py()
+    changes = _sorted_changes(changes)
+    ids = changes["primary_id"].to_pylist()
+    seqs = changes["cdc_seq"].to_pylist()
+    ops = changes["op"].to_pylist()
+    kinds = changes["record_type"].to_pylist()
+    related = changes["related_ids"].to_pylist()
+    texts = changes["fields"].to_pylist()
+
+    s_ids = stored["primary_id"].to_pylist()
+    at = {pid: i for i, pid in enumerate(s_ids)}
+    s_seq = stored["cdc_seq"].to_pylist()
+    s_deleted = stored["deleted"].to_pylist()
+    s_kind = stored["record_type"].to_pylist()
+    s_linked = stored["linked_ids"].to_pylist()
+    s_fields = stored["fields"].to_pylist()
+
+    out_id, out_kind, out_linked, out_last, out_deleted, out_fields = [], [], [], [], [], []
+    n, i = len(ids), 0
+    while i < n:
+        pid, j = ids[i], i + 1
+        while j < n and ids[j] == pid:
+            j += 1
+        s = at.get(pid)
+        start = i
+        if s is not None:
+            while start < j and seqs[start] <= s_seq[s]:
+                start += 1  # late or replayed: never newer than what is stored
+        if start < j:
+            kind = s_kind[s] if s is not None else None
+            last_delete = -1
+            for k in range(start, j):
+                if kinds[k] is not None:
+                    kind = kinds[k]
+                if ops[k] == DELETE:
+                    last_delete = k
+            deleted = last_delete == j - 1
+            linked, fields = [], None
+            if not deleted:
+                alive = s is not None and not s_deleted[s] and last_delete < 0
+                fields = {}
+                if alive:
+                    linked = s_linked[s] or []
+                    base = loads(s_fields[s])
+                    if base:
+                        fields = {key: v for key, v in base.items() if v is not None}
+                for k in range(max(start, last_delete + 1), j):
+                    if related[k] is not None:
+                        linked = related[k]
+                    change = loads(texts[k])
+                    if change:
+                        for key, v in change.items():
+                            if v is not None:
+                                fields[key] = v
+                linked = list(dict.fromkeys(linked))
+                fields = dumps(fields)
+            out_id.append(pid)
+            out_kind.append(kind)
+            out_linked.append(linked)
+            out_last.append(j - 1)
+            out_deleted.append(deleted)
+            out_fields.append(fields)
+        i = j
+
+    # The identity graph over the resolved keys and the stored rows whose component they touch.
+    resolved = set(out_id)
+    touched = resolved.union(*out_linked)
+    s_related = stored["related_ids"].to_pylist()
+    s_component = stored["component_id"].to_pylist()
+    untouched = [s for s, pid in enumerate(s_ids)
+                 if pid not in resolved and (pid in touched or not touched.isdisjoint(s_related[s] or ()))]
+    src, dst = [], []
+    for pid, linked in zip(out_id, out_linked):
+        src.append(pid)
+        dst.append(pid)
+        src.extend([pid] * len(linked))
+        dst.extend(linked)
+    for s in untouched:
+        pid, linked = s_ids[s], s_linked[s] or []
+        src.append(pid)
+        dst.append(pid)
+        src.extend([pid] * len(linked))
+        dst.extend(linked)
+    label = union_find_labels(src, dst)
+    members: dict[str, list[str]] = {}
+    for node, root in label.items():
+        members.setdefault(root, []).append(node)
+    for group in members.values():
+        group.sort()
+
+    relink_id, relink_related, relink_component = [], [], []
+    for s in untouched:
+        pid = s_ids[s]
+        root = label[pid]
+        if s_related[s] != members[root] or s_component[s] != root:
+            relink_id.append(pid)
+            relink_related.append(members[root])
+            relink_component.append(root)
+
+    n_up, n_re = len(out_id), len(relink_id)
+    nothing = [None] * n_re
+    last = pa.array(out_last + nothing, pa.int64())
+    return pa.table([
+        pa.array([tenant] * (n_up + n_re), pa.string()),
+        pa.array(out_id + relink_id, pa.string()),
+        pa.array(out_kind + nothing, pa.string()),
+        pa.array(out_linked + nothing, pa.list_(pa.string())),
+        pa.array([members[label[pid]] for pid in out_id] + relink_related, pa.list_(pa.string())),
+        pa.array([label[pid] for pid in out_id] + relink_component, pa.string()),
+        changes["cdc_seq"].take(last).cast(pa.int64()),
+        changes["cdc_ts"].take(last).cast(UTC_US),
+        pa.array(out_deleted + nothing, pa.bool_()),
+        pa.array(out_fields + nothing, pa.string()),
+        pa.array([UPSERT] * n_up + [RELINK] * n_re, pa.string()),
+    ], schema=SOURCE_SCHEMA)
