@@ -35,7 +35,7 @@ from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.progress import unprocessed_tenants  # noqa: F401  (the sensor's question, re-exported)
 from engagement_platform.profiles.resolution import (
-    ACTION, RAW_DDL, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_source, with_partition_values,
+    ACTION, RAW_DDL, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_source, pruning, with_partition_values,
 )
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_PROGRESS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name, raw_table_spec, validate_tenant,
@@ -206,15 +206,19 @@ def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     if not plans:
         return {}
     listings: dict[int, dict[str, set[str]]] = {}
-    staged_uris = [u for t, p in plans.items() for u in _files_added(lake, listings, t, p.ranges[0].start - 1, p.ranges[0].end - 1)]
+    staged_by_tenant = {t: _files_added(lake, listings, t, p.ranges[0].start - 1, p.ranges[0].end - 1) for t, p in plans.items()}
+    staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
     raw_uris = [u for t in plans for u in snapshots.table_files(lake, raw_table_name(t))]
     staged = with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL))
     raw = snapshots.read_files(spark, raw_uris, RAW_DDL)
+    # The progress row's figures come from the staging log's file statistics: no second Spark job.
+    stats = snapshots.staged_stats(lake, PROFILE_CDC_STAGING.name, staged_by_tenant)
+    if stats is None:
+        stats = {r["tenant"]: r for r in batch_stats(staged).toArrow().to_pylist()}
+    changes = sum(s["changes_read"] for s in stats.values())
+    prune, broadcast = pruning(changes, sum(snapshots.row_count(lake, raw_table_name(t)) for t in plans))
     t1 = time.perf_counter()
-    with ThreadPoolExecutor(1) as pool:  # the small stats job runs while the big one does
-        stats_job = pool.submit(lambda: batch_stats(staged).toArrow())
-        source = merge_source(staged, raw).toArrow()
-        stats = {r["tenant"]: r for r in stats_job.result().to_pylist()}
+    source = merge_source(staged, raw, prune, broadcast).toArrow()
     t2 = time.perf_counter()
     results = commit_tenants(lake, checkpoints, plans, source, stats, threads)
     t3 = time.perf_counter()

@@ -29,7 +29,11 @@ from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.profiles.tables import BUCKET_SECONDS, BUCKET_SPARK_FORMAT
 
 PIPELINE_FILE = Path(__file__).with_name("profile_cdc_pipeline.yaml")
-FIELDS_MAP = "map<string,variant>"  # parses any JSON object without knowing its schema
+# Parses any JSON object without knowing its schema (values as their text: cheaper than variants).
+FIELDS_MAP = "map<string,string>"
+# RFC 8259, as the processor's parser (tenant_merge.loads) reads it; Spark's defaults also take single
+# quotes and NaN, which would then stop the processor on a record staging accepted.
+STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 
 
 @cache
@@ -45,9 +49,9 @@ class JsonShape(ColumnValidator):
     def errors(self) -> list[Column]:
         fields, related = F.col("fields"), F.col("related_ids")
         return [
-            F.when(fields.isNotNull() & F.from_json(fields, FIELDS_MAP).isNull(),
+            F.when(fields.isNotNull() & F.from_json(fields, FIELDS_MAP, STRICT_JSON).isNull(),
                    self.err("fields", "invalid_json", "fields is not a JSON object", F.substring(fields, 1, 200))),
-            F.when(related.isNotNull() & F.from_json(related, "array<string>").isNull(),
+            F.when(related.isNotNull() & F.from_json(related, "array<string>", STRICT_JSON).isNull(),
                    self.err("related_ids", "invalid_json", "related_ids is not a JSON array of ids", F.substring(related, 1, 200))),
         ]
 

@@ -57,20 +57,37 @@ def _ids_named(links: str) -> Column:
     return F.explode(F.array_union(F.array("primary_id"), F.coalesce(links, _no_ids())))
 
 
-def affected_rows(staged: DataFrame, raw: DataFrame) -> DataFrame:
+# Pruning the stored rows in Spark costs a scan, an explode and a join; shipping the ones it would drop
+# to the Python workers costs their transfer. Measured on the benchmark's 1.7M changes over 1.2M
+# stored rows (BENCHMARKS.md), the pruning alone took 11.7 s against 7.7 s for the whole unpruned
+# pass, so a batch prunes only when its changes are under a tenth of the stored rows, and then
+# broadcasts the ids it names (no shuffle) while they are few enough to.
+PRUNE_RATIO = 10
+BROADCAST_MAX_IDS = 1_000_000
+
+
+def pruning(changes: int, stored_rows: int) -> tuple[bool, bool]:
+    """(prune the stored rows in Spark, broadcast the batch's ids to do it) for a batch of `changes`."""
+    prune = changes * PRUNE_RATIO < stored_rows
+    return prune, prune and changes <= BROADCAST_MAX_IDS
+
+
+def affected_rows(staged: DataFrame, raw: DataFrame, broadcast: bool = False) -> DataFrame:
     """Stored rows of the ids the batch names (its keys and every id any change links to) and of every
     component holding one: a superset of what the batch can change, closed under components (a row's
     related_ids hold its whole component, so if one row of a component is in, all are)."""
-    named = staged.select("tenant", _ids_named("related_ids").alias("id")).distinct()
+    named = staged.select("tenant", _ids_named("related_ids").alias("id"))
+    named = F.broadcast(named) if broadcast else named.distinct()
     members = raw.select(*KEY, _ids_named("related_ids").alias("id"))
     wanted = members.join(named, ["tenant", "id"], "left_semi").select(*KEY).distinct()
     return raw.join(wanted, KEY, "left_semi")
 
 
-def merge_source(staged: DataFrame, raw: DataFrame) -> DataFrame:
-    """MERGE source rows (SOURCE_COLUMNS) of every tenant in `staged`; `raw` holds those tenants' rows."""
+def merge_source(staged: DataFrame, raw: DataFrame, prune: bool = True, broadcast: bool = False) -> DataFrame:
+    """MERGE source rows (SOURCE_COLUMNS) of every tenant in `staged`; `raw` holds those tenants' rows
+    (all of them, or with `prune` any superset of affected_rows: tenant_merge finds the affected ones)."""
     changes = staged.select(*CHANGE_COLUMNS).groupBy("tenant")
-    stored = affected_rows(staged, raw).select(*STORED_COLUMNS).groupBy("tenant")
+    stored = (affected_rows(staged, raw, broadcast) if prune else raw).select(*STORED_COLUMNS).groupBy("tenant")
     source = changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
     promoted = promoted_columns(F.col("fields"))
     return source.select(*[promoted[c].alias(c) if c in promoted else F.col(c) for c in SOURCE_COLUMNS])

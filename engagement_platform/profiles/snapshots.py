@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from engagement_platform.lake.delta import DeltaLake
@@ -51,3 +53,29 @@ def read_files(spark: SparkSession, uris: list[str], ddl: str) -> DataFrame:
     if not uris:
         return spark.createDataFrame([], ddl)
     return spark.read.schema(ddl).parquet(*uris)
+
+
+def row_count(lake: DeltaLake, name: str) -> int:
+    """Rows of the table's current snapshot, from the log's file statistics (no data read)."""
+    if not lake.exists(name):
+        return 0
+    return int(pc.sum(pa.table(lake.table(name).get_add_actions(flatten=True))["num_records"]).as_py() or 0)
+
+
+def staged_stats(lake: DeltaLake, name: str, uris_by_tenant: dict[str, list[str]]) -> dict[str, dict] | None:
+    """Per tenant, from the log's statistics of its files: changes (rows), last bucket, newest CDC
+    timestamp and sequence (what the progress row records). None when a file lacks a statistic (a
+    writer other than the dumper): then the caller reads the rows."""
+    actions = pa.table(lake.table(name).get_add_actions(flatten=True))
+    needed = ("num_records", "max.cdc_ts", "max.cdc_seq", "partition.bucket")
+    if any(c not in actions.column_names for c in needed):
+        return None
+    by_path = dict(zip(actions["path"].to_pylist(), zip(*(actions[c].to_pylist() for c in needed))))
+    out = {}
+    for tenant, uris in uris_by_tenant.items():
+        files = [by_path.get(uri.split(f"/{name}/", 1)[-1]) for uri in uris]
+        if not files or any(f is None or None in f for f in files):
+            return None
+        out[tenant] = {"tenant": tenant, "changes_read": sum(f[0] for f in files), "max_cdc_ts": max(f[1] for f in files),
+                       "max_cdc_seq": max(f[2] for f in files), "last_bucket": max(f[3] for f in files)}
+    return out

@@ -47,21 +47,27 @@ SOURCE_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(SOURCE_SCHEMA, (
 # orjson reads an integer beyond 64 bits as a float (precision lost), the standard parser keeps it
 # exact: any run of 19+ digits (even inside a string: only slower) takes the standard parser.
 _LONG_DIGITS = re.compile(r"\d{19}")
+_FIRST_VALUE = json.JSONDecoder()
 
 
 def loads(text: str | None) -> dict | None:
+    """A `fields` object as staging validated it (records.JsonShape): the first JSON value of the
+    text, as Spark reads it (text after it is ignored; a lone escaped surrogate is kept)."""
     if text is None:
         return None
-    if _LONG_DIGITS.search(text):
-        return json.loads(text)
-    return orjson.loads(text)
+    if not _LONG_DIGITS.search(text):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return _FIRST_VALUE.raw_decode(text.lstrip())[0]
 
 
 def dumps(obj: dict) -> str:
     try:
         return orjson.dumps(obj).decode()
-    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits (see loads)
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits or a lone surrogate (see loads)
+        return json.dumps(obj, separators=(",", ":"))
 
 
 def _sorted_changes(changes: pa.Table) -> pa.Table:

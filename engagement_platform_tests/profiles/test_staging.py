@@ -23,6 +23,9 @@ BAD = {
     "missing_tenant": (json.dumps({"primary_id": "1", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}).encode(), {"missing_required"}),
     "missing_id": (json.dumps({"tenant": "acme", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}).encode(), {"missing_required"}),
     "fields_not_object": (json.dumps(record("acme", "2", 1, "{not json")).encode(), {"invalid_json"}),
+    # JSON's rules, not Spark's lenient defaults: the processor parses `fields` with a strict parser
+    "fields_single_quoted": (json.dumps(record("acme", "7", 1, "{'a': 1}")).encode(), {"invalid_json"}),
+    "fields_nan": (json.dumps(record("acme", "8", 1, '{"a": NaN}')).encode(), {"invalid_json"}),
     "related_not_array": (json.dumps(record("acme", "3", 1, {}, related="101")).encode(), {"invalid_json"}),
     "bad_tenant": (json.dumps(record("Acme Corp", "4", 1, {})).encode(), {"pattern_mismatch"}),
     "unknown_op": (json.dumps(record("acme", "5", 1, {}, op="merge")).encode(), {"not_in_enum"}),

@@ -113,6 +113,15 @@ def test_fields_beyond_64_bit_integers_survive():
     assert json.loads(row["fields"]) == {"n": 1, "big": 123456789012345678901234567890}
 
 
+def test_fields_text_is_read_as_spark_validated_it():
+    """Staging's check (strict from_json) takes what follows the object and lone escaped surrogates."""
+    stored, _ = stored_table({"a": ProfileState(1, fields={"n": 1})})
+    changes = changes_table([("a", Change(2)), ("a", Change(3))])
+    changes = changes.set_column(7, "fields", pa.array(['{"x": 2} trailing', '{"s": "\\ud800"}']))
+    (row,) = tenant_merge_source(changes, stored).to_pylist()
+    assert json.loads(row["fields"]) == {"n": 1, "x": 2, "s": "\ud800"}
+
+
 @settings(max_examples=3, deadline=None)
 @given(st.dictionaries(st.sampled_from(["acme", "globex", "initech"]), st.tuples(STATES, KEYED_CHANGES), min_size=1))
 def test_on_spark_every_tenant_gets_what_its_whole_table_would_give(spark, tenants):
