@@ -3,9 +3,10 @@
 plan     the tenant's next slice is a range of staging table versions (after its last merged one, up
          to the current one), stored in the checkpoint store before any work, like a Kafka slice:
          a re-run after a crash reads exactly the same staging files.
-compute  Spark reads the slice's staging files and the tenant's raw files and builds the MERGE
-         source (resolution.py: latest change per key by CDC sequence, field-level JSON resolution,
-         identity-graph relabelling of every affected row).
+compute  one Spark task per tenant reads the slice's staging files and the tenant's raw files and
+         builds the MERGE source (resolution.merge_source_from_files -> tenant_merge.py: latest
+         change per key by CDC sequence, field-level JSON resolution, identity-graph relabelling of
+         every affected row). The progress figures come from the staging log's statistics.
 commit   per tenant, the raw table's MERGE, then the progress row, each with the txn (app id per
          tenant, batch id), so a re-run skips what is already there, then the checkpoint state rows
          (commit_batch's sequence and rules, fenced the same way). The tenant lock (ZooKeeper,
@@ -35,7 +36,7 @@ from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.progress import unprocessed_tenants  # noqa: F401  (the sensor's question, re-exported)
 from engagement_platform.profiles.resolution import (
-    ACTION, RAW_DDL, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_source, pruning, with_partition_values,
+    ACTION, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_source_from_files, with_partition_values,
 )
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_PROGRESS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name, raw_table_spec, validate_tenant,
@@ -207,18 +208,14 @@ def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
         return {}
     listings: dict[int, dict[str, set[str]]] = {}
     staged_by_tenant = {t: _files_added(lake, listings, t, p.ranges[0].start - 1, p.ranges[0].end - 1) for t, p in plans.items()}
-    staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
-    raw_uris = [u for t in plans for u in snapshots.table_files(lake, raw_table_name(t))]
-    staged = with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL))
-    raw = snapshots.read_files(spark, raw_uris, RAW_DDL)
-    # The progress row's figures come from the staging log's file statistics: no second Spark job.
+    files = {t: (staged_by_tenant[t], snapshots.table_files(lake, raw_table_name(t))) for t in plans}
+    # The progress row's figures come from the staging log's file statistics: no Spark job.
     stats = snapshots.staged_stats(lake, PROFILE_CDC_STAGING.name, staged_by_tenant)
     if stats is None:
-        stats = {r["tenant"]: r for r in batch_stats(staged).toArrow().to_pylist()}
-    changes = sum(s["changes_read"] for s in stats.values())
-    prune, broadcast = pruning(changes, sum(snapshots.row_count(lake, raw_table_name(t)) for t in plans))
+        staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
+        stats = {r["tenant"]: r for r in batch_stats(with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL))).toArrow().to_pylist()}
     t1 = time.perf_counter()
-    source = merge_source(staged, raw, prune, broadcast).toArrow()
+    source = merge_source_from_files(spark, files).toArrow()
     t2 = time.perf_counter()
     results = commit_tenants(lake, checkpoints, plans, source, stats, threads)
     t3 = time.perf_counter()

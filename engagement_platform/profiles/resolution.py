@@ -1,10 +1,13 @@
-"""The processor's Spark plan: staged changes + current raw rows -> the MERGE source of each tenant.
+"""Staged changes + current raw rows -> the MERGE source of each tenant, on Spark.
 
-Spark reads the staged changes and the raw rows, keeps only the stored rows the batch can affect (the
-rows of the batch's ids and of every component holding one of the ids the batch names), and hands
-each tenant's changes and stored rows to one call of tenant_merge.tenant_merge_source in a Python
-worker (cogroup by tenant, applyInArrow): json_merge's rules per key, then the identity graph. The
-promoted columns are read from the merged JSON back in Spark, with the same expressions staging uses.
+Both entry points hand each tenant's changes and stored rows to one call of
+tenant_merge.tenant_merge_source (json_merge's rules per key, then the identity graph, then the
+promoted columns) in a Python worker:
+
+- merge_source_from_files (the processor): one task of the `profile_merge` data source per tenant
+  reads the tenant's staged and raw files itself; no shuffle.
+- merge_source (the backfill, whose changes are snapshot rows in a DataFrame): the stored rows the
+  batch can affect (affected_rows) cogrouped with the changes by tenant (applyInArrow).
 
 MERGE source rows carry `_action`: `upsert` (a whole new row, tombstones included) or `relink`
 (only related_ids / component_id of a row the batch did not change).
@@ -16,12 +19,13 @@ most of a batch's time (BENCHMARKS.md, issue 6).
 
 from __future__ import annotations
 
-from pyspark.sql import Column, DataFrame
+import json
+
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from engagement_platform.profiles.records import promoted_columns
 from engagement_platform.profiles.tenant_merge import (
-    ACTION, CHANGE_COLUMNS, RELINK, SOURCE_DDL, STORED_COLUMNS, UPSERT, tenant_merge_source,
+    ACTION, CHANGE_COLUMNS, RELINK, SOURCE_DDL, SOURCE_SCHEMA, STORED_COLUMNS, UPSERT, tenant_merge_source,
 )
 
 __all__ = ["ACTION", "RELINK", "UPSERT"]
@@ -31,8 +35,7 @@ STAGED_DDL = ("primary_id string, related_ids array<string>, record_type string,
 RAW_DDL = ("tenant string, primary_id string, record_type string, linked_ids array<string>, related_ids array<string>, "
            "component_id string, cdc_seq bigint, cdc_ts timestamp, deleted boolean, fields string, email string, "
            "country string, updated_at timestamp, batch_id bigint, processed_at timestamp")
-SOURCE_COLUMNS = ("tenant", "primary_id", "record_type", "linked_ids", "related_ids", "component_id", "cdc_seq", "cdc_ts",
-                  "deleted", "fields", "email", "country", "updated_at", ACTION)
+SOURCE_COLUMNS = tuple(SOURCE_SCHEMA.names)
 
 
 def _no_ids():
@@ -57,37 +60,27 @@ def _ids_named(links: str) -> Column:
     return F.explode(F.array_union(F.array("primary_id"), F.coalesce(links, _no_ids())))
 
 
-# Pruning the stored rows in Spark costs a scan, an explode and a join; shipping the ones it would drop
-# to the Python workers costs their transfer. Measured on the benchmark's 1.7M changes over 1.2M
-# stored rows (BENCHMARKS.md), the pruning alone took 11.7 s against 7.7 s for the whole unpruned
-# pass, so a batch prunes only when its changes are under a tenth of the stored rows, and then
-# broadcasts the ids it names (no shuffle) while they are few enough to.
-PRUNE_RATIO = 10
-BROADCAST_MAX_IDS = 1_000_000
-
-
-def pruning(changes: int, stored_rows: int) -> tuple[bool, bool]:
-    """(prune the stored rows in Spark, broadcast the batch's ids to do it) for a batch of `changes`."""
-    prune = changes * PRUNE_RATIO < stored_rows
-    return prune, prune and changes <= BROADCAST_MAX_IDS
-
-
-def affected_rows(staged: DataFrame, raw: DataFrame, broadcast: bool = False) -> DataFrame:
+def affected_rows(staged: DataFrame, raw: DataFrame) -> DataFrame:
     """Stored rows of the ids the batch names (its keys and every id any change links to) and of every
     component holding one: a superset of what the batch can change, closed under components (a row's
     related_ids hold its whole component, so if one row of a component is in, all are)."""
-    named = staged.select("tenant", _ids_named("related_ids").alias("id"))
-    named = F.broadcast(named) if broadcast else named.distinct()
+    named = staged.select("tenant", _ids_named("related_ids").alias("id")).distinct()
     members = raw.select(*KEY, _ids_named("related_ids").alias("id"))
     wanted = members.join(named, ["tenant", "id"], "left_semi").select(*KEY).distinct()
     return raw.join(wanted, KEY, "left_semi")
 
 
-def merge_source(staged: DataFrame, raw: DataFrame, prune: bool = True, broadcast: bool = False) -> DataFrame:
-    """MERGE source rows (SOURCE_COLUMNS) of every tenant in `staged`; `raw` holds those tenants' rows
-    (all of them, or with `prune` any superset of affected_rows: tenant_merge finds the affected ones)."""
+def merge_source(staged: DataFrame, raw: DataFrame) -> DataFrame:
+    """MERGE source rows (SOURCE_COLUMNS) of every tenant in `staged` from DataFrames (the backfill's
+    snapshot rows); `raw` holds those tenants' rows. Stored rows are pruned to affected_rows first."""
     changes = staged.select(*CHANGE_COLUMNS).groupBy("tenant")
-    stored = (affected_rows(staged, raw, broadcast) if prune else raw).select(*STORED_COLUMNS).groupBy("tenant")
-    source = changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
-    promoted = promoted_columns(F.col("fields"))
-    return source.select(*[promoted[c].alias(c) if c in promoted else F.col(c) for c in SOURCE_COLUMNS])
+    stored = affected_rows(staged, raw).select(*STORED_COLUMNS).groupBy("tenant")
+    return changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
+
+
+def merge_source_from_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]]) -> DataFrame:
+    """merge_source for the processor, whose inputs are files: {tenant: (staged file uris, raw file
+    uris)}. Each tenant is read and folded in one task of the `profile_merge` data source
+    (spark/profile_merge_source.py), with no shuffle."""
+    tenants = {t: {"staged": staged, "raw": raw} for t, (staged, raw) in files.items()}
+    return spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).load()

@@ -23,31 +23,62 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from engagement_platform.profiles.identity import union_find_labels
 from engagement_platform.profiles.json_merge import DELETE
 
 ACTION, UPSERT, RELINK = "_action", "upsert", "relink"
 UTC_US = pa.timestamp("us", tz="UTC")
-CHANGE_COLUMNS = ("tenant", "primary_id", "related_ids", "record_type", "op", "cdc_seq", "cdc_ts", "fields")
-STORED_COLUMNS = ("tenant", "primary_id", "record_type", "linked_ids", "related_ids", "component_id", "cdc_seq", "deleted", "fields")
+CHANGES_SCHEMA = pa.schema([
+    ("tenant", pa.string()), ("primary_id", pa.string()), ("related_ids", pa.list_(pa.string())), ("record_type", pa.string()),
+    ("op", pa.string()), ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("fields", pa.string()),
+])
+STORED_SCHEMA = pa.schema([
+    ("tenant", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()), ("linked_ids", pa.list_(pa.string())),
+    ("related_ids", pa.list_(pa.string())), ("component_id", pa.string()), ("cdc_seq", pa.int64()), ("deleted", pa.bool_()),
+    ("fields", pa.string()),
+])
+CHANGE_COLUMNS = tuple(CHANGES_SCHEMA.names)
+STORED_COLUMNS = tuple(STORED_SCHEMA.names)
 SOURCE_SCHEMA = pa.schema([
     ("tenant", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()),
     ("linked_ids", pa.list_(pa.string())), ("related_ids", pa.list_(pa.string())), ("component_id", pa.string()),
-    ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("deleted", pa.bool_()), ("fields", pa.string()), (ACTION, pa.string()),
+    ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("deleted", pa.bool_()), ("fields", pa.string()),
+    ("email", pa.string()), ("country", pa.string()), ("updated_at", UTC_US), (ACTION, pa.string()),
 ])
 SOURCE_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(SOURCE_SCHEMA, (
-    "string", "string", "string", "array<string>", "array<string>", "string", "bigint", "timestamp", "boolean", "string", "string")))
+    "string", "string", "string", "array<string>", "array<string>", "string", "bigint", "timestamp", "boolean", "string",
+    "string", "string", "timestamp", "string")))
 
 
 # orjson reads an integer beyond 64 bits as a float (precision lost), the standard parser keeps it
 # exact: any run of 19+ digits (even inside a string: only slower) takes the standard parser.
 _LONG_DIGITS = re.compile(r"\d{19}")
 _FIRST_VALUE = json.JSONDecoder()
+
+
+def _read_files(uris: list[str], schema: pa.Schema, tenant: str) -> pa.Table:
+    """The files' rows in `schema` (the tenant column set, since staged files keep it in their path).
+    Each file is cast on its own: files rewritten by delta-rs may store strings as views."""
+    names = [n for n in schema.names if n != "tenant"]
+    tables = [pq.read_table(uri, columns=names).select(names) for uri in uris]
+    rows = sum(t.num_rows for t in tables)
+    columns = [pa.array([tenant] * rows, pa.string())]
+    for name in names:
+        parts = [t[name].cast(schema.field(name).type) for t in tables]
+        columns.append(pa.chunked_array([c for part in parts for c in part.chunks], schema.field(name).type))
+    return pa.table(columns, schema=schema)
+
+
+def read_tenant_files(tenant: str, staged: list[str], raw: list[str]) -> tuple[pa.Table, pa.Table]:
+    """(changes, stored rows) of one tenant from its staged files and its raw table's files."""
+    return _read_files(staged, CHANGES_SCHEMA, tenant), _read_files(raw, STORED_SCHEMA, tenant)
 
 
 def loads(text: str | None) -> dict | None:
@@ -68,6 +99,23 @@ def dumps(obj: dict) -> str:
         return orjson.dumps(obj).decode()
     except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits or a lone surrogate (see loads)
         return json.dumps(obj, separators=(",", ":"))
+
+
+def promoted_text(value) -> str | None:
+    """A promoted text column as Spark's get_json_object gives it (records.promoted_columns, used by
+    staging): a string as itself, any other value as its JSON text."""
+    return value if value is None or isinstance(value, str) else dumps(value)
+
+
+def promoted_time(value) -> datetime | None:
+    """updated_at as an ISO 8601 time (UTC when it names no zone); anything else gives null."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
 
 
 def _sorted_changes(changes: pa.Table) -> pa.Table:
@@ -100,6 +148,7 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
     s_fields = stored["fields"].to_pylist()
 
     out_id, out_kind, out_linked, out_last, out_deleted, out_fields = [], [], [], [], [], []
+    out_email, out_country, out_updated = [], [], []
     n, i = len(ids), 0
     while i < n:
         pid, j = ids[i], i + 1
@@ -119,7 +168,7 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
                 if ops[k] == DELETE:
                     last_delete = k
             deleted = last_delete == j - 1
-            linked, fields = [], None
+            linked, fields, promoted = [], None, {}
             if not deleted:
                 alive = s is not None and not s_deleted[s] and last_delete < 0
                 fields = {}
@@ -137,6 +186,7 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
                             if v is not None:
                                 fields[key] = v
                 linked = list(dict.fromkeys(linked))
+                promoted = fields
                 fields = dumps(fields)
             out_id.append(pid)
             out_kind.append(kind)
@@ -144,6 +194,9 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
             out_last.append(j - 1)
             out_deleted.append(deleted)
             out_fields.append(fields)
+            out_email.append(promoted_text(promoted.get("email")))
+            out_country.append(promoted_text(promoted.get("country")))
+            out_updated.append(promoted_time(promoted.get("updated_at")))
         i = j
 
     # The identity graph over the resolved keys and the stored rows whose component they touch.
@@ -195,5 +248,8 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
         changes["cdc_ts"].take(last).cast(UTC_US),
         pa.array(out_deleted + nothing, pa.bool_()),
         pa.array(out_fields + nothing, pa.string()),
+        pa.array(out_email + nothing, pa.string()),
+        pa.array(out_country + nothing, pa.string()),
+        pa.array(out_updated + nothing, UTC_US),
         pa.array([UPSERT] * n_up + [RELINK] * n_re, pa.string()),
     ], schema=SOURCE_SCHEMA)

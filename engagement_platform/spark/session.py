@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
 from engagement_platform.spark.landing_source import LandingLinesDataSource
+from engagement_platform.spark.profile_merge_source import ProfileMergeDataSource
 
 # Settings for a 2-core machine; a cluster overrides them through its own spark-defaults.
 LOCAL_CONF = {
@@ -48,4 +49,5 @@ def build_session(config: dict[str, str]) -> SparkSession:
     spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
     spark.dataSource.register(KafkaOffsetsDataSource)
     spark.dataSource.register(LandingLinesDataSource)
+    spark.dataSource.register(ProfileMergeDataSource)
     return spark
