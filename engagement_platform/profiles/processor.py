@@ -142,15 +142,18 @@ def _checkpoint_rows(lake: DeltaLake, streams: list[str]) -> pa.Table:
 
 
 def _split_by(rows: pa.Table, column: str) -> dict[str, pa.Table]:
+    """value -> its rows. The MERGE source arrives grouped by tenant (one data source task each), so
+    the runs of equal values are found without sorting; a table that is not grouped is sorted first."""
     if not rows.num_rows:
         return {}
-    rows = rows.sort_by(column)
-    values = rows[column].to_pylist()
+    runs = pc.run_end_encode(rows[column].combine_chunks())
+    values = runs.values.to_pylist()
+    if len(set(values)) < len(values):
+        return _split_by(rows.sort_by(column), column)
     out, start = {}, 0
-    for i in range(1, len(values) + 1):
-        if i == len(values) or values[i] != values[start]:
-            out[values[start]] = rows.slice(start, i - start)
-            start = i
+    for value, end in zip(values, runs.run_ends.to_pylist()):
+        out[value] = rows.slice(start, end - start)
+        start = end
     return out
 
 
