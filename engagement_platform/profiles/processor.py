@@ -239,10 +239,6 @@ def _sum_commit_seconds(results) -> dict[str, float]:
     return out
 
 
-def _tenant_rows(source: pa.Table) -> dict[str, pa.Table]:
-    return _split_by(source, "tenant")
-
-
 def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[str, BatchPlan], source: pa.Table, stats: dict,
                    threads: int = MERGE_THREADS) -> dict[str, ProcessResult]:
     """The commit phase of many tenants, each exactly once per plan, in this order per tenant:
@@ -253,7 +249,7 @@ def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[st
     is skipped where its txn is already in the table, as commit_batch does."""
     now = datetime.now(timezone.utc)
     lease = active_lease()
-    by_tenant = _tenant_rows(source)
+    by_tenant = _split_by(source, "tenant")
     results: dict[str, ProcessResult] = {}
     for tenant, plan in plans.items():
         rows = _merge_rows(by_tenant.get(tenant, source.slice(0, 0)), plan.batch_id, now)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from engagement_platform.lake.delta import DeltaLake
@@ -53,13 +52,6 @@ def read_files(spark: SparkSession, uris: list[str], ddl: str) -> DataFrame:
     if not uris:
         return spark.createDataFrame([], ddl)
     return spark.read.schema(ddl).parquet(*uris)
-
-
-def row_count(lake: DeltaLake, name: str) -> int:
-    """Rows of the table's current snapshot, from the log's file statistics (no data read)."""
-    if not lake.exists(name):
-        return 0
-    return int(pc.sum(pa.table(lake.table(name).get_add_actions(flatten=True))["num_records"]).as_py() or 0)
 
 
 def staged_stats(lake: DeltaLake, name: str, uris_by_tenant: dict[str, list[str]]) -> dict[str, dict] | None:

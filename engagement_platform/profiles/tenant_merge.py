@@ -207,16 +207,10 @@ def tenant_merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
     untouched = [s for s, pid in enumerate(s_ids)
                  if pid not in resolved and (pid in touched or not touched.isdisjoint(s_related[s] or ()))]
     src, dst = [], []
-    for pid, linked in zip(out_id, out_linked):
-        src.append(pid)
+    rows = [*zip(out_id, out_linked), *((s_ids[s], s_linked[s] or []) for s in untouched)]
+    for pid, linked in rows:  # a self-loop per row, so a row without links is its own component
+        src.extend([pid] * (len(linked) + 1))
         dst.append(pid)
-        src.extend([pid] * len(linked))
-        dst.extend(linked)
-    for s in untouched:
-        pid, linked = s_ids[s], s_linked[s] or []
-        src.append(pid)
-        dst.append(pid)
-        src.extend([pid] * len(linked))
         dst.extend(linked)
     label = union_find_labels(src, dst)
     members: dict[str, list[str]] = {}
