@@ -45,9 +45,7 @@ in the nodes. No request is compared with another, so the fold is O(n log n).
 
 from __future__ import annotations
 
-import gc
 from bisect import bisect_left, bisect_right
-from contextlib import contextmanager
 from datetime import date
 from typing import Iterable, NamedTuple
 
@@ -56,6 +54,7 @@ from engagement_platform.engagement.mutation_request import (
 )
 from engagement_platform.engagement.reduction import EngagementAction, ExternalTarget, OwnerAction, OwnerFate, Reduction, ReductionStats
 from engagement_platform.engagement.row_outcome import settle_owners
+from engagement_platform.gc_pause import no_cyclic_gc
 
 
 UNTOUCHED = "untouched"  # slot cell: the position's original rows sit there, no request touched them
@@ -374,23 +373,11 @@ def reduce_requests(requests: Iterable[MutationRequest]) -> Reduction:
     ordered = sorted(requests, key=lambda r: r.order)
     if len({r.org_id for r in ordered}) > 1:
         raise ValueError("reduce_requests reduces one org's batch; group the requests by org_id first")
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         fold = _CascadeFold()
         for seq, request in enumerate(ordered):
             fold.apply(seq, request)
         return fold.reduction(tuple(r.request_id for r in ordered))
-
-
-@contextmanager
-def _no_cyclic_gc():
-    """The fold allocates many small acyclic objects; the cycle collector scanning them took ~40% of the time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def external_targets(requests: Iterable[MutationRequest]) -> list[ExternalTarget]:

@@ -80,6 +80,7 @@ from pyspark.sql import SparkSession
 from engagement_platform.engagement.affected_rows import present_targets, read_affected
 from engagement_platform.engagement.cascade_fold import external_targets, reduce_requests
 from engagement_platform.engagement.mutation_request import MutationRequest
+from engagement_platform.gc_pause import no_cyclic_gc
 from engagement_platform.engagement.outcome_table import ACTION, DELETE, UPDATE, outcome_table
 from engagement_platform.engagement.reduction_arrow import REDUCED_ARROW_SCHEMA, reduction_table
 from engagement_platform.engagement.ingestion import reject_on_driver
@@ -576,6 +577,7 @@ def _merge_predicate(orgs: list[str]) -> str:
     return f"t.org_id IN ({partitions}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id"
 
 
+@no_cyclic_gc()  # per-request dicts and candidates: millions of small objects in a 1M batch
 def apply_mutation_batch(
     spark: SparkSession,
     lake: DeltaLake,

@@ -46,7 +46,11 @@ def no_errors() -> Column:
 
 
 def gather(errors: list[Column]) -> Column:
-    """The non-null ones of several error-or-null columns, as an array."""
+    """The non-null ones of several error-or-null columns, as an array.
+
+    A concat of one-element-or-empty arrays, not array_compact: that is a lambda (filter), which
+    Spark does not compile, so the projection holding it (every check of a stage) would run
+    interpreted, row by row. An error is evaluated a second time only on rows that have it."""
     if not errors:
         return no_errors()
-    return F.array_compact(F.array(*errors))
+    return F.concat(*[F.when(e.isNotNull(), F.array(e)).otherwise(no_errors()) for e in errors])

@@ -55,15 +55,19 @@ class Pipeline:
     def target_columns(self) -> list[str]:
         return list(self.config.target.columns)
 
-    def transform(self, parsed: DataFrame) -> DataFrame:
+    def transform(self, parsed: DataFrame, keep: tuple[str, ...] = ()) -> DataFrame:
         """Parsed input -> one frame: carried columns, target columns, `_errors` of every stage.
-        Raw bytes and input columns are kept only on rows with errors (nobody needs them otherwise)."""
+        Raw bytes and input columns are kept only on rows with errors (nobody needs them otherwise).
+
+        `keep`: columns the caller added to `parsed` (e.g. a costly parse that both a validator and
+        the caller use, computed once) and wants back; column converters pass them through."""
         df = self._convert(parsed)
         df = self._validate(df)
         bad = F.size(ERRORS) > 0
         return df.select(
             ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET,
             *[F.col(f"`{c}`") for c in self.target_columns],
+            *[F.col(f"`{c}`") for c in keep],
             ERRORS,
             F.when(bad, F.col(RAW)).alias(RAW),
             F.when(bad, F.to_json(INPUT)).alias(INPUT),

@@ -50,7 +50,7 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.processor import SOURCE_SCHEMA
-from engagement_platform.profiles.records import JsonShape, with_staging_columns
+from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
 from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
@@ -257,7 +257,7 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
     spec = raw_table_spec(tenant)
     read_version = lake.ensure(spec).version()
     pipeline = snapshot_pipeline(tenant)
-    checked = pipeline.transform(read_snapshot(spark, pipeline, files))
+    checked = pipeline.transform(with_parsed_json(read_snapshot(spark, pipeline, files)), keep=PARSED_JSON)
     ok = F.size(ERRORS) == 0
     inside = ok & (F.col("cdc_ts") <= F.lit(until))
     counts = checked.agg(F.count(F.lit(1)).alias("read"), F.count(F.when(ok, 1)).alias("valid"),

@@ -26,7 +26,7 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.ingest.sources import read_kafka
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.profiles.records import profile_cdc_pipeline, profile_pipeline, with_staging_columns
+from engagement_platform.profiles.records import profile_cdc_pipeline, validated_cdc
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan
@@ -63,7 +63,7 @@ def validate_cdc_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchP
     """The slice parsed and validated in Spark, with the staging columns; `_errors` says what is wrong."""
     config = profile_cdc_pipeline(plan.topic, max_record_bytes)
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
-    return with_staging_columns(profile_pipeline(config).transform(parsed)).toArrow()
+    return validated_cdc(config, parsed).toArrow()
 
 
 def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> tuple[pa.Table, pa.Table]:

@@ -3,6 +3,9 @@
 It stands in for spark-sql-kafka (whose jar cannot be installed here): each input partition is a
 slice of one Kafka partition, read with confluent-kafka by assign + seek on an executor's Python
 worker and returned as Arrow record batches, so Kafka data never passes through the client.
+
+Only what the parse stage uses is read (partition, offset, value): every column costs a Python call
+per message, and this loop is a large share of a slice's CPU (BENCHMARKS.md, issue 6).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-SCHEMA = "kafka_partition int, kafka_offset long, key binary, value binary, kafka_timestamp_ms long"
+SCHEMA = "kafka_partition int, kafka_offset long, value binary"
 
 
 class OffsetSlice(InputPartition):
@@ -58,11 +61,9 @@ class KafkaOffsetsReader(DataSourceReader):
         for chunk in client.fetch(self.topic, [OffsetRange(part.partition, part.start, part.end)]):
             yield pa.RecordBatch.from_arrays(
                 [
-                    pa.array([m.partition() for m in chunk], pa.int32()),
+                    pa.repeat(part.partition, len(chunk)).cast(pa.int32()),  # a slice is one partition
                     pa.array([m.offset() for m in chunk], pa.int64()),
-                    pa.array([m.key() for m in chunk], pa.binary()),
                     pa.array([m.value() for m in chunk], pa.binary()),
-                    pa.array([m.timestamp()[1] for m in chunk], pa.int64()),
                 ],
-                names=["kafka_partition", "kafka_offset", "key", "value", "kafka_timestamp_ms"],
+                names=["kafka_partition", "kafka_offset", "value"],
             )

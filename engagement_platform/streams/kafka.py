@@ -7,13 +7,14 @@ Positions are assigned and sought explicitly; no consumer-group commit is ever t
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from engagement_platform.gc_pause import no_cyclic_gc
 
 
 @dataclass(frozen=True)
@@ -112,38 +113,35 @@ class KafkaClient:
         consumer.assign([TopicPartition(topic, r.partition, r.start) for r in wanted.values()])
         next_offset = {p: r.start for p, r in wanted.items()}
         deadline = time.monotonic() + timeout
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # the fetch loop allocates millions of small objects; GC pauses dominate otherwise
         try:
-            while next_offset:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{topic}: still missing offsets {next_offset} of {wanted}")
-                chunk = []
-                # Ask for no more than what is left: consume() waits out its timeout when it cannot
-                # fill num_messages, which would add a full timeout to every range's last chunk.
-                remaining = sum(wanted[p].end - o for p, o in next_offset.items())
-                for msg in consumer.consume(num_messages=min(20000, remaining), timeout=1.0):
-                    if msg.error() is not None:
-                        if msg.error().code() == KafkaError._PARTITION_EOF:
+            with no_cyclic_gc():  # the fetch loop allocates millions of small objects
+                while next_offset:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{topic}: still missing offsets {next_offset} of {wanted}")
+                    chunk = []
+                    # Ask for no more than what is left: consume() waits out its timeout when it cannot
+                    # fill num_messages, which would add a full timeout to every range's last chunk.
+                    remaining = sum(wanted[p].end - o for p, o in next_offset.items())
+                    for msg in consumer.consume(num_messages=min(20000, remaining), timeout=1.0):
+                        if msg.error() is not None:
+                            if msg.error().code() == KafkaError._PARTITION_EOF:
+                                continue
+                            raise KafkaException(msg.error())
+                        p, offset = msg.partition(), msg.offset()
+                        if p not in next_offset or offset < next_offset[p] or offset >= wanted[p].end:
                             continue
-                        raise KafkaException(msg.error())
-                    p, offset = msg.partition(), msg.offset()
-                    if p not in next_offset or offset < next_offset[p] or offset >= wanted[p].end:
-                        continue
-                    next_offset[p] = offset + 1
-                    chunk.append(msg)
-                    if offset + 1 >= wanted[p].end:
-                        del next_offset[p]
-                        consumer.incremental_unassign([TopicPartition(topic, p)])
-                if chunk:
-                    yield chunk
-                # Compacted or aborted-transaction offsets never arrive: past `end` means done.
-                for p in list(next_offset):
-                    if consumer.position([TopicPartition(topic, p)])[0].offset >= wanted[p].end:
-                        del next_offset[p]
+                        next_offset[p] = offset + 1
+                        chunk.append(msg)
+                        if offset + 1 >= wanted[p].end:
+                            del next_offset[p]
+                            consumer.incremental_unassign([TopicPartition(topic, p)])
+                    if chunk:
+                        yield chunk
+                    # Compacted or aborted-transaction offsets never arrive: past `end` means done.
+                    for p in list(next_offset):
+                        if consumer.position([TopicPartition(topic, p)])[0].offset >= wanted[p].end:
+                            del next_offset[p]
         finally:
-            if gc_was_enabled:
-                gc.enable()
             consumer.close()
 
     def producer(self, **config) -> Producer:
