@@ -4,7 +4,7 @@ plan     the tenant's next slice is a range of staging table versions (after its
          to the current one), stored in the checkpoint store before any work, like a Kafka slice:
          a re-run after a crash reads exactly the same staging files.
 compute  one Spark task per tenant reads the slice's staging files and the tenant's raw files and
-         builds the MERGE source (resolution.merge_source_from_files -> tenant_merge.py: latest
+         builds the MERGE source (resolution.merge_sources_to_files -> tenant_merge.py: latest
          change per key by CDC sequence, field-level JSON resolution, identity-graph relabelling of
          every affected row). The progress figures come from the staging log's statistics.
 commit   per tenant, the raw table's MERGE, then the progress row, each with the txn (app id per
@@ -21,7 +21,9 @@ own txn. The fixed cost per tenant is then its MERGE alone (about six Delta comm
 from __future__ import annotations
 
 import json
+import os
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -36,8 +38,9 @@ from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.progress import unprocessed_tenants  # noqa: F401  (the sensor's question, re-exported)
 from engagement_platform.profiles.resolution import (
-    ACTION, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_source_from_files, with_partition_values,
+    ACTION, RELINK, STAGED_DDL, UPSERT, batch_stats, merge_sources_to_files, with_partition_values,
 )
+from engagement_platform.profiles import tenant_merge
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_PROGRESS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name, raw_table_spec, validate_tenant,
 )
@@ -142,8 +145,8 @@ def _checkpoint_rows(lake: DeltaLake, streams: list[str]) -> pa.Table:
 
 
 def _split_by(rows: pa.Table, column: str) -> dict[str, pa.Table]:
-    """value -> its rows. The MERGE source arrives grouped by tenant (one data source task each), so
-    the runs of equal values are found without sorting; a table that is not grouped is sorted first."""
+    """value -> its rows: runs of equal values are found without sorting when the rows arrive grouped;
+    a table that is not grouped is sorted first."""
     if not rows.num_rows:
         return {}
     runs = pc.run_end_encode(rows[column].combine_chunks())
@@ -218,15 +221,30 @@ def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
         staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
         stats = {r["tenant"]: r for r in batch_stats(with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL))).toArrow().to_pylist()}
     t1 = time.perf_counter()
-    source = merge_source_from_files(spark, files).toArrow()
+    sources = merge_sources(spark, lake, files)
     t2 = time.perf_counter()
-    results = commit_tenants(lake, checkpoints, plans, source, stats, threads)
+    results = commit_tenants(lake, checkpoints, plans, sources, stats, threads)
     t3 = time.perf_counter()
     batch_seconds = {"plan": t1 - t0, "compute": t2 - t1, **_sum_commit_seconds(results.values()), "commit": t3 - t2}
     for result in results.values():
         result.seconds = {"plan": t1 - t0, "compute": t2 - t1, **result.seconds}
         result.batch_seconds = batch_seconds
     return results
+
+
+def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[list[str], list[str]]]) -> dict[str, pa.Table]:
+    """tenant -> its MERGE source, handed over by the Spark tasks in files under the lake's
+    `_handoff/` folder, deleted once read (a crash can leave a folder behind: nothing reads it)."""
+    root = lake.root if "://" in lake.root else os.path.abspath(lake.root)
+    handoff = f"{root}/_handoff/profile_processor/{uuid.uuid4().hex}"
+    try:
+        handed = merge_sources_to_files(spark, files, handoff).toArrow().to_pylist()
+        return {row["tenant"]: tenant_merge.read_handoff(row["file"]) for row in handed}
+    finally:
+        try:
+            tenant_merge.delete_handoff(handoff)
+        except FileNotFoundError:  # no task got as far as writing
+            pass
 
 
 def _sum_commit_seconds(results) -> dict[str, float]:
@@ -239,7 +257,7 @@ def _sum_commit_seconds(results) -> dict[str, float]:
     return out
 
 
-def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[str, BatchPlan], source: pa.Table, stats: dict,
+def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[str, BatchPlan], sources: dict[str, pa.Table], stats: dict,
                    threads: int = MERGE_THREADS) -> dict[str, ProcessResult]:
     """The commit phase of many tenants, each exactly once per plan, in this order per tenant:
     its raw table's MERGE (txn: processor app id, batch id), its progress row (same txn), its
@@ -249,10 +267,9 @@ def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[st
     is skipped where its txn is already in the table, as commit_batch does."""
     now = datetime.now(timezone.utc)
     lease = active_lease()
-    by_tenant = _split_by(source, "tenant")
     results: dict[str, ProcessResult] = {}
     for tenant, plan in plans.items():
-        rows = _merge_rows(by_tenant.get(tenant, source.slice(0, 0)), plan.batch_id, now)
+        rows = _merge_rows(sources.get(tenant, tenant_merge.SOURCE_SCHEMA.empty_table()), plan.batch_id, now)
         results[tenant] = _result(tenant, plan, rows, stats.get(tenant, {}))
         results[tenant].source = rows
 
@@ -368,7 +385,7 @@ def merge_raw(table, source: pa.Table, txn: BatchTxn) -> dict:
 
 def commit_tenant(lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan, rows: pa.Table, stats: dict) -> ProcessResult:
     """One tenant's commit phase (commit_tenants for one tenant)."""
-    return commit_tenants(lake, checkpoints, {tenant: plan}, rows, {tenant: stats}, threads=1)[tenant]
+    return commit_tenants(lake, checkpoints, {tenant: plan}, {tenant: rows}, {tenant: stats}, threads=1)[tenant]
 
 
 def z_order_raw(lake: DeltaLake, tenant: str, target_size: int | None = None) -> dict:

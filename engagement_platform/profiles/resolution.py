@@ -4,8 +4,8 @@ Both entry points hand each tenant's changes and stored rows to one call of
 tenant_merge.tenant_merge_source (json_merge's rules per key, then the identity graph, then the
 promoted columns) in a Python worker:
 
-- merge_source_from_files (the processor): one task of the `profile_merge` data source per tenant
-  reads the tenant's staged and raw files itself; no shuffle.
+- merge_sources_to_files (the processor): one task of the `profile_merge` data source per tenant
+  reads the tenant's staged and raw files itself (no shuffle) and hands its MERGE source over in a file.
 - merge_source (the backfill, whose changes are snapshot rows in a DataFrame): the stored rows the
   batch can affect (affected_rows) cogrouped with the changes by tenant (applyInArrow).
 
@@ -78,9 +78,10 @@ def merge_source(staged: DataFrame, raw: DataFrame) -> DataFrame:
     return changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
 
 
-def merge_source_from_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]]) -> DataFrame:
+def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]], handoff: str) -> DataFrame:
     """merge_source for the processor, whose inputs are files: {tenant: (staged file uris, raw file
     uris)}. Each tenant is read and folded in one task of the `profile_merge` data source
-    (spark/profile_merge_source.py), with no shuffle."""
+    (spark/profile_merge_source.py), with no shuffle, and its MERGE source written to an Arrow file
+    under `handoff` (an absolute path or URI). Returns one row per tenant: tenant, file, rows."""
     tenants = {t: {"staged": staged, "raw": raw} for t, (staged, raw) in files.items()}
-    return spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).load()
+    return spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).option("handoff", handoff).load()

@@ -28,6 +28,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 
 from engagement_platform.gc_pause import no_cyclic_gc
 from engagement_platform.profiles.identity import union_find_labels
@@ -81,6 +82,25 @@ def _read_files(uris: list[str], schema: pa.Schema, tenant: str) -> pa.Table:
 def read_tenant_files(tenant: str, staged: list[str], raw: list[str]) -> tuple[pa.Table, pa.Table]:
     """(changes, stored rows) of one tenant from its staged files and its raw table's files."""
     return _read_files(staged, CHANGES_SCHEMA, tenant), _read_files(raw, STORED_SCHEMA, tenant)
+
+
+def write_handoff(uri: str, source: pa.Table) -> None:
+    """A tenant's MERGE source as an Arrow IPC file (spark/profile_merge_source.py)."""
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    with filesystem.open_output_stream(path) as sink, pa.ipc.new_file(sink, source.schema) as writer:
+        writer.write_table(source)
+
+
+def read_handoff(uri: str) -> pa.Table:
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    with filesystem.open_input_file(path) as f:
+        return pa.ipc.open_file(f).read_all()
+
+
+def delete_handoff(uri: str) -> None:
+    filesystem, path = pafs.FileSystem.from_uri(uri)
+    filesystem.delete_dir(path)
 
 
 def loads(text: str | None) -> dict | None:

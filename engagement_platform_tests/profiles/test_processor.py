@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,6 +60,9 @@ def test_upserts_merge_fields_and_deletes_tombstone(spark, kafka, lake, checkpoi
     stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "2", 10, {"country": "IT"})], "acme")
     assert json.loads(profiles(lake, "acme")["2"]["fields"]) == {"country": "IT"}
     assert sorted(r["batch_id"] for r in lake.read(PROFILE_PROGRESS.name).to_pylist()) == [1, 2, 3]
+    # The Spark tasks hand the MERGE sources over in files; the processor deletes them once read.
+    handed = [p for p in Path(lake.root, "_handoff").rglob("*") if p.is_file()]
+    assert Path(lake.root, "_handoff").is_dir() and handed == []
 
 
 def test_identity_links_cascade_within_a_batch(spark, kafka, lake, checkpoints, cdc_topic):
