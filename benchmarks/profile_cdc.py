@@ -1,7 +1,7 @@
 """Profile CDC throughput (issue 6): Kafka `profile.cdc` -> staging (dumper) -> per-tenant raw tables (processor).
 
     .venv/bin/python benchmarks/profile_cdc.py [--tenants 50] [--profiles 20000] [--records 1700000]
-        [--batch-records 170000] [--per-partition 125000] [--partitions 4] [--baseline-tenants 5]
+        [--batch-records 170000] [--per-partition 250000] [--partitions 4] [--baseline-tenants 5]
     smoke run: .venv/bin/python benchmarks/profile_cdc.py --tenants 5 --profiles 2000 --records 50000 --batch-records 10000
 
 Existing raw tables: `--tenants` tables of `--profiles` rows each (one row per primary id, fields as JSON,
@@ -291,7 +291,7 @@ def main() -> None:
     parser.add_argument("--batch-records", type=int, default=170_000)
     parser.add_argument("--warmup-records", type=int, default=2_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--per-partition", type=int, default=125_000, help="staging slice bound per Kafka partition")
+    parser.add_argument("--per-partition", type=int, default=250_000, help="staging slice bound per Kafka partition")
     parser.add_argument("--bad-share", type=float, default=0.001)
     parser.add_argument("--baseline-tenants", type=int, default=5)
     parser.add_argument("--seed", type=int, default=6)

@@ -108,9 +108,13 @@ def test_a_link_joins_two_stored_components_and_relabels_both():
 
 def test_fields_beyond_64_bit_integers_survive():
     stored, _ = stored_table({"a": ProfileState(1, fields={"n": 1})})
-    changes = changes_table([("a", Change(2))]).set_column(7, "fields", pa.array(['{"big": 123456789012345678901234567890}']))
+    changes = changes_table([("a", Change(2)), ("a", Change(3))]).set_column(7, "fields", pa.array([
+        '{"big": 123456789012345678901234567890, "f": 1e300}',
+        '{"deep": {"x": [1, -98765432109876543210]}, "f": null}',  # nested; null keeps the older value
+    ]))
     (row,) = tenant_merge_source(changes, stored).to_pylist()
-    assert json.loads(row["fields"]) == {"n": 1, "big": 123456789012345678901234567890}
+    assert json.loads(row["fields"]) == {"n": 1, "big": 123456789012345678901234567890, "f": 1e300,
+                                         "deep": {"x": [1, -98765432109876543210]}}
 
 
 def test_fields_text_is_read_as_spark_validated_it():
