@@ -112,12 +112,7 @@ def loads(text: str | None) -> dict | None:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
         return _FIRST_VALUE.raw_decode(text.lstrip())[0]
-    if type(obj) is dict:
-        for value in obj.values():
-            kind = type(value)
-            if kind is not str and kind is not int and value is not None and _rounded(value):
-                return _FIRST_VALUE.raw_decode(text.lstrip())[0]
-    return obj
+    return _FIRST_VALUE.raw_decode(text.lstrip())[0] if _rounded(obj) else obj
 
 
 def _rounded(value) -> bool:
