@@ -69,27 +69,33 @@ import time
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from functools import cache
+from itertools import groupby
 from pathlib import Path
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.affected_rows import present_targets, read_affected
-from engagement_platform.engagement.cascade_fold import external_targets, reduce_requests
-from engagement_platform.engagement.mutation_request import MutationRequest
-from engagement_platform.gc_pause import no_cyclic_gc
-from engagement_platform.engagement.outcome_table import ACTION, DELETE, UPDATE, outcome_table
-from engagement_platform.engagement.reduction_arrow import REDUCED_ARROW_SCHEMA, reduction_table
+from engagement_platform.engagement.affected_rows import read_affected
+from engagement_platform.engagement.cascade_fold import reduce_requests
+from engagement_platform.engagement.hold_back import affected_keys, hold_back, request_order, request_targets
 from engagement_platform.engagement.ingestion import reject_on_driver
+from engagement_platform.engagement.mutation_request import MutationRequest
 from engagement_platform.engagement.mutation_tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
+from engagement_platform.engagement.outcome_table import ACTION, DELETE, UPDATE, outcome_table
+from engagement_platform.engagement.reduction_arrow import REDUCED_ARROW_SCHEMA, reduction_table
+from engagement_platform.engagement.request_columns import (
+    CANONICAL_SCHEMA, CheckedRequests, canonical_from_json, check_requests, iso, mutation_requests, parse_timestamp,
+    request_json, typed_record,
+)
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.gc_pause import no_cyclic_gc
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline
-from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION, VALIDATE
+from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
 from engagement_platform.ingest.sources import read_kafka
 from engagement_platform.lake.checkpoints import CheckpointStore
@@ -113,21 +119,10 @@ DEFAULT_REDUCER = "auto"
 DEFAULT_SPARK_THRESHOLD = 1_000_000  # no crossover measured up to 1M on 2 cores (module docstring)
 REDUCER = "driver"  # what MutationResult reports when no reduction ran
 
-CHECKS = "mutation_request"  # plugin name of the driver-side request checks
 APPLY = "apply"  # stage of errors found while applying (targets never arrived)
 TARGET_NOT_FOUND = "target_not_found_within_horizon"
-# Columns an update's record may set (the rest are the row's identity or ingestion bookkeeping).
-RECORD_COLUMNS = tuple(
-    n for n in ENGAGEMENT_ACTIVITY.schema.names
-    if n not in ("org_id", "engagement_id", "ingestion_time", "source_partition", "source_offset", "batch_id")
-)
-REQUEST_KEYS = ("request_id", "org_id", "request_time", "op", "from_field", "from_id", "to_field", "to_id",
-                "field", "from_ids", "id", "engagement_id", "record", "date_from", "date_to")
-OP_REQUIRED = {
-    "convert": ("from_field", "from_id", "to_field", "to_id"),
-    "merge": ("field", "from_ids", "to_id"),
-    "update": ("engagement_id", "record"),
-}
+OUTCOMES = pa.array(["applied", "pending", "expired"])  # the request log's outcome, by code
+APPLIED, PENDING, EXPIRED = range(3)
 
 
 def pending_max_age_hours() -> float:
@@ -149,54 +144,10 @@ def mutation_pipeline(topic: str) -> PipelineConfig:
 # ---- requests: JSON <-> MutationRequest ----------------------------------------------------------
 
 
-def _iso(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.isoformat().replace("+00:00", "Z")
-    return value.isoformat() if isinstance(value, date) else str(value)
-
-
-def _timestamp(text: str) -> datetime:
-    value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def typed_record(record: dict) -> dict:
-    """An update's record with engagement_activity types; ValueError naming the bad column."""
-    types = {f.name: f.type for f in ENGAGEMENT_ACTIVITY.schema}
-    out = {}
-    for name, value in record.items():
-        if name not in RECORD_COLUMNS:
-            raise ValueError(f"record.{name}: not a column an update can set (allowed: {', '.join(RECORD_COLUMNS)})")
-        type_ = types[name]
-        try:
-            if value is None:
-                out[name] = None
-            elif pa.types.is_date(type_):
-                out[name] = date.fromisoformat(str(value))
-            elif pa.types.is_timestamp(type_):
-                out[name] = _timestamp(value)
-            elif pa.types.is_integer(type_):
-                if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-                    raise ValueError(value)
-                out[name] = int(value)
-            elif name == "payload":
-                out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            elif isinstance(value, (dict, list)):
-                raise ValueError(value)
-            else:
-                out[name] = str(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"record.{name}: {value!r} is not a valid {type_}") from None
-    return out
-
-
 def request_from_json(d: dict) -> MutationRequest:
     """The canonical request JSON (request_json column) -> cascade.MutationRequest."""
     dates = {k: date.fromisoformat(d[k]) if d.get(k) else None for k in ("date_from", "date_to")}
-    rid, org, at, op = d["request_id"], d["org_id"], _timestamp(d["request_time"]), d["op"]
+    rid, org, at, op = d["request_id"], d["org_id"], parse_timestamp(d["request_time"]), d["op"]
     if op == "convert":
         return MutationRequest.convert(rid, org, at, d["from_field"], d["from_id"], d["to_field"], d["to_id"], **dates)
     if op == "merge":
@@ -210,117 +161,45 @@ def request_from_json(d: dict) -> MutationRequest:
     raise ValueError(f"unknown op {op!r}")
 
 
-def _error(column: str | None, code: str, message: str, value: Any = None) -> dict:
-    return {"stage": VALIDATE, "plugin": CHECKS, "column_name": column, "error_code": code, "message": message,
-            "value": None if value is None else str(value)}
-
-
-def canonical_request(row: dict) -> tuple[dict, list[dict]]:
-    """(canonical request dict, driver-side errors) of one row the framework found valid."""
-    d = {k: row.get(k) for k in REQUEST_KEYS}
-    errors = []
-    op = d["op"]
-    if d["from_ids"] is not None:
-        try:
-            ids = json.loads(d["from_ids"])
-            if not (isinstance(ids, list) and ids and all(isinstance(i, str) and i for i in ids)):
-                raise ValueError
-            d["from_ids"] = ids
-        except ValueError:
-            errors.append(_error("from_ids", "wrong_type", "from_ids must be a non-empty JSON array of ids", d["from_ids"]))
-    if d["record"] is not None:
-        try:
-            record = json.loads(d["record"])
-            if not isinstance(record, dict):
-                raise ValueError("record must be a JSON object")
-            typed_record(record)
-            d["record"] = record
-        except ValueError as exc:
-            message = str(exc) if str(exc).startswith("record") else "record must be a JSON object of column values"
-            errors.append(_error("record", "wrong_type", message, d["record"]))
-    required = OP_REQUIRED.get(op, ())
-    if op == "delete":
-        if d["engagement_id"] is not None and (d["field"] is not None or d["id"] is not None):
-            errors.append(_error("engagement_id", "ambiguous_target", "delete takes engagement_id or field + id, not both"))
-        elif d["engagement_id"] is None:
-            required = ("field", "id")
-    for name in required:
-        if d[name] is None or (isinstance(d[name], str) and not d[name].strip()):
-            errors.append(_error(name, "missing_required", f"op '{op}' requires '{name}'"))
-    if d["date_from"] is not None and d["date_to"] is not None and d["date_from"] > d["date_to"]:
-        errors.append(_error("date_to", "invalid_date_range", f"date_to {d['date_to']} is before date_from {d['date_from']}", d["date_to"]))
-    d["request_time"] = _iso(d["request_time"])
-    d["date_from"], d["date_to"] = _iso(d["date_from"]), _iso(d["date_to"])
-    keep = set(("request_id", "org_id", "request_time", "op", "date_from", "date_to") + OP_REQUIRED.get(op, ())
-               + (("engagement_id",) if op == "delete" else ()) + (("field", "id") if op == "delete" else ()))
-    return {k: v for k, v in d.items() if k in keep and v is not None}, errors
-
-
 # ---- compute: read + validate -----------------------------------------------------------------
 
 
-def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> tuple[pa.Table, list[dict | None]]:
-    """(validated slice with every error in `_errors`, canonical request per row or None if bad).
+def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> tuple[pa.Table, CheckedRequests]:
+    """(validated slice with every error in `_errors`, the requests that passed, canonical).
 
     The framework validates in Spark; the op-dependent checks and duplicate request ids are added here
-    (like records.mark_duplicates_in_batch); rows flagged here get their raw bytes back from Kafka."""
+    (request_columns.check_requests); rows flagged here get their raw bytes back from Kafka."""
     config = mutation_pipeline(plan.topic)
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
     validated = Pipeline.from_config(config).transform(parsed).toArrow()
     validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
-    rows = validated.to_pylist()
-    errors = validated[ERRORS].to_pylist()
-    requests: list[dict | None] = [None] * len(rows)
-    flagged, seen = [], set()
-    for i, row in enumerate(rows):
-        if errors[i]:
-            continue
-        request, found = canonical_request(row)
-        key = (request["org_id"], request["request_id"])
-        if not found and key in seen:
-            found = [_error("request_id", "duplicate_in_batch", f"request_id '{request['request_id']}' already appears earlier in this batch", request["request_id"])]
-        if found:
+    checked = check_requests(validated)
+    if checked.errors:
+        errors = validated[ERRORS].to_pylist()
+        for i, found in checked.errors.items():
             errors[i] = found
-            flagged.append(i)
-        else:
-            seen.add(key)
-            requests[i] = request
-    validated = reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config)
-    return validated, requests
+        validated = reject_on_driver(validated, errors, sorted(checked.errors), bootstrap_servers, plan.topic, kafka_config)
+    return validated, checked
 
 
 # ---- compute: requests -> outcome rows ------------------------------------------------------------
 
-
-@dataclass
-class Candidate:
-    """A request taking part in this batch: new from the slice, or carried from the pending table."""
-
-    request: MutationRequest
-    json: dict
-    source_partition: int
-    source_offset: int
-    first_seen_batch: int
-    attempts: int
-    expires_batch: int
-    from_pending: bool
-    missing: list[dict] = field(default_factory=list)
-    first_seen_at: datetime | None = None  # the as-of time of the batch that first held it back (None: this batch)
-
-    @property
-    def request_id(self) -> str:
-        return self.request.request_id
+# The batch's requests, one row each: canonical columns, then where they come from and how long they may wait.
+CANDIDATE_SCHEMA = pa.schema([
+    *CANONICAL_SCHEMA,
+    ("source_partition", pa.int32()), ("source_offset", pa.int64()), ("first_seen_batch", pa.int64()), ("attempts", pa.int64()),
+    ("expires_batch", pa.int64()), ("from_pending", pa.bool_()),
+    ("first_seen_at", pa.timestamp("us", tz="UTC")),  # the as-of time of the batch that first held it back (null: this batch)
+    ("request_json", pa.string()),
+])
 
 
 @dataclass
 class BatchReduction:
-    """Every org's reduced actions (reduction_arrow rows), the requests applied and held back."""
+    """Every org's reduced actions (reduction_arrow rows) and how many actions there are."""
 
     actions: pa.Table
-    applied: list[Candidate]
-    held: list[Candidate]
     action_count: int
-    rounds: int
     reducer: str = REDUCER
 
 
@@ -336,33 +215,6 @@ def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | No
     return dataset.to_table(filter=filter), len(fragments), total
 
 
-def hold_back_missing(by_org: dict[str, list[Candidate]], rows: pa.Table) -> tuple[dict[str, list[Candidate]], list[Candidate], int]:
-    """(requests to apply per org, requests held back, rounds): hold back every request with an external
-    target no row holds, then look again without them (what they would have produced is gone), until
-    no external target is missing. external_targets is the fold's own rule, without the fold."""
-    active = {org: sorted(cs, key=lambda c: c.request.order) for org, cs in by_org.items()}
-    held: list[Candidate] = []
-    todo, rounds = sorted(active), 0
-    while todo:
-        rounds += 1
-        targets = []
-        for org in todo:
-            by_id = {c.request_id: c for c in active[org]}
-            targets += [(org, t, by_id[t.request_id]) for t in external_targets([c.request for c in active[org]])]
-        present = present_targets([(org, t, c.request) for org, t, c in targets], rows)
-        missing: dict[tuple[str, str], list] = {}
-        for (org, target, c), found in zip(targets, present):
-            if not found:
-                missing.setdefault((org, c.request_id), [c]).append(target)
-        for c, *lost in missing.values():
-            c.missing = [{"kind": t.kind, "field": t.field, "id": t.id} for t in lost]
-            held.append(c)
-        todo = sorted({org for org, _ in missing})
-        for org in todo:
-            active[org] = [c for c in active[org] if (org, c.request_id) not in missing]
-    return {org: cs for org, cs in active.items() if cs}, held, rounds
-
-
 def mutation_reducer(requests: int) -> str:
     """'spark' or 'driver' for a batch reducing `requests` requests (EP_MUTATION_REDUCER, EP_MUTATION_SPARK_THRESHOLD)."""
     choice = os.environ.get(REDUCER_ENV, DEFAULT_REDUCER).strip().lower() or DEFAULT_REDUCER
@@ -374,26 +226,25 @@ def mutation_reducer(requests: int) -> str:
     return choice
 
 
-def reduce_batch(by_org: dict[str, list[Candidate]], rows: pa.Table, spark: SparkSession | None = None) -> BatchReduction:
-    """Hold back requests whose targets are missing, then reduce each org's remaining requests once:
+def reduce_batch(requests: list[MutationRequest], order: np.ndarray, orgs: list[str], active: np.ndarray,
+                 spark: SparkSession | None = None) -> BatchReduction:
+    """Reduce each org's active requests once (`order`: fold order, `orgs`: each request's org):
     on Spark grouped by org (cascade_spark.reduce_to_arrow) or on the driver, per mutation_reducer."""
-    active, held, rounds = hold_back_missing(by_org, rows)
-    applied = [c for org in sorted(active) for c in active[org]]
+    applied = order[active[order]].tolist()
     if spark is not None and applied and mutation_reducer(len(applied)) == "spark":
         from engagement_platform.engagement.cascade_spark import reduce_to_arrow
 
-        actions = reduce_to_arrow(spark, [c.request for c in applied])
+        actions = reduce_to_arrow(spark, [requests[i] for i in applied])
         stats = actions.filter(pc.equal(actions["kind"], "stats"))
         count = sum(pc.sum(stats[name]).as_py() or 0 for name in ("owner_actions", "engagement_actions"))
-        return BatchReduction(actions, applied, held, count, rounds, reducer="spark")
-    tables, applied, count = [], [], 0
-    for org in sorted(active):
-        reduction = reduce_requests([c.request for c in active[org]])
+        return BatchReduction(actions, count, reducer="spark")
+    tables, count = [], 0
+    for org, indices in groupby(applied, key=orgs.__getitem__):
+        reduction = reduce_requests([requests[i] for i in indices])
         tables.append(reduction_table(org, reduction, with_external_targets=False))
-        applied += active[org]
         count += reduction.stats.actions_out
     actions = pa.concat_tables(tables) if tables else REDUCED_ARROW_SCHEMA.empty_table()
-    return BatchReduction(actions, applied, held, count, rounds)
+    return BatchReduction(actions, count)
 
 
 # ---- the batch ---------------------------------------------------------------------------------
@@ -485,13 +336,28 @@ def snapshot_versions(lake: DeltaLake, batch_id: int) -> dict[str, int]:
             "pending_version": _current_version(lake, ENGAGEMENT_MUTATIONS_PENDING.name)}
 
 
-def _pending_candidates(pending: pa.Table) -> list[Candidate]:
-    return [
-        Candidate(request_from_json(json.loads(r["request_json"])), json.loads(r["request_json"]), r["source_partition"], r["source_offset"],
-                  r["first_seen_batch"], r["attempts"], r["expires_batch"], from_pending=True,
-                  first_seen_at=r.get("first_seen_at"))  # None in rows written before the column existed: the clock starts now
-        for r in pending.to_pylist()
-    ]
+def _carried(pending: pa.Table) -> tuple[pa.Table, list[dict | None]]:
+    """The pending table's requests as candidate rows (CANDIDATE_SCHEMA) and their typed records."""
+    texts = pending["request_json"].to_pylist()
+    canonical, records = canonical_from_json(texts)
+    columns = {name: canonical[name] for name in CANONICAL_SCHEMA.names}
+    columns.update({name: pending[name] for name in ("source_partition", "source_offset", "first_seen_batch", "attempts", "expires_batch")})
+    columns["from_pending"] = pa.array([True] * pending.num_rows, pa.bool_())
+    # null in rows written before the column existed: the clock starts now
+    columns["first_seen_at"] = pending["first_seen_at"] if "first_seen_at" in pending.column_names else pa.nulls(pending.num_rows, pa.timestamp("us", tz="UTC"))
+    columns["request_json"] = pending["request_json"]
+    return pa.table(columns).cast(CANDIDATE_SCHEMA), records
+
+
+def _new_candidates(checked: pa.Table, batch_id: int, horizon_batches: int) -> pa.Table:
+    """The slice's checked requests as candidate rows: first seen in this batch."""
+    n = checked.num_rows
+    columns = {name: checked[name] for name in CANONICAL_SCHEMA.names}
+    columns.update(source_partition=checked[SOURCE_PARTITION], source_offset=checked[SOURCE_OFFSET],
+                   first_seen_batch=pa.array([batch_id] * n, pa.int64()), attempts=pa.array([0] * n, pa.int64()),
+                   expires_batch=pa.array([batch_id + horizon_batches] * n, pa.int64()), from_pending=pa.array([False] * n, pa.bool_()),
+                   first_seen_at=pa.nulls(n, pa.timestamp("us", tz="UTC")), request_json=request_json(checked))
+    return pa.table(columns).cast(CANDIDATE_SCHEMA)
 
 
 def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
@@ -503,27 +369,32 @@ def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _expired_horizons(c: Candidate, batch_id: int, as_of: datetime, max_age: timedelta) -> list[str]:
-    """Which horizons a held-back request has run out of at this batch: "batches" and/or "age" (empty: it waits)."""
+def _expired_horizons(c: dict, batch_id: int, as_of: datetime, max_age: timedelta) -> list[str]:
+    """Which horizons a held-back request (a candidate row) has run out of at this batch: "batches" and/or "age" (empty: it waits)."""
     out = []
-    if batch_id >= c.expires_batch:
+    if batch_id >= c["expires_batch"]:
         out.append("batches")
-    if as_of - (c.first_seen_at or as_of) >= max_age:
+    if as_of - (c["first_seen_at"] or as_of) >= max_age:
         out.append("age")
     return out
 
 
-def _already_logged(lake: DeltaLake, version_of_log: int, requests: list[dict], batch_id: int) -> set[tuple[str, str]]:
-    """(org_id, request_id) of these requests that an earlier batch already logged (a producer retry)."""
-    if version_of_log < 0 or not requests:
-        return set()
-    orgs = sorted({r["org_id"] for r in requests})
+def _keys(table: pa.Table) -> pa.ChunkedArray:
+    """org_id and request_id joined: one string per request, for set lookups."""
+    return pc.binary_join_element_wise(table["org_id"], table["request_id"], "\x1f")
+
+
+def _already_logged(lake: DeltaLake, version_of_log: int, requests: pa.Table, batch_id: int) -> pa.Array:
+    """Keys (_keys) of these requests that an earlier batch already logged (a producer retry)."""
+    if version_of_log < 0 or requests.num_rows == 0:
+        return pa.array([], pa.string())
+    orgs = pc.unique(requests["org_id"]).to_pylist()
     # request_id is compared through a cast: files a delta-rs delete/merge rewrote (an erasure) store it as
     # string_view, and pyarrow cannot compare their min/max guarantee with a string literal.
-    ids = pc.field("request_id").cast(pa.string()).isin(sorted({r["request_id"] for r in requests}))
+    ids = pc.field("request_id").cast(pa.string()).isin(pc.unique(requests["request_id"]).to_pylist())
     expr = ds.field("org_id").isin(orgs) & ids & (ds.field("batch_id") < batch_id)
     rows, _, _ = read_at(lake, ENGAGEMENT_MUTATION_REQUESTS.name, version_of_log, expr)
-    return {(r["org_id"], r["request_id"]) for r in rows.select(["org_id", "request_id"]).to_pylist()}
+    return pc.unique(_keys(rows.select(["org_id", "request_id"]).cast(pa.schema([("org_id", pa.string()), ("request_id", pa.string())]))))
 
 
 def _request_keys(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None) -> set[tuple[str, str]]:
@@ -533,7 +404,7 @@ def _request_keys(lake: DeltaLake, name: str, version: int, filter: ds.Expressio
     return set(zip(rows["org_id"].to_pylist(), rows["request_id"].to_pylist()))
 
 
-def erased_since_pin(lake: DeltaLake, batch_id: int, pinned_pending: int, new_keys: set[tuple[str, str]]) -> set[tuple[str, str]]:
+def erased_since_pin(lake: DeltaLake, batch_id: int, pinned_pending: int, new: pa.Table) -> set[tuple[str, str]]:
     """(org_id, request_id) of this batch's requests that another writer (a GDPR erasure) deleted after the
     batch's pin; a re-run must not write them back (to pending or quarantine) although its decisions,
     computed against the pin, still count them. The rule: the pending table changes only through this
@@ -549,20 +420,22 @@ def erased_since_pin(lake: DeltaLake, batch_id: int, pinned_pending: int, new_ke
             if version > pinned_pending and commit.get("app_id") != APP_ID:
                 erased |= _request_keys(lake, name, version - 1) - _request_keys(lake, name, version)
     log = ENGAGEMENT_MUTATION_REQUESTS.name
-    if new_keys and lake.exists(log) and (lake.committed_version(log, APP_ID) or -1) >= batch_id:
+    if new.num_rows and lake.exists(log) and (lake.committed_version(log, APP_ID) or -1) >= batch_id:
+        new_keys = set(zip(new["org_id"].to_pylist(), new["request_id"].to_pylist()))
         mine = ds.field("org_id").isin(sorted({o for o, _ in new_keys})) & (ds.field("batch_id") == batch_id)
         erased |= new_keys - _request_keys(lake, log, _current_version(lake, log), mine)
     return erased
 
 
-def _quarantine_candidates(candidates: list[Candidate], plan: BatchPlan, at: datetime, code: str, message) -> pa.Table:
+def _quarantine_candidates(candidates: list[dict], plan: BatchPlan, at: datetime, code: str, message) -> pa.Table:
+    """Quarantine rows for candidate rows (dicts of CANDIDATE_SCHEMA, `missing` added for held-back ones)."""
     rows = []
     for c in candidates:
-        text = json.dumps(c.json, sort_keys=True)
+        text, missing = c["request_json"], c.get("missing")
         rows.append(dict(
-            pipeline=PIPELINE_NAME, batch_id=plan.batch_id, row_id=f"{plan.topic}:{c.source_partition}:{c.source_offset}", source=plan.topic,
-            source_partition=c.source_partition, source_offset=c.source_offset, org_id=c.request.org_id, raw=text.encode(), input=text,
-            stage=APPLY, plugin=STREAM, column_name=None, error_code=code, message=message(c), value=json.dumps(c.missing) if c.missing else None,
+            pipeline=PIPELINE_NAME, batch_id=plan.batch_id, row_id=f"{plan.topic}:{c['source_partition']}:{c['source_offset']}", source=plan.topic,
+            source_partition=c["source_partition"], source_offset=c["source_offset"], org_id=c["org_id"], raw=text.encode(), input=text,
+            stage=APPLY, plugin=STREAM, column_name=None, error_code=code, message=message(c), value=json.dumps(missing) if missing else None,
             quarantined_at=at, quarantine_date=at.date(),
         ))
     return pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA)
@@ -591,45 +464,46 @@ def apply_mutation_batch(
     seconds: dict[str, float] = {}
     batch = plan.batch_id
     t0 = time.perf_counter()
-    validated, requests = validate_requests(spark, bootstrap_servers, plan, kafka_config)
+    validated, checked = validate_requests(spark, bootstrap_servers, plan, kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
     max_age_hours = pending_max_age_hours() if max_age_hours is None else max_age_hours
     as_of = now = pinned_as_of(lake, batch)
 
-    # -- requests of this batch: new valid ones + every pending one (pinned snapshot)
+    # -- requests of this batch: new valid ones + every pending one (pinned snapshot), one row each
     t1 = time.perf_counter()
     snapshot = snapshot_versions(lake, batch)
     log_version = _current_version(lake, ENGAGEMENT_MUTATION_REQUESTS.name)
     n_errors = pc.list_value_length(validated[ERRORS])
     malformed = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), QuarantineContext(PIPELINE_NAME, batch, plan.topic, now, kafka=True))
-    positions = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
-    new_json = [(r, p) for r, p in zip(requests, positions) if r is not None]
     pending_rows, _, _ = read_at(lake, ENGAGEMENT_MUTATIONS_PENDING.name, snapshot["pending_version"], schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
-    carried = _pending_candidates(pending_rows)
-    seen = _already_logged(lake, log_version, [r for r, _ in new_json], batch) | {(c.request.org_id, c.request_id) for c in carried}
-    new, replayed = [], []
-    for r, p in new_json:
-        c = Candidate(request_from_json(r), r, p[SOURCE_PARTITION], p[SOURCE_OFFSET], batch, 0, batch + horizon_batches, from_pending=False)
-        (replayed if (r["org_id"], r["request_id"]) in seen else new).append(c)
-
-    by_org: dict[str, list[Candidate]] = {}
-    for c in carried + new:
-        by_org.setdefault(c.request.org_id, []).append(c)
-    orgs = sorted(by_org)
+    carried, carried_records = _carried(pending_rows)
+    arrived = _new_candidates(checked.requests, batch, horizon_batches)
+    seen = pa.concat_arrays([_already_logged(lake, log_version, arrived, batch), pc.unique(_keys(carried)).cast(pa.string())])
+    replayed = np.asarray(pc.is_in(_keys(arrived), value_set=seen).to_numpy(zero_copy_only=False), dtype=bool)
+    new = arrived.filter(pa.array(~replayed))
+    candidates = pa.concat_tables([carried, new])
+    records = carried_records + [r for r, again in zip(checked.records, replayed.tolist()) if not again]
+    order = request_order(candidates)
+    seq = np.empty(len(order), dtype=np.int64)
+    seq[order] = np.arange(len(order))
+    needs, produces = request_targets(candidates, records)
+    org_of = candidates["org_id"].to_pylist()
+    orgs = sorted(set(org_of))
     seconds["prepare"] = time.perf_counter() - t1
 
     # -- one pruned read of every row a request of the batch may touch
     t2 = time.perf_counter()
     affected, files_read, files_total = read_affected(
-        lake, ENGAGEMENT_ACTIVITY.name, snapshot["activity_version"], ENGAGEMENT_ACTIVITY.schema,
-        {org: [c.request for c in cs] for org, cs in by_org.items()},
+        lake, ENGAGEMENT_ACTIVITY.name, snapshot["activity_version"], ENGAGEMENT_ACTIVITY.schema, candidates,
+        affected_keys(candidates, needs, produces),
     )
     seconds["read_targets"] = time.perf_counter() - t2
 
     # -- hold back requests whose targets are missing, reduce per org, outcome of every row at once
     t3 = time.perf_counter()
-    reduced = reduce_batch(by_org, affected, spark)
-    applied, held = reduced.applied, reduced.held
+    held_back = hold_back(candidates, needs, produces, seq, affected)
+    active = held_back.active
+    reduced = reduce_batch(mutation_requests(candidates, records), order, org_of, active, spark)
     seconds["reduce"] = time.perf_counter() - t3
     t4 = time.perf_counter()
     source, counts = outcome_table(affected, reduced.actions)
@@ -637,25 +511,29 @@ def apply_mutation_batch(
     # Expiry: `horizon_batches` batches after the first attempt, or `max_age_hours` after the batch that first
     # held it back (first_seen_at), both measured at this batch's pinned as-of time, never the clock at re-run.
     max_age = timedelta(hours=max_age_hours)
-    horizons = {(c.request.org_id, c.request_id): _expired_horizons(c, batch, as_of, max_age) for c in held}
-    expired = [c for c in held if horizons[(c.request.org_id, c.request_id)]]
-    still_pending = [c for c in held if not horizons[(c.request.org_id, c.request_id)]]
-    outcome_of = ({(c.request.org_id, c.request_id): "applied" for c in applied} | {(c.request.org_id, c.request_id): "pending" for c in still_pending}
-                  | {(c.request.org_id, c.request_id): "expired" for c in expired})
+    held = candidates.take(pa.array(held_back.held, pa.int64())).to_pylist()
+    for index, c in zip(held_back.held, held):
+        c["index"], c["missing"] = index, held_back.missing[index]
+        c["horizons"] = _expired_horizons(c, batch, as_of, max_age)
+    expired = [c for c in held if c["horizons"]]
+    still_pending = [c for c in held if not c["horizons"]]
+    outcome = np.full(candidates.num_rows, APPLIED, dtype=np.int64)
+    outcome[[c["index"] for c in still_pending]] = PENDING
+    outcome[[c["index"] for c in expired]] = EXPIRED
     # A re-run computes against its pin but does not write back what an erasure deleted after the pin.
-    erased = erased_since_pin(lake, batch, snapshot["pending_version"], {(c.request.org_id, c.request_id) for c in new})
+    erased = erased_since_pin(lake, batch, snapshot["pending_version"], new)
     seconds["outcomes"] = time.perf_counter() - t4
 
     t5 = time.perf_counter()
-    log_rows = _log_rows(new, outcome_of, plan, now)
-    keep = sorted((c for c in still_pending if (c.request.org_id, c.request_id) not in erased), key=lambda c: (c.request.org_id, c.request.order))
-    kept_keys = {(c.request.org_id, c.request_id) for c in keep}
-    consumed = sorted({(c.request.org_id, c.request_id) for c in carried} - kept_keys)
+    log_rows = _log_rows(new, outcome[carried.num_rows:], plan, now)
+    keep = sorted((c for c in still_pending if (c["org_id"], c["request_id"]) not in erased), key=lambda c: seq[c["index"]])
+    kept_keys = {(c["org_id"], c["request_id"]) for c in keep}
+    consumed = sorted(set(zip(carried["org_id"].to_pylist(), carried["request_id"].to_pylist())) - kept_keys)
     pending_table = pa.Table.from_pylist([
-        dict(org_id=c.request.org_id, request_id=c.request_id, request_time=c.request.request_time, request_json=json.dumps(c.json, sort_keys=True),
-             missing_targets=json.dumps(c.missing), first_seen_batch=c.first_seen_batch, last_batch=batch, attempts=c.attempts + 1,
-             expires_batch=c.expires_batch, source_partition=c.source_partition, source_offset=c.source_offset,
-             first_seen_at=c.first_seen_at or as_of)
+        dict(org_id=c["org_id"], request_id=c["request_id"], request_time=c["request_time"], request_json=c["request_json"],
+             missing_targets=json.dumps(c["missing"]), first_seen_batch=c["first_seen_batch"], last_batch=batch, attempts=c["attempts"] + 1,
+             expires_batch=c["expires_batch"], source_partition=c["source_partition"], source_offset=c["source_offset"],
+             first_seen_at=c["first_seen_at"] or as_of)
         for c in keep
     ], schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
     # The pending step's change as a delta against the current table: upsert what stays, delete what it consumed.
@@ -666,12 +544,13 @@ def apply_mutation_batch(
     ])
     quarantine = pa.concat_tables([
         malformed,
-        _quarantine_candidates(replayed, plan, now, "duplicate_request", lambda c: f"request_id '{c.request_id}' was already received by an earlier batch"),
-        _quarantine_candidates([c for c in expired if (c.request.org_id, c.request_id) not in erased], plan, now, TARGET_NOT_FOUND, lambda c: (
-            f"targets {_describe_missing(c.missing)} not found in engagement_activity within the "
-            f"{' and '.join(horizons[(c.request.org_id, c.request_id)])} horizon: "
-            f"{horizon_batches} batch(es) after batch {c.first_seen_batch} ({c.attempts + 1} attempts), "
-            f"{max_age_hours:g} h after {_iso(c.first_seen_at or as_of)} (batch as-of {_iso(as_of)})")),
+        _quarantine_candidates(arrived.filter(pa.array(replayed)).to_pylist(), plan, now, "duplicate_request",
+                               lambda c: f"request_id '{c['request_id']}' was already received by an earlier batch"),
+        _quarantine_candidates([c for c in expired if (c["org_id"], c["request_id"]) not in erased], plan, now, TARGET_NOT_FOUND, lambda c: (
+            f"targets {_describe_missing(c['missing'])} not found in engagement_activity within the "
+            f"{' and '.join(c['horizons'])} horizon: "
+            f"{horizon_batches} batch(es) after batch {c['first_seen_batch']} ({c['attempts'] + 1} attempts), "
+            f"{max_age_hours:g} h after {iso(c['first_seen_at'] or as_of)} (batch as-of {iso(as_of)})")),
     ])
 
     merge_metrics: dict = {}
@@ -742,13 +621,14 @@ def apply_mutation_batch(
         **snapshot,  # pinned in every commit's metadata; the request log's is read back by a re-run
     )
     seconds["commits_other"] = time.perf_counter() - t6 - seconds["merge"]
+    from_pending = np.asarray(candidates["from_pending"].to_numpy(zero_copy_only=False), dtype=bool)
     return MutationResult(
         plan=plan,
         requests_read=validated.num_rows,
-        requests_valid=len(new_json),
-        requests_malformed=validated.num_rows - len(new_json),
-        requests_in=len(carried) + len(new),
-        requests_applied=len(applied),
+        requests_valid=arrived.num_rows,
+        requests_malformed=validated.num_rows - arrived.num_rows,
+        requests_in=candidates.num_rows,
+        requests_applied=int(active.sum()),
         actions=reduced.action_count,
         rows_scanned=affected.num_rows,
         rows_updated=counts["updated"],
@@ -757,9 +637,9 @@ def apply_mutation_batch(
         files_read=files_read,
         files_total=files_total,
         merge_metrics=merge_metrics,
-        pending_added=sum(1 for c in still_pending if not c.from_pending),
-        pending_resolved=sum(1 for c in applied if c.from_pending),
-        pending_retained=sum(1 for c in still_pending if c.from_pending),
+        pending_added=sum(1 for c in still_pending if not c["from_pending"]),
+        pending_resolved=int((active & from_pending).sum()),
+        pending_retained=sum(1 for c in still_pending if c["from_pending"]),
         pending_expired=len(expired),
         quarantined_errors=quarantine.num_rows,
         versions=versions,
@@ -770,19 +650,13 @@ def apply_mutation_batch(
     )
 
 
-def _log_rows(new: list[Candidate], outcome_of: dict[tuple[str, str], str], plan: BatchPlan, at: datetime) -> pa.Table:
-    rows = []
-    for c in new:
-        j, r = c.json, c.request
-        rows.append(dict(
-            org_id=r.org_id, request_date=r.request_time.date(), request_id=r.request_id, request_time=r.request_time, op=r.op,
-            from_field=j.get("from_field"), from_id=j.get("from_id"), to_field=j.get("to_field"), to_id=j.get("to_id"),
-            field=j.get("field"), from_ids=j.get("from_ids"), id=j.get("id"), engagement_id=j.get("engagement_id"),
-            record=json.dumps(j["record"], sort_keys=True) if "record" in j else None, date_from=r.date_from, date_to=r.date_to,
-            request_json=json.dumps(j, sort_keys=True), outcome=outcome_of.get((r.org_id, r.request_id)), batch_id=plan.batch_id,
-            source_partition=c.source_partition, source_offset=c.source_offset, received_at=at,
-        ))
-    return pa.Table.from_pylist(rows, schema=ENGAGEMENT_MUTATION_REQUESTS.schema)
+def _log_rows(new: pa.Table, outcome: np.ndarray, plan: BatchPlan, at: datetime) -> pa.Table:
+    """The request log's rows of this batch's new requests (candidate rows), with each one's outcome code."""
+    n = new.num_rows
+    columns = {name: new[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names if name in new.column_names}
+    columns.update(request_date=pc.cast(new["request_time"], pa.date32()), outcome=OUTCOMES.take(pa.array(outcome, pa.int64())),
+                   batch_id=pa.array([plan.batch_id] * n, pa.int64()), received_at=pa.array([at] * n, pa.timestamp("us", tz="UTC")))
+    return pa.table({name: columns[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names}).cast(ENGAGEMENT_MUTATION_REQUESTS.schema)
 
 
 # ---- one planned batch by hand (recovery, crash tests); the lead wires Dagster ---------------------
