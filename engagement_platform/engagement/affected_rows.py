@@ -24,6 +24,7 @@ from engagement_platform.lake.delta import DeltaLake
 
 KEY_COLUMNS = (*OWNER_FIELDS, "engagement_id")
 _SEP = "\x1f"
+CHUNK_FILES = 256  # files read (whole rows) at a time: bounds the memory to a chunk, not the table
 
 
 def date_spans(requests: pa.Table) -> dict[str, tuple[date, date]]:
@@ -53,9 +54,24 @@ def read_affected(lake: DeltaLake, name: str, version: int, schema: pa.Schema, r
         fragments += list(dataset.get_fragments(filter=expr))
     if not fragments:
         return schema.empty_table(), 0, total
-    # Key columns first, then only the rows that match: the whole rows of 10M would not fit beside the rest.
-    subset = ds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
-    table = subset.to_table(columns=["org_id", "engagement_date", *KEY_COLUMNS])
+    # One pass over whole rows, a chunk of files at a time: each chunk keeps the rows holding a key of its
+    # orgs. (Reading the key columns, then Dataset.take of the matches, read every file twice.)
+    fragments.sort(key=lambda f: ds.get_partition_keys(f.partition_expression).get("org_id") or "")
+    keys = keys.sort_by("org_id")
+    runs = pc.run_end_encode(keys["org_id"].combine_chunks())
+    ends = runs.run_ends.to_numpy()
+    key_rows = {org: (int(start), int(end)) for org, start, end in zip(runs.values.to_pylist(), np.concatenate([[0], ends[:-1]]), ends)}
+    parts = []
+    for at in range(0, len(fragments), CHUNK_FILES):
+        chunk = ds.FileSystemDataset(fragments[at:at + CHUNK_FILES], dataset.schema, dataset.format, dataset.filesystem).to_table()
+        orgs = pc.unique(chunk["org_id"]).to_pylist()
+        of_orgs = pa.concat_tables([keys.slice(key_rows[o][0], key_rows[o][1] - key_rows[o][0]) for o in orgs if o in key_rows] or [keys.slice(0, 0)])
+        parts.append(chunk.filter(pa.array(_holding(chunk, of_orgs) & _within_spans(chunk, spans))))
+    return pa.concat_tables(parts), len(fragments), total
+
+
+def _holding(table: pa.Table, keys: pa.Table) -> np.ndarray:
+    """Per row: does it hold one of `keys` (org_id, column, id) in that column?"""
     mask = np.zeros(table.num_rows, dtype=bool)
     for column in KEY_COLUMNS:
         of_column = keys.filter(pc.fill_null(pc.equal(keys["column"], column), False))
@@ -69,15 +85,20 @@ def read_affected(lake: DeltaLake, name: str, version: int, schema: pa.Schema, r
         pairs = pc.binary_join_element_wise(picked["org_id"], picked[column], _SEP)
         wanted = pc.unique(pc.binary_join_element_wise(of_column["org_id"], of_column["id"], _SEP))
         mask[candidates[np.asarray(pc.fill_null(pc.is_in(pairs, value_set=wanted), False).to_numpy(zero_copy_only=False), dtype=bool)]] = True
-    if spans:
-        span_orgs = sorted(spans)
-        at = np.asarray(pc.fill_null(pc.index_in(table["org_id"], value_set=pa.array(span_orgs)), -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        spanned = at >= 0
-        at = np.where(spanned, at, 0)
-        day = _days(table["engagement_date"], FIRST_DAY)
-        null_day = np.asarray(table["engagement_date"].is_null().to_numpy(zero_copy_only=False), dtype=bool)
-        epoch = date(1970, 1, 1)
-        lo = np.array([(spans[o][0] - epoch).days for o in span_orgs], dtype=np.int64)[at]
-        hi = np.array([(spans[o][1] - epoch).days for o in span_orgs], dtype=np.int64)[at]
-        mask &= ~spanned | (~null_day & (lo <= day) & (day <= hi))
-    return subset.take(pa.array(np.flatnonzero(mask))), len(fragments), total
+    return mask
+
+
+def _within_spans(table: pa.Table, spans: dict[str, tuple[date, date]]) -> np.ndarray:
+    """Per row: False where its org's requests are all date-bounded and its date is outside their span."""
+    if not spans:
+        return np.ones(table.num_rows, dtype=bool)
+    span_orgs = sorted(spans)
+    at = np.asarray(pc.fill_null(pc.index_in(table["org_id"], value_set=pa.array(span_orgs)), -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    spanned = at >= 0
+    at = np.where(spanned, at, 0)
+    day = _days(table["engagement_date"], FIRST_DAY)
+    null_day = np.asarray(table["engagement_date"].is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    epoch = date(1970, 1, 1)
+    lo = np.array([(spans[o][0] - epoch).days for o in span_orgs], dtype=np.int64)[at]
+    hi = np.array([(spans[o][1] - epoch).days for o in span_orgs], dtype=np.int64)[at]
+    return ~spanned | (~null_day & (lo <= day) & (day <= hi))

@@ -234,9 +234,12 @@ def _texts(validated: pa.Table, column: str, ok: np.ndarray) -> tuple[list[int],
 
 
 def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Each string as a JSON string literal (null stays null). Backslash and quote are escaped with Arrow;
-    the rare values with control characters are written by json.dumps."""
-    quoted = pc.binary_join_element_wise('"', pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"'), '"', "")
+    """Each string as a JSON string literal (null stays null). Values with a quote or backslash are
+    escaped with Arrow; the rare ones with control characters are written by json.dumps."""
+    quoted = values
+    if pc.any(pc.match_substring_regex(values, '["\\\\]')).as_py():  # ids rarely have any: one pass instead of two
+        quoted = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    quoted = pc.binary_join_element_wise('"', quoted, '"', "")
     control = _mask(pc.match_substring_regex(values, "[\\x00-\\x1f]"))
     if not control.any():
         return quoted
@@ -246,10 +249,22 @@ def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Arr
     return pa.array(fixed, pa.string())
 
 
-def _iso_time(values) -> pa.ChunkedArray:
-    """UTC ISO text like datetime.isoformat: microseconds only when there are any, then Z."""
-    text = pc.strftime(pc.cast(values, _TS), format="%Y-%m-%dT%H:%M:%S")
-    return pc.binary_join_element_wise(pc.replace_substring_regex(text, r"\.000000$", ""), "Z", "")
+def _iso_time(values) -> pa.Array:
+    """UTC ISO text like datetime.isoformat: microseconds only when there are any, then Z. Built from
+    integer fields: Arrow's strftime and string cast of zoned timestamps cost about 1 s per million."""
+    micros = np.asarray(pc.fill_null(pc.cast(pc.cast(values, _TS), pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    days, rem = np.divmod(micros, 86_400_000_000)
+    seconds, fraction = np.divmod(rem, 1_000_000)
+    hours, rem = np.divmod(seconds, 3600)
+    minutes, seconds = np.divmod(rem, 60)
+
+    def padded(numbers: np.ndarray, width: int) -> pa.Array:
+        return pc.utf8_lpad(pc.cast(pa.array(numbers), pa.string()), width=width, padding="0")
+
+    fraction_text = pc.if_else(pa.array(fraction != 0), pc.binary_join_element_wise(".", padded(fraction, 6), ""), "")
+    day_text = pc.cast(pa.array(days.astype(np.int32), pa.date32()), pa.string())
+    text = pc.binary_join_element_wise(day_text, "T", padded(hours, 2), ":", padded(minutes, 2), ":", padded(seconds, 2), fraction_text, "Z", "")
+    return pc.if_else(pc.is_valid(values), text, pa.nulls(len(text), pa.string()))
 
 
 def request_json(table: pa.Table) -> pa.ChunkedArray:
