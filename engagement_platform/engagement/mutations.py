@@ -23,13 +23,16 @@ Lifecycle (streams/batch.py; txn app id `engagement.mutation`, version = batch i
 
 compute  The ingest framework parses and validates the slice (mutation_pipeline.yaml: required
          fields, op and owner-field enums, timestamp/date types); what depends on the op, the JSON
-         shapes of from_ids/record, date order and duplicate request ids are checked here on the
-         driver in the same error schema. Valid requests plus every pending request are grouped by
-         org. One I/O-pruned read of engagement_activity (affected_rows: the orgs' partitions, min/max
-         date stats when every request of an org is bounded, then Arrow set lookups of the ids and
-         engagements involved) gives the rows any request can touch. Requests whose targets are
-         missing are held back (below), the rest of each org is reduced once with the exact fold
-         (cascade_fold.reduce_requests) and every row's outcome is computed column-wise (outcome_table).
+         shapes of from_ids/record, date order and duplicate request ids are checked on the driver
+         in the same error schema (request_columns.check_requests). From there the batch is one Arrow
+         table, a row per request (new valid ones plus every pending one, CANDIDATE_SCHEMA): every
+         step below is column-wise except the fold, which needs MutationRequest objects. One
+         I/O-pruned read of engagement_activity (affected_rows: the orgs' partitions, min/max date
+         stats when every request of an org is bounded, whole rows read once, a chunk of files at a
+         time, kept by Arrow set lookups of the ids and engagements involved) gives the rows any
+         request can touch. Requests whose targets are missing are held back (hold_back, below), the
+         rest of each org is reduced once with the exact fold (cascade_fold.reduce_requests) and
+         every row's outcome is computed column-wise (outcome_table).
 reducer  Where the fold runs (the hold-back above always runs first, on the driver, so both give the
          same actions table, row for row): EP_MUTATION_REDUCER=spark (cascade_spark.reduce_to_arrow:
          one Spark job, repartitioned and grouped by org, applyInArrow runs the fold per org on the
@@ -503,6 +506,8 @@ def apply_mutation_batch(
     t3 = time.perf_counter()
     held_back = hold_back(candidates, needs, produces, seq, affected)
     active = held_back.active
+    seconds["hold_back"] = time.perf_counter() - t3
+    t3 = time.perf_counter()
     reduced = reduce_batch(mutation_requests(candidates, records), order, org_of, active, spark)
     seconds["reduce"] = time.perf_counter() - t3
     t4 = time.perf_counter()
