@@ -19,11 +19,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engagement_platform.engagement.affected_rows import KEY_COLUMNS
 from engagement_platform.engagement.outcome_table import FIRST_DAY, _days, match_rows
 from engagement_platform.engagement.request_columns import owner_ids_of_records
 
 ENGAGEMENT = "engagement_id"
-KEY_COLUMNS = ("lead_id", "contact_id", "account_id", "user_id", ENGAGEMENT)
 
 
 def request_order(requests: pa.Table) -> np.ndarray:

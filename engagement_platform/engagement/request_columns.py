@@ -42,7 +42,6 @@ CANONICAL_SCHEMA = pa.schema([
     ("record", pa.string()), ("date_from", pa.date32()), ("date_to", pa.date32()),
 ])
 CHECKED_SCHEMA = CANONICAL_SCHEMA.append(pa.field(SOURCE_PARTITION, pa.int32())).append(pa.field(SOURCE_OFFSET, pa.int64()))
-COMMON = ("request_id", "org_id", "request_time", "op", "date_from", "date_to")
 OP_REQUIRED = {
     "convert": ("from_field", "from_id", "to_field", "to_id"),
     "merge": ("field", "from_ids", "to_id"),
