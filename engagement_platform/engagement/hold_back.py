@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from engagement_platform.engagement.affected_rows import KEY_COLUMNS
 from engagement_platform.engagement.outcome_table import FIRST_DAY, _days, match_rows
-from engagement_platform.engagement.request_columns import owner_ids_of_records
+from engagement_platform.engagement.request_columns import bool_mask, owner_ids_of_records
 
 ENGAGEMENT = "engagement_id"
 
@@ -29,10 +29,6 @@ ENGAGEMENT = "engagement_id"
 def request_order(requests: pa.Table) -> np.ndarray:
     """Row indices in (org_id, request_time, request_id) order: each org's requests in fold order."""
     return pc.sort_indices(requests, [("org_id", "ascending"), ("request_time", "ascending"), ("request_id", "ascending")]).to_numpy()
-
-
-def _mask(array) -> np.ndarray:
-    return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _part(requests: pa.Table, index: np.ndarray, column, ids, pos=None) -> pa.Table:
@@ -52,12 +48,12 @@ def request_targets(requests: pa.Table, records: list) -> tuple[pa.Table, pa.Tab
     the request). Needs are what external_targets checks; produces the positions a request fills.
     Requests with an empty date range take no part (the fold skips them)."""
     op = requests["op"]
-    live = ~_mask(pc.greater(requests["date_from"], requests["date_to"]))
-    convert = live & _mask(pc.equal(op, "convert"))
-    merge = live & _mask(pc.equal(op, "merge"))
-    update = live & _mask(pc.equal(op, "update"))
-    by_engagement = live & _mask(pc.is_valid(requests["engagement_id"]))
-    owner_delete = live & _mask(pc.equal(op, "delete")) & ~by_engagement
+    live = ~bool_mask(pc.greater(requests["date_from"], requests["date_to"]))
+    convert = live & bool_mask(pc.equal(op, "convert"))
+    merge = live & bool_mask(pc.equal(op, "merge"))
+    update = live & bool_mask(pc.equal(op, "update"))
+    by_engagement = live & bool_mask(pc.is_valid(requests["engagement_id"]))
+    owner_delete = live & bool_mask(pc.equal(op, "delete")) & ~by_engagement
 
     def rows(mask):
         return np.flatnonzero(mask)
@@ -110,7 +106,7 @@ def hold_back(requests: pa.Table, needs: pa.Table, produces: pa.Table, seq: np.n
         return HoldBack(active, held, missing_of, 0)
     need_req = needs["req"].to_numpy()
     need_seq = seq[need_req]
-    is_engagement = _mask(pc.equal(needs["column"], ENGAGEMENT))
+    is_engagement = bool_mask(pc.equal(needs["column"], ENGAGEMENT))
     present = _present(needs.append_column("date_from", requests["date_from"].take(needs["req"]))
                        .append_column("date_to", requests["date_to"].take(needs["req"])), rows)
     produced = produces.append_column("seq", pa.array(seq[produces["req"].to_numpy()]))
@@ -155,7 +151,7 @@ def _present(needs: pa.Table, rows: pa.Table) -> np.ndarray:
     day = _days(rows["engagement_date"], FIRST_DAY)
     for column in KEY_COLUMNS:
         of_column = pc.equal(needs["column"], column)
-        index = np.flatnonzero(_mask(of_column))
+        index = np.flatnonzero(bool_mask(of_column))
         if len(index):
             _, a = match_rows(rows, day, column, needs.filter(of_column), "id")
             present[index[a]] = True
@@ -164,7 +160,7 @@ def _present(needs: pa.Table, rows: pa.Table) -> np.ndarray:
 
 def affected_keys(requests: pa.Table, needs: pa.Table, produces: pa.Table) -> pa.Table:
     """(org_id, column, id) of every id and engagement the batch mentions: the rows to read."""
-    convert = np.flatnonzero(_mask(pc.equal(requests["op"], "convert")))
+    convert = np.flatnonzero(bool_mask(pc.equal(requests["op"], "convert")))
     take = pa.array(convert)
     # a convert also names its target id under the source field; rows holding it come out unchanged
     extra = pa.table({"org_id": requests["org_id"].take(take), "column": requests["from_field"].take(take), "id": requests["to_id"].take(take)})

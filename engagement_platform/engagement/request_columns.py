@@ -121,7 +121,8 @@ def _error(column: str | None, code: str, message: str, value: Any = None) -> di
             "value": None if value is None else str(value)}
 
 
-def _mask(array) -> np.ndarray:
+def bool_mask(array) -> np.ndarray:
+    """A boolean Arrow column as numpy, null as False."""
     return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -172,15 +173,15 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
             errors.setdefault(i, []).append(_error("record", "wrong_type", message, text))
 
     # What each op requires (an engagement delete needs engagement_id, an owner delete field + id).
-    is_op = {name: _mask(pc.equal(op, name)) for name in OP_COLUMNS}
-    present = {c: _mask(pc.is_valid(validated[c])) for c in ("engagement_id", "field", "id")}
+    is_op = {name: bool_mask(pc.equal(op, name)) for name in OP_COLUMNS}
+    present = {c: bool_mask(pc.is_valid(validated[c])) for c in ("engagement_id", "field", "id")}
     ambiguous = is_op["delete"] & present["engagement_id"] & (present["field"] | present["id"])
     owner_delete = is_op["delete"] & ~present["engagement_id"]
     missing = {}
     for column in {c for cs in OP_COLUMNS.values() for c in cs}:
         values = validated[column]
-        missing[column] = ~_mask(pc.is_valid(values)) | _mask(pc.equal(pc.utf8_trim_whitespace(values), ""))
-    bad_range = _mask(pc.greater(validated["date_from"], validated["date_to"]))
+        missing[column] = ~bool_mask(pc.is_valid(values)) | bool_mask(pc.equal(pc.utf8_trim_whitespace(values), ""))
+    bad_range = bool_mask(pc.greater(validated["date_from"], validated["date_to"]))
     required = [(name, is_op[name], OP_REQUIRED[name]) for name in OP_REQUIRED] + [("delete", owner_delete, ("field", "id"))]
     found = np.zeros(n, dtype=bool)
     found[list(errors)] = True
@@ -225,7 +226,7 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
 
 def _texts(validated: pa.Table, column: str, ok: np.ndarray) -> tuple[list[int], list[str]]:
     """(row indices, texts) of the rows that passed the framework and carry `column`."""
-    index = np.flatnonzero(ok & _mask(pc.is_valid(validated[column])))
+    index = np.flatnonzero(ok & bool_mask(pc.is_valid(validated[column])))
     return index.tolist(), validated[column].take(pa.array(index)).to_pylist()
 
 
@@ -239,7 +240,7 @@ def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Arr
     if pc.any(pc.match_substring_regex(values, '["\\\\]')).as_py():  # ids rarely have any: one pass instead of two
         quoted = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
     quoted = pc.binary_join_element_wise('"', quoted, '"', "")
-    control = _mask(pc.match_substring_regex(values, "[\\x00-\\x1f]"))
+    control = bool_mask(pc.match_substring_regex(values, "[\\x00-\\x1f]"))
     if not control.any():
         return quoted
     fixed = quoted.to_pylist()
