@@ -51,8 +51,12 @@ PARSED_JSON = (FIELDS_OBJECT, RELATED_LIST)
 
 
 def with_parsed_json(parsed: DataFrame) -> DataFrame:
+    # from_json keeps a repeated key twice in the map and getItem returns the first; rebuilding the map
+    # applies spark.sql.mapKeyDedupPolicy=LAST_WIN (spark/session.py), so the promoted columns take the
+    # last value, as the processor's JSON fold (tenant_merge.loads) and json.loads do.
+    fields = F.from_json("fields", FIELDS_MAP, STRICT_JSON)
     return parsed.withColumns({
-        FIELDS_OBJECT: F.from_json("fields", FIELDS_MAP, STRICT_JSON),
+        FIELDS_OBJECT: F.map_from_entries(F.map_entries(fields)),
         RELATED_LIST: F.from_json("related_ids", "array<string>", STRICT_JSON),
     })
 

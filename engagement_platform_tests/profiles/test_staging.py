@@ -77,10 +77,10 @@ def test_a_duplicate_key_in_fields_does_not_stop_the_batch_and_the_last_value_wi
     result = stage(spark, kafka, lake, checkpoints, topic, [raw.encode(), record("acme", "2", 2, {"email": "b@x.io"})])
     assert (result.rows_staged, result.records_quarantined) == (2, 0)
     staged = {r["primary_id"]: r for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
-    assert json.loads(staged["1"]["fields"]) == {"email": "new@x.io"}
+    assert json.loads(staged["1"]["fields"]) == {"email": "new@x.io"} and staged["1"]["email"] == "new@x.io"
     process_tenant(spark, lake, checkpoints, "acme")  # the processor parses the same text again
     profiles = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
-    assert json.loads(profiles["1"]["fields"]) == {"email": "new@x.io"}
+    assert json.loads(profiles["1"]["fields"]) == {"email": "new@x.io"} and profiles["1"]["email"] == "new@x.io"
 
 
 def test_rerun_of_a_staged_batch_changes_nothing(spark, kafka, lake, checkpoints):
