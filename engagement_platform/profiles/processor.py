@@ -26,7 +26,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,6 +49,7 @@ from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan
 
 SOURCE_SCHEMA = RAW_SCHEMA.append(pa.field(ACTION, pa.string()))
+HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
 MERGE_THREADS = 2  # delta-rs MERGEs of different tenants' tables in parallel (it releases the GIL)
 
 
@@ -234,9 +235,12 @@ def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
 
 def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[list[str], list[str]]]) -> dict[str, pa.Table]:
     """tenant -> its MERGE source, handed over by the Spark tasks in files under the lake's
-    `_handoff/` folder, deleted once read (a crash can leave a folder behind: nothing reads it)."""
+    `_handoff/` folder, deleted once read. A crash can leave a folder behind (nothing reads it): each
+    run first deletes the folders older than HANDOFF_MAX_AGE, far longer than any run holds one."""
     root = lake.root if "://" in lake.root else os.path.abspath(lake.root)
-    handoff = f"{root}/_handoff/profile_processor/{uuid.uuid4().hex}"
+    parent, now = f"{root}/_handoff/profile_processor", datetime.now(timezone.utc)
+    tenant_merge.sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
+    handoff = tenant_merge.new_handoff(parent, now, uuid.uuid4().hex)
     try:
         handed = merge_sources_to_files(spark, files, handoff).toArrow().to_pylist()
         return {row["tenant"]: tenant_merge.read_handoff(row["file"]) for row in handed}

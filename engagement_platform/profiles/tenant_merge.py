@@ -22,7 +22,7 @@ parses and writes these small objects in about a microsecond each.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 import pyarrow as pa
@@ -101,6 +101,42 @@ def read_handoff(uri: str) -> pa.Table:
 def delete_handoff(uri: str) -> None:
     filesystem, path = pafs.FileSystem.from_uri(uri)
     filesystem.delete_dir(path)
+
+
+HANDOFF_STAMP = "%Y%m%dT%H%M%SZ"  # a handoff folder's name starts with its creation time (UTC)
+
+
+def new_handoff(parent: str, now: datetime, token: str) -> str:
+    """The folder one run's Spark tasks hand their MERGE sources over in: `parent`/<UTC time>-<token>."""
+    return f"{parent}/{now.astimezone(timezone.utc).strftime(HANDOFF_STAMP)}-{token}"
+
+
+def sweep_handoffs(parent: str, now: datetime, older_than: timedelta) -> list[str]:
+    """Delete the handoff folders under `parent` created more than `older_than` before `now`: what a run
+    that crashed between writing and deleting its folder left behind (nothing else reads them). The age
+    comes from the folder's name, which object stores keep (they have no directory mtime); a folder
+    named otherwise (written before names carried the time) falls back to its mtime where the
+    filesystem has one. Returns the folders deleted."""
+    filesystem, path = pafs.FileSystem.from_uri(parent)
+    try:
+        infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    swept = []
+    for info in infos:
+        if info.type != pafs.FileType.Directory:
+            continue
+        try:
+            created = datetime.strptime(info.base_name.split("-", 1)[0], HANDOFF_STAMP).replace(tzinfo=timezone.utc)
+        except ValueError:
+            created = info.mtime.astimezone(timezone.utc) if info.mtime is not None else None
+        if created is not None and now - created > older_than:
+            try:
+                filesystem.delete_dir(info.path)
+            except FileNotFoundError:  # another run's sweep got there first
+                continue
+            swept.append(info.path)
+    return swept
 
 
 def loads(text: str | None) -> dict | None:

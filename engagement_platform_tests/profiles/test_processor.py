@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from engagement_platform.profiles.processor import (
 )
 from engagement_platform.profiles.progress import latest_progress
 from engagement_platform.profiles.tables import PROFILE_PROGRESS, raw_table_name
+from engagement_platform.profiles.tenant_merge import new_handoff
 from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform_tests.profiles.cdc import new_topic, record, stage, stage_and_process
 
@@ -56,13 +58,17 @@ def test_upserts_merge_fields_and_deletes_tombstone(spark, kafka, lake, checkpoi
     assert json.loads(rows["3"]["fields"]) == {"email": "c@x.io", "country": "FR"}
     assert second.plan.batch_id == 2 and (second.rows_upserted, second.rows_deleted) == (2, 1)
 
+    # A folder a crashed run left behind two days ago goes with the next run; the run's own folder too.
+    leftover = Path(new_handoff(str(Path(lake.root, "_handoff", "profile_processor")), datetime.now(timezone.utc) - timedelta(days=2), "crashed"))
+    leftover.mkdir(parents=True)
+    (leftover / "acme.arrow").write_bytes(b"left by a crash")
     # A newer upsert re-creates a deleted profile from empty fields.
     stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "2", 10, {"country": "IT"})], "acme")
     assert json.loads(profiles(lake, "acme")["2"]["fields"]) == {"country": "IT"}
     assert sorted(r["batch_id"] for r in lake.read(PROFILE_PROGRESS.name).to_pylist()) == [1, 2, 3]
     # The Spark tasks hand the MERGE sources over in files; the processor deletes them once read.
     handed = [p for p in Path(lake.root, "_handoff").rglob("*") if p.is_file()]
-    assert Path(lake.root, "_handoff").is_dir() and handed == []
+    assert Path(lake.root, "_handoff").is_dir() and handed == [] and not leftover.exists()
 
 
 def test_identity_links_cascade_within_a_batch(spark, kafka, lake, checkpoints, cdc_topic):

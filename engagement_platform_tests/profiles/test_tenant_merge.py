@@ -2,7 +2,9 @@
 components of the whole graph after the batch (identity.components_reference) for every row."""
 
 import json
+import os
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -11,7 +13,7 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.identity import components_reference
 from engagement_platform.profiles.json_merge import DELETE, UPSERT, Change, ProfileState, resolve_changes
 from engagement_platform.profiles.resolution import SOURCE_COLUMNS, merge_source
-from engagement_platform.profiles.tenant_merge import RELINK, tenant_merge_source
+from engagement_platform.profiles.tenant_merge import RELINK, new_handoff, sweep_handoffs, tenant_merge_source
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 IDS = [f"p{i}" for i in range(8)]
@@ -151,3 +153,24 @@ def test_promoted_columns_come_from_the_merged_fields(spark):
     changes = changes_table([("a", Change(2, fields={"email": "new@x", "updated_at": "2026-01-05T10:06:59Z"}))])
     row = merge_source(spark.createDataFrame(changes.to_pandas(), CHANGES_DDL), spark.createDataFrame(stored.to_pandas(), STORED_DDL)).collect()[0]
     assert (row["email"], row["country"], row["updated_at"]) == ("new@x", "DE", datetime(2026, 1, 5, 10, 6, 59))
+
+
+def test_sweep_deletes_only_handoff_folders_older_than_the_limit(tmp_path):
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+    parent = tmp_path / "_handoff" / "profile_processor"
+    stale = parent / Path(new_handoff(str(parent), now - timedelta(hours=25), "a")).name
+    fresh = parent / Path(new_handoff(str(parent), now - timedelta(hours=1), "b")).name
+    unnamed_stale, unnamed_fresh = parent / "c0ffee", parent / "facade"
+    for folder in (stale, fresh, unnamed_stale, unnamed_fresh):
+        folder.mkdir(parents=True)
+        (folder / "tenant.arrow").write_bytes(b"x")
+    old = (now - timedelta(hours=30)).timestamp()
+    os.utime(unnamed_stale, (old, old))
+    os.utime(unnamed_fresh, (now.timestamp(), now.timestamp()))
+    (parent / "stray-file").write_bytes(b"y")
+
+    swept = sweep_handoffs(str(parent), now, timedelta(hours=24))
+
+    assert sorted(Path(p).name for p in swept) == sorted([stale.name, unnamed_stale.name])
+    assert sorted(p.name for p in parent.iterdir()) == sorted([fresh.name, unnamed_fresh.name, "stray-file"])
+    assert sweep_handoffs(str(tmp_path / "never-created"), now, timedelta(hours=24)) == []
