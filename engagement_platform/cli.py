@@ -21,7 +21,17 @@ from datetime import date
 
 from engagement_platform.settings import load_settings
 
-TOPICS = {"engagement.activities": 3, "engagement.mutations": 3, "engagement.gdpr": 1, "profile.cdc": 3}
+PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3}  # per topic, when the CLI creates it
+
+
+def configured_topics() -> dict[str, int]:
+    """Topic name -> partitions, named as the streams read them at run time (EP_*_TOPIC overrides included)."""
+    from engagement_platform.engagement.mutations import mutations_topic
+    from engagement_platform.engagement.retention import gdpr_topic
+    from engagement_platform.profiles.lag import profile_cdc_topic
+
+    names = {"activities": load_settings().activities_topic, "mutations": mutations_topic(), "gdpr": gdpr_topic(), "profile_cdc": profile_cdc_topic()}
+    return {names[stream]: partitions for stream, partitions in PARTITIONS.items()}
 
 
 def _lake():
@@ -33,8 +43,9 @@ def _lake():
 def create_topics(args) -> None:
     from engagement_platform.streams.kafka import KafkaClient
 
-    KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(TOPICS)
-    print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in TOPICS.items()))
+    topics = configured_topics()
+    KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(topics)
+    print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in topics.items()))
 
 
 def demo_produce(args) -> None:
