@@ -49,7 +49,7 @@ from engagement_platform.ingest.sources import INPUT, read_lines_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.profiles import snapshots
-from engagement_platform.profiles.processor import SOURCE_SCHEMA
+from engagement_platform.profiles.processor import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
 from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
 from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant
@@ -293,19 +293,6 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
     ], checkpoints, tenant=tenant)
     result.seconds = {"compute": t1 - t0, "commit": time.perf_counter() - t1}
     return result
-
-
-def merge_raw(table, source: pa.Table, txn: BatchTxn) -> dict:
-    """The processor's MERGE (processor.commit_tenant): its guards repeat the plan's decisions, so a
-    row changed since it was read never goes back in time."""
-    return (
-        table.merge(source, predicate="t.primary_id = s.primary_id", source_alias="s", target_alias="t",
-                    commit_properties=txn.commit_properties())
-        .when_matched_update_all(predicate=f"s.{ACTION} = '{UPSERT}' AND s.cdc_seq > t.cdc_seq", except_cols=[ACTION])
-        .when_matched_update(updates={"related_ids": "s.related_ids", "component_id": "s.component_id"}, predicate=f"s.{ACTION} = '{RELINK}'")
-        .when_not_matched_insert_all(predicate=f"s.{ACTION} = '{UPSERT}'", except_cols=[ACTION])
-        .execute()
-    )
 
 
 def _with_batch(source: pa.Table, batch_id: int, at: datetime) -> pa.Table:

@@ -2,9 +2,6 @@
 processes killed between the table commits and re-run."""
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 
 import pyarrow.compute as pc
@@ -13,8 +10,8 @@ import pytest
 from engagement_platform.engagement.ingestion import APP_ID, STREAM, ingest_batch
 from engagement_platform.engagement.integrity import audit_notifications, duplicate_engagement_ids
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.crash import crash_then_rerun
 from engagement_platform_tests.helpers import BAD_RECORDS, produce_activities
 
 
@@ -77,31 +74,14 @@ def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, l
     assert duplicate_engagement_ids(lake) == 0
 
 
-def run_batch_process(lake_root, batch_id, failpoint=None):
-    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
-    env.pop(FAILPOINT_ENV, None)
-    if failpoint:
-        env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(batch_id)],
-                          env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize("crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name])
 def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, kafka, topic, lake, lake_root, checkpoints, crash_after):
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
     p = plan(kafka, checkpoints, topic)
 
-    crashed = run_batch_process(lake_root, p.batch_id, failpoint=f"{STREAM}:after:{crash_after}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
-    assert not checkpoints.is_done(STREAM, p.batch_id)
-    assert lake.committed_version(crash_after, APP_ID) == p.batch_id
-
-    rerun = run_batch_process(lake_root, p.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert checkpoints.is_done(STREAM, p.batch_id)
+    command = ["-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(p.batch_id)]
+    crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     assert_lake_equals_kafka(lake, expected, 1)
-    states = checkpoints.states(STREAM, p.batch_id)
-    assert states[crash_after] == "already_committed"
 
 
 def test_duplicate_in_batch_is_quarantined_with_its_own_raw_bytes(spark, kafka, topic, lake, checkpoints):

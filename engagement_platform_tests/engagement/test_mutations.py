@@ -5,9 +5,6 @@ killed between table commits, and the notifications of the MERGE."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 
@@ -23,8 +20,8 @@ from engagement_platform.engagement.mutation_tables import (
 )
 from engagement_platform.engagement.mutations import APP_ID, STREAM, TARGET_NOT_FOUND, apply_mutation_batch, request_from_json
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.crash import crash_then_rerun
 from engagement_platform_tests.helpers import produce_activities
 
 COMPARED = ("engagement_id", *OWNER_FIELDS, "engagement_date")
@@ -214,13 +211,8 @@ def test_expired_pending_and_malformed_requests_are_quarantined(spark, kafka, to
     assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["ghost"]
 
 
-def run_batch_process(lake_root, batch_id, failpoint=None):
-    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
-    env.pop(FAILPOINT_ENV, None)
-    if failpoint:
-        env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "engagement_platform.engagement.mutations", "--batch-id", str(batch_id)],
-                          env=env, capture_output=True, text=True, timeout=300)
+def mutation_command(batch_id: int) -> list[str]:
+    return ["-m", "engagement_platform.engagement.mutations", "--batch-id", str(batch_id)]
 
 
 @pytest.mark.parametrize("crash_after", [ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
@@ -239,17 +231,9 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     produce_requests(kafka, mutation_topic, requests)
     p = plan_mutations(kafka, checkpoints, mutation_topic)
 
-    crashed = run_batch_process(lake_root, p.batch_id, failpoint=f"{STREAM}:after:{crash_after}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
-    assert not checkpoints.is_done(STREAM, p.batch_id)
-    assert lake.committed_version(crash_after, APP_ID) == p.batch_id
-
-    rerun = run_batch_process(lake_root, p.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun = crash_then_rerun(mutation_command(p.batch_id), lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert (meta["requests_applied"], meta["pending_added"]) == (2, 1), "the re-run reaches the first attempt's decisions"
-    assert checkpoints.is_done(STREAM, p.batch_id)
-    assert checkpoints.states(STREAM, p.batch_id)[crash_after] == "already_committed"
 
     after = rows_of(lake, org)
     assert {r["engagement_id"] for r in after if r["contact_id"] == "003END"} == lead_rows

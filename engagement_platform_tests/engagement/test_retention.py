@@ -6,9 +6,6 @@ with its checks and the sensor's cadence; plus the pure logic (cut-off, content 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -38,8 +35,8 @@ from engagement_platform.engagement.sensors import engagement_retention_sensor
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.engagement.upkeep import engagement_layout_upkeep
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.crash import crash_then_rerun, run_batch_process
 from engagement_platform_tests.engagement.test_mutations import ingest, mutate, rows_of
 
 A, B = "00D000001", "00D000002"
@@ -247,15 +244,6 @@ def test_malformed_and_repeated_requests_are_quarantined_with_reasons(spark, kaf
 # ---- crash after each commit -----------------------------------------------------------------------
 
 
-def run_batch_process(lake_root, batch_id, failpoint=None):
-    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
-    env.pop(FAILPOINT_ENV, None)
-    if failpoint:
-        env[FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "engagement_platform.engagement.retention", "--batch-id", str(batch_id)],
-                          env=env, capture_output=True, text=True, timeout=300)
-
-
 @pytest.mark.parametrize("crash_after", [
     QUARANTINE_ENGAGEMENT_GDPR.name, ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name,
 ])
@@ -269,17 +257,10 @@ def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, top
     produce(kafka, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT), gdpr("t1", A, RETENTION, retention_days=30), b"{broken"])
     p = plan_retention(kafka, checkpoints, gdpr_topic)
 
-    crashed = run_batch_process(lake_root, p.batch_id, failpoint=f"{STREAM}:after:{crash_after}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
-    assert not checkpoints.is_done(STREAM, p.batch_id)
-    assert lake.committed_version(crash_after, APP_ID) == p.batch_id
-
-    rerun = run_batch_process(lake_root, p.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    command = ["-m", "engagement_platform.engagement.retention", "--batch-id", str(p.batch_id)]
+    rerun = crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert (meta["requests_applied"], meta["requests_quarantined"]) == (2, 1)
-    assert checkpoints.is_done(STREAM, p.batch_id)
-    assert checkpoints.states(STREAM, p.batch_id)[crash_after] == "already_committed"
 
     assert sorted(r["engagement_id"] for r in rows_of(lake, A)) == ["a2", "a3"]
     assert len([c for c in lake.table(ENGAGEMENT_ACTIVITY.name).history() if c.get("app_id") == APP_ID]) == 1, "one delete commit"
@@ -407,7 +388,7 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     """The mutation batch re-runs against its pinned pending version; an erasure committed after the pin
     must stay done: neither the carried pending request nor the batch's new one comes back."""
     from engagement_platform_tests.engagement.test_mutations import plan_mutations, produce_requests
-    from engagement_platform_tests.engagement.test_mutations import run_batch_process as run_mutation_process
+    from engagement_platform_tests.engagement.test_mutations import mutation_command
 
     produce(kafka, topic, [activity("a1", A, date(2026, 1, 10), lead="00QKEEP")])
     ingest(spark, kafka, lake, checkpoints, topic)
@@ -419,14 +400,14 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     mutate(spark, kafka, lake, checkpoints, mutation_topic, [pending("m1", "00QNOTYET", to_id=SUBJECT), pending("m2", "00QOTHER")])
     produce_requests(kafka, mutation_topic, [pending("m3", "00QNOTYET2", to_id=SUBJECT), pending("m4", "00QOTHER2")])
     p = plan_mutations(kafka, checkpoints, mutation_topic)
-    crashed = run_mutation_process(lake_root, p.batch_id, failpoint=f"{mutations.STREAM}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}")
+    crashed = run_batch_process(mutation_command(p.batch_id), lake_root, failpoint=f"{mutations.STREAM}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}")
     assert crashed.returncode == 137, crashed.stderr[-2000:]
 
     result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT)])
     assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["m2"]
     assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["m2", "m4"]
 
-    rerun = run_mutation_process(lake_root, p.batch_id)
+    rerun = run_batch_process(mutation_command(p.batch_id), lake_root)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert checkpoints.is_done(mutations.STREAM, p.batch_id)
     assert sorted(lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist()) == ["m2", "m4"]
