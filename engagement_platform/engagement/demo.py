@@ -82,20 +82,30 @@ class ActivityGenerator:
         return record["org_id"].encode(), json.dumps(record, separators=(",", ":")).encode()
 
 
-class MutationGenerator:
-    """ID mutation requests about activities already produced: leads converted to contacts, contacts
-    merged, single engagements deleted; sometimes a chain (a converted contact merged again)."""
+class _AboutRecentActivities:
+    """A request generator's memory: the activities produced lately (a bounded window), which its
+    requests are about, and a request counter."""
 
-    def __init__(self, seed: int = 11):
+    WINDOW, TRIM = 5000, 1000  # keep at most WINDOW activities, dropping the TRIM oldest at a time
+
+    def __init__(self, seed: int):
         self.rng = random.Random(seed)
         self.seen: list[dict] = []
-        self.converted: list[tuple[str, str]] = []  # (org, contact id made by a convert)
         self.sequence = 0
 
     def observe(self, record: dict) -> None:
         self.seen.append(record)
-        if len(self.seen) > 5000:
-            del self.seen[:1000]
+        if len(self.seen) > self.WINDOW:
+            del self.seen[:self.TRIM]
+
+
+class MutationGenerator(_AboutRecentActivities):
+    """ID mutation requests about activities already produced: leads converted to contacts, contacts
+    merged, single engagements deleted; sometimes a chain (a converted contact merged again)."""
+
+    def __init__(self, seed: int = 11):
+        super().__init__(seed)
+        self.converted: list[tuple[str, str]] = []  # (org, contact id made by a convert)
 
     def request(self, at: datetime) -> dict | None:
         if not self.seen:
@@ -115,20 +125,13 @@ class MutationGenerator:
         return {**base, "org_id": record["org_id"], "op": "delete", "engagement_id": record["engagement_id"]}
 
 
-class GdprGenerator:
+class GdprGenerator(_AboutRecentActivities):
     """TTL / GDPR requests about activities already produced: mostly the erasure of a lead or contact
     seen, sometimes an org's retention (delete engagements older than N days)."""
 
     def __init__(self, seed: int = 13, retention_days: tuple[int, ...] = (90, 180, 365)):
-        self.rng = random.Random(seed)
+        super().__init__(seed)
         self.retention_days = retention_days
-        self.seen: list[dict] = []
-        self.sequence = 0
-
-    def observe(self, record: dict) -> None:
-        self.seen.append(record)
-        if len(self.seen) > 5000:
-            del self.seen[:1000]
 
     def request(self, at: datetime) -> dict | None:
         if not self.seen:
