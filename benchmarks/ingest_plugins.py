@@ -345,7 +345,7 @@ def main() -> None:
         spark = None
         try:
             t = time.perf_counter()
-            spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
+            spark = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
             spark.range(1).count()
             connect_s = time.perf_counter() - t
             checks = sum(len(v.errors()) for v in pipeline.validators)  # column expressions need the session

@@ -364,7 +364,7 @@ def main() -> None:
         marks = kafka.watermarks(TOPIC)
 
         t = time.perf_counter()
-        spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
+        spark = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
         spark.range(1).count()
         connect_s = time.perf_counter() - t
         load_compare = Path("/proc/loadavg").read_text().split()[:3]

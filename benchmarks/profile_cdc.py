@@ -349,7 +349,7 @@ def main() -> None:
         settle_s = wait_for_broker_idle(env["EP_STATE_DIR"])
 
         t = time.perf_counter()
-        spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
+        spark = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
         spark.range(1).count()
         connect_s = time.perf_counter() - t
         try:

@@ -45,7 +45,7 @@ def stack():
 def spark(stack):
     from engagement_platform.spark.session import build_session
 
-    session = build_session({"spark.remote": stack["SPARK_REMOTE"]})
+    session = build_session({"spark.remote": stack["SPARK_REMOTE"]}, shared=False)
     yield session
     session.stop()  # release the server-side session before the stack stops
 

@@ -150,12 +150,14 @@ spark_cmd() {
     export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PY"
     # SPARK_REMOTE/SPARK_CONNECT_MODE are for clients: spark-submit refuses to start a server with them.
     unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
+    # defaultSessionTimeout=-1: runs share one Connect session, which must never expire (spark/session.py).
     CMD=("$spark_home/bin/spark-submit"
          --class org.apache.spark.sql.connect.service.SparkConnectServer
          --master "${SPARK_MASTER:-local[2]}"
          --conf "spark.connect.grpc.binding.port=$EP_SPARK_CONNECT_PORT"
          --conf spark.connect.grpc.binding.address=127.0.0.1
          --conf spark.ui.enabled=false
+         --conf spark.connect.session.manager.defaultSessionTimeout=-1
          --conf spark.sql.shuffle.partitions=4
          --conf spark.sql.session.timeZone=UTC
          --conf "spark.driver.memory=${EP_SPARK_DRIVER_MEMORY:-4g}"

@@ -9,6 +9,7 @@ server, never by shipping rows from the client (createDataFrame over Connect is 
 from __future__ import annotations
 
 import os
+import uuid
 
 from pyspark.sql import SparkSession
 
@@ -34,20 +35,93 @@ def session_config(remote: str, master: str) -> dict[str, str]:
     return {"spark.master": master, "spark.app.name": "engagement-platform", **LOCAL_CONF}
 
 
-def build_session(config: dict[str, str]) -> SparkSession:
-    if "spark.remote" not in config:
+SESSION_MODE_ENV = "EP_SPARK_SESSION"  # shared (default) | per-run: which Spark Connect session a client joins
+_CLOSED = "SESSION_CLOSED"
+
+
+class SharedSessionClosed(RuntimeError):
+    """The server closed the shared Spark Connect session; clients cannot join it again."""
+
+
+def build_session(config: dict[str, str], shared: bool = True) -> SparkSession:
+    """A configured session: a Spark Connect client when config has spark.remote (on the shared session
+    unless `shared` is False or EP_SPARK_SESSION=per-run: callers that stop() their session pass False),
+    else a classic session."""
+    remote = config.get("spark.remote")
+    if remote is None:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # PySpark turns any session into a Connect client while SPARK_REMOTE is set (even empty).
         os.environ.pop("SPARK_REMOTE", None)
+    elif shared and _shares(remote):
+        return connect_shared(remote)
     builder = SparkSession.builder
     for key, value in config.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    return _configured(builder.getOrCreate())
+
+
+def _configured(spark: SparkSession) -> SparkSession:
+    """The session settings every run relies on (the first call is the client's first RPC)."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
     # whole batch on one such record.
     spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
-    spark.dataSource.register(KafkaOffsetsDataSource)
-    spark.dataSource.register(LandingLinesDataSource)
-    spark.dataSource.register(ProfileMergeDataSource)
+    for source in (KafkaOffsetsDataSource, LandingLinesDataSource, ProfileMergeDataSource):
+        _register(spark, source)
     return spark
+
+
+def _register(spark: SparkSession, source: type) -> None:
+    """Register a Python data source. On the shared session a name registered before is replaced, but two
+    runs registering it at the same moment make one fail with DATA_SOURCE_ALREADY_EXISTS (seen under
+    run_platform.sh): the other run's registration of the same class stands."""
+    try:
+        spark.dataSource.register(source)
+    except Exception as e:  # pyspark's Connect AnalysisException
+        if "DATA_SOURCE_ALREADY_EXISTS" not in str(e):
+            raise
+
+
+def _shares(remote: str) -> bool:
+    mode = os.environ.get(SESSION_MODE_ENV, "shared").strip().lower()
+    if mode not in ("shared", "per-run"):
+        raise ValueError(f"{SESSION_MODE_ENV}={mode!r}: expected shared or per-run")
+    return mode == "shared" and "session_id=" not in remote  # an id in SPARK_REMOTE is the operator's choice
+
+
+def shared_session_id(remote: str) -> str:
+    """The server-side session every client of `remote` joins (the same id in every process)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"engagement_platform:{remote}"))
+
+
+def with_session_id(remote: str, session_id: str) -> str:
+    """`remote` (sc://host:port[/;param=value...]) with a session_id parameter."""
+    return f"{remote};session_id={session_id}" if "/;" in remote else f"{remote.rstrip('/')}/;session_id={session_id}"
+
+
+def connect_shared(remote: str) -> SparkSession:
+    """A Spark Connect client on the one server-side session all runs share.
+
+    Why: Spark 4.2's Connect server keeps a Python worker factory, with its daemon processes (~48 MB
+    each), per session until the server stops (SPARK-54055, fixed after 4.2). A sensor-launched run is
+    a new process, so a session per run left ~3 daemons per run behind: 250 after 7 minutes of
+    `run_platform.sh`, 12 GB. Runs sharing one session share its workers; every run sets the same
+    session settings, and none stops it (a stopped or idle-expired session cannot be joined again:
+    scripts/stack.sh starts the server with a session timeout of a year). EP_SPARK_SESSION=per-run, or
+    a session_id in SPARK_REMOTE, opts out."""
+    session_id = shared_session_id(remote)
+    spark = SparkSession.builder.remote(with_session_id(remote, session_id)).create()
+    try:
+        return _configured(spark)
+    except Exception as e:  # pyspark's Connect errors do not share a narrower base class
+        if _CLOSED not in str(e):
+            raise
+        # Close the refused client now: left to SparkSession.__del__ at interpreter exit, a refused
+        # client's channel hung the process (pyspark 4.2, grpcio; measured, killed after 12 min).
+        spark.client.close()
+        spark.client.close = lambda: None
+        raise SharedSessionClosed(
+            f"the Spark Connect server closed the shared session {session_id} (its idle timeout, "
+            f"spark.connect.session.manager.defaultSessionTimeout, passed, or a client stopped it). Restart the "
+            f"server, raise that timeout, or set {SESSION_MODE_ENV}=per-run (one session per run: each leaves "
+            f"Python worker daemons on a Spark 4.2 server)") from e

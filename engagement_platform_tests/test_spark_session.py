@@ -1,0 +1,47 @@
+"""Runs share one Spark Connect session (spark/session.py): on a Spark 4.2 server every session keeps its
+own Python worker daemons until the server stops."""
+
+import os
+import subprocess
+import sys
+
+from engagement_platform.spark.session import shared_session_id
+
+RUN = """
+import sys
+from engagement_platform.spark.session import build_session
+spark = build_session({"spark.remote": sys.argv[1]})
+def same(batches):
+    yield from batches
+print(spark.client._session_id, spark.range(5).mapInArrow(same, "id long").count())
+"""
+
+
+def _daemons() -> int:
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    return sum("pyspark.daemon" in line for line in ps.splitlines())
+
+
+def _run(remote: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUN, remote], capture_output=True, text=True, timeout=120, env=os.environ)
+
+
+def test_runs_in_separate_processes_share_one_session_and_its_python_workers(stack):
+    remote = stack["SPARK_REMOTE"] + "/;user_id=shared_session_test"
+    first = _run(remote)
+    assert first.returncode == 0, first.stderr[-2000:]
+    after_first = _daemons()
+    runs = [_run(remote) for _ in range(3)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr[-1000:] for r in runs]
+    assert {r.stdout.split()[0] for r in [first, *runs]} == {shared_session_id(remote)}
+    assert _daemons() == after_first, "a run on the shared session started Python worker daemons of its own"
+
+
+def test_a_closed_shared_session_fails_the_run_clearly_and_the_process_exits(stack):
+    from engagement_platform.spark.session import build_session
+
+    remote = stack["SPARK_REMOTE"] + "/;user_id=closed_session_test"
+    build_session({"spark.remote": remote}).stop()  # the server now refuses this session id
+    refused = _run(remote)
+    assert refused.returncode == 1
+    assert "SharedSessionClosed" in refused.stderr and "defaultSessionTimeout" in refused.stderr
