@@ -26,7 +26,9 @@ class ActivityGenerator:
         self.bad_ratio = bad_ratio
         self.clock = start or datetime(2026, 1, 5, 8, tzinfo=timezone.utc)
         self.sequence = 0
-        self.id_prefix = id_prefix
+        # The seed is part of every id: a producer restarted with another seed (the CLI seeds with the
+        # clock) does not re-send the ids an earlier run wrote to the same lake.
+        self.id_prefix = f"{id_prefix}{seed:x}-"
         self.types, self.weights = zip(*STEP_WEIGHTS.items())
 
     def activity(self) -> dict:
@@ -37,7 +39,7 @@ class ActivityGenerator:
         kind = rng.choices(self.types, self.weights)[0]
         on_lead = rng.random() < 0.6
         record = {
-            "engagement_id": f"{self.id_prefix}{self.sequence:012d}",
+            "engagement_id": f"{self.id_prefix}{self.sequence:09d}",
             "org_id": org,
             "activity_type": kind,
             "event_time": self.clock.isoformat().replace("+00:00", "Z"),

@@ -16,9 +16,10 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.records import ingestion_pipeline, mark_duplicates_in_batch
+from engagement_platform.engagement.records import ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
 from engagement_platform.engagement.tables import (
     ENGAGEMENT_ACTIVITY,
     ENGAGEMENT_NOTIFICATIONS,
@@ -61,22 +62,58 @@ class IngestResult:
         }
 
 
-def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> pa.Table:
-    """The ingest framework parses and validates the slice in Spark; duplicates within it are marked
-    on the driver and their raw bytes (which Spark returns only for rows it rejected) are read back
-    from Kafka by offset."""
+def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None,
+                   lake: DeltaLake | None = None, activity_version: int = -1) -> pa.Table:
+    """The ingest framework parses and validates the slice in Spark; on the driver, later copies of a key
+    within the slice and keys engagement_activity already holds at `activity_version` are marked, and their
+    raw bytes (which Spark returns only for rows it rejected) are read back from Kafka by offset."""
     config = ingestion_pipeline(plan.topic)
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
     validated = Pipeline.from_config(config).transform(parsed).toArrow()
-    validated, duplicates = mark_duplicates_in_batch(validated)
-    if duplicates:
-        wanted = {(validated[SOURCE_PARTITION][i].as_py(), validated[SOURCE_OFFSET][i].as_py()): i for i in duplicates}
-        raw = fetch_values(KafkaClient(bootstrap_servers), plan.topic, set(wanted))
+    validated, in_batch = mark_duplicates_in_batch(validated)
+    existing = existing_keys(lake, activity_version, validated, plan.batch_id) if lake is not None else EXISTING_SCHEMA.empty_table()
+    validated, in_table = mark_already_in_table(validated, existing)
+    flagged = in_batch + in_table
+    if flagged:
+        wanted = {(validated[SOURCE_PARTITION][i].as_py(), validated[SOURCE_OFFSET][i].as_py()): i for i in flagged}
+        raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), plan.topic, set(wanted))
         values = validated[RAW].to_pylist()
         for position, i in wanted.items():
             values[i] = raw[position]
         validated = validated.set_column(validated.schema.get_field_index(RAW), RAW, pa.array(values, pa.binary()))
     return validated
+
+
+EXISTING_SCHEMA = pa.schema([("org_id", pa.string()), ("engagement_id", pa.string()), ("batch_id", pa.int64())])
+
+
+def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: int) -> pa.Table:
+    """engagement_activity's (org_id, engagement_id, batch_id) at `version` for the keys of the slice's valid rows:
+    the orgs' partitions, files pruned by their engagement_id min/max, only those three columns read. Rows of
+    batch `batch_id` itself are left out (only its own earlier attempt can have written them)."""
+    valid = validated.filter(pc.equal(pc.list_value_length(validated[ERRORS]), 0))
+    if version < 0 or valid.num_rows == 0:
+        return EXISTING_SCHEMA.empty_table()
+    # Compared through a cast: files a delta-rs MERGE/delete rewrote store strings as string_view, whose
+    # min/max pyarrow cannot compare with a plain string literal.
+    expr = (ds.field("org_id").isin(pc.unique(valid["org_id"]).to_pylist())
+            & pc.field("engagement_id").cast(pa.string()).isin(pc.unique(valid["engagement_id"]))
+            & (ds.field("batch_id") != batch_id))
+    rows = lake.table(ENGAGEMENT_ACTIVITY.name, version).to_pyarrow_dataset().to_table(columns=EXISTING_SCHEMA.names, filter=expr)
+    return rows.cast(EXISTING_SCHEMA)
+
+
+def pinned_activity_version(lake: DeltaLake, batch_id: int) -> int:
+    """The engagement_activity version this batch checks keys against: pinned in the metadata of its data commit
+    once that exists (a re-run then marks the same rows), before that the current version (-1: no table)."""
+    if not lake.exists(ENGAGEMENT_ACTIVITY.name):
+        return -1
+    table = lake.table(ENGAGEMENT_ACTIVITY.name)
+    for limit in (200, None):
+        for commit in table.history(limit=limit):
+            if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id) and "activity_version" in commit:
+                return int(commit["activity_version"])
+    return table.version()
 
 
 def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -138,7 +175,8 @@ def ingest_batch(
 ) -> IngestResult:
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    validated = validate_slice(spark, bootstrap_servers, plan)
+    activity_version = pinned_activity_version(lake, plan.batch_id)
+    validated = validate_slice(spark, bootstrap_servers, plan, lake=lake, activity_version=activity_version)
     seconds["read_validate"] = time.perf_counter() - t0
 
     ingested_at = datetime.now(timezone.utc)
@@ -163,6 +201,7 @@ def ingest_batch(
         ],
         checkpoints,
         ranges=plan.ranges_json(),
+        activity_version=activity_version,  # read back by a re-run (pinned_activity_version)
     )
     seconds["commit"] = time.perf_counter() - t1
     org_ids = sorted(pc.unique(good["org_id"]).to_pylist())

@@ -51,3 +51,34 @@ def mark_duplicates_in_batch(validated: pa.Table) -> tuple[pa.Table, list[int]]:
                       "message": f"engagement_id '{eid}' already appears earlier in this batch", "value": eid}]
     column = validated.schema.get_field_index(ERRORS)
     return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type)), duplicates
+
+
+UNIQUE_IN_TABLE = "unique_in_table"
+
+
+def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.Table, list[int]]:
+    """Give valid rows whose (org_id, engagement_id) `existing` holds (org_id, engagement_id, batch_id: the
+    table's rows with those keys) an already_in_table error; return their rows.
+
+    A producer that re-sends an activity at a new offset (a retry, a replay, a restarted generator) would
+    otherwise append a second row with the key: the table keeps one row per engagement, as within a batch
+    the first copy wins and the later one goes to quarantine with its raw bytes."""
+    if existing.num_rows == 0:
+        return validated, []
+    sep = "\x1f"
+    valid = pc.equal(pc.list_value_length(validated[ERRORS]), 0)
+    keys = pc.binary_join_element_wise(validated["org_id"], validated["engagement_id"], sep)
+    held = pc.binary_join_element_wise(existing["org_id"], existing["engagement_id"], sep)
+    hit = pc.and_(valid, pc.fill_null(pc.is_in(keys, value_set=held), False))
+    flagged = pc.indices_nonzero(hit).to_pylist()
+    if not flagged:
+        return validated, []
+    first_batch = dict(zip(held.to_pylist(), existing["batch_id"].to_pylist()))
+    errors = validated[ERRORS].to_pylist()
+    for i in flagged:
+        org, eid = validated["org_id"][i].as_py(), validated["engagement_id"][i].as_py()
+        errors[i] = [{"stage": VALIDATE, "plugin": UNIQUE_IN_TABLE, "column_name": "engagement_id", "error_code": "already_in_table",
+                      "message": f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch "
+                                 f"{first_batch[org + sep + eid]})", "value": eid}]
+    column = validated.schema.get_field_index(ERRORS)
+    return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type)), flagged

@@ -98,3 +98,22 @@ def test_duplicate_in_batch_is_quarantined_with_its_own_raw_bytes(spark, kafka, 
     assert {r["raw"] for r in q} == dup_raw
     first_offsets = {(r["source_partition"], r["source_offset"]) for r in lake.read(ENGAGEMENT_ACTIVITY.name).to_pylist()}
     assert all((r["source_partition"], r["source_offset"]) not in first_offsets for r in q)
+
+
+def test_a_key_sent_again_in_a_later_batch_is_quarantined_not_appended(spark, kafka, topic, lake, lake_root, checkpoints):
+    """A producer retry or replay re-sends activities at new offsets: the table keeps the first copy, the
+    later one goes to quarantine with its raw bytes, also when the batch is re-run after a crash."""
+    expected = produce_activities(kafka, topic, 30)
+    ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan(kafka, checkpoints, topic))
+    resent = produce_activities(kafka, topic, 5)  # the same generator seed: the first 5 ids again
+    fresh = produce_activities(kafka, topic, 4, seed=9)
+    p = plan(kafka, checkpoints, topic)
+    command = ["-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(p.batch_id)]
+    crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, QUARANTINE_ENGAGEMENT_INGESTION.name)
+
+    assert_lake_equals_kafka(lake, {**expected, **fresh}, 5)
+    q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
+    assert {r["error_code"] for r in q} == {"already_in_table"} and {r["batch_id"] for r in q} == {p.batch_id}
+    assert {r["raw"] for r in q} == {json.dumps(r).encode() for r in resent.values()}
+    assert all("written by batch 1" in r["message"] for r in q)
+    assert duplicate_engagement_ids(lake) == 0

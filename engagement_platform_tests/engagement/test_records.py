@@ -2,10 +2,11 @@
 
 import json
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from engagement_platform.engagement.records import ingestion_pipeline, mark_duplicates_in_batch
+from engagement_platform.engagement.records import ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
 from engagement_platform.ingest.errors import ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, parse_text
@@ -84,3 +85,16 @@ def test_duplicates_within_a_batch_keep_the_first_and_report_the_rest(spark):
 def test_empty_value_and_size_limit_are_configurable(spark):
     rows = validate(spark, [None, json.dumps(GOOD).encode()], max_record_bytes=50)
     assert [[e["error_code"] for e in r[ERRORS]] for r in rows] == [["empty_record"], ["oversized"]]
+
+
+def test_keys_the_table_already_holds_are_reported_once_per_row_and_only_on_valid_rows(spark):
+    held = json.dumps(GOOD).encode()
+    same_id_other_org = json.dumps({**GOOD, "org_id": "00D2"}).encode()
+    bad_but_held = json.dumps({**GOOD, "activity_type": "fax"}).encode()
+    validated = validate_rows(spark, [(0, 1, held), (0, 2, same_id_other_org), (0, 3, bad_but_held)])
+    existing = pa.table({"org_id": ["00D1", "00D3"], "engagement_id": ["e1", "e1"], "batch_id": pa.array([4, 6], pa.int64())})
+    marked, flagged = mark_already_in_table(validated, existing)
+    codes = {r[SOURCE_OFFSET]: [e["error_code"] for e in r[ERRORS]] for r in marked.to_pylist()}
+    assert codes == {1: ["already_in_table"], 2: [], 3: ["not_in_enum"]}
+    assert flagged == [0] and "written by batch 4" in marked[ERRORS][0].as_py()[0]["message"]
+    assert mark_already_in_table(validated, existing.slice(0, 0)) == (validated, [])
