@@ -9,6 +9,8 @@ from engagement_platform.engagement.checks import (
 )
 from engagement_platform.engagement.ingestion import STREAM
 from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.helpers import BAD_RECORDS, produce_activities
@@ -46,22 +48,32 @@ def test_materializing_a_batch_commits_reports_tables_and_passes_its_checks(spar
         assert checks[NOTIFICATIONS_MATCH_CHANGES].metadata["rows_notified"].value == 150
 
 
-def test_duplicate_check_fails_when_a_batch_repeats_ids_already_in_the_table(spark, stack, kafka, topic, lake_root, checkpoints):
+def test_a_replayed_batch_is_quarantined_and_the_duplicate_check_catches_another_writer(spark, stack, kafka, topic, lake_root, checkpoints):
     produce_activities(kafka, topic, 30)
     produce_activities(kafka, topic, 30)  # the same ids again: an upstream replay
     resources = {"spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
                  "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers=kafka.bootstrap_servers),
                  "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    lake = DeltaLake(lake_root)
     with DagsterInstance.ephemeral() as instance:
-        results = []
-        marks = kafka.watermarks(topic)
-        half = {p: (lo, lo + (hi - lo) // 2) for p, (lo, hi) in marks.items()}
-        for watermarks in (half, marks):
+        def run_batch(watermarks):
             plan = plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), watermarks, 10_000)
             checkpoints.record_plan(plan)
             instance.add_dynamic_partitions(ingestion_batches.name, [plan.partition_key])
-            results.append(materialize([engagement_ingestion], partition_key=plan.partition_key, instance=instance,
-                                       resources=resources, raise_on_error=False))
-    checks = {c.check_name: c for c in results[-1].get_asset_check_evaluations()}
-    dup = checks[NO_DUPLICATE_ENGAGEMENT_IDS]
-    assert not dup.passed and dup.metadata["duplicate_rows"].value > 0
+            result = materialize([engagement_ingestion], partition_key=plan.partition_key, instance=instance,
+                                 resources=resources, raise_on_error=False)
+            return {c.check_name: c for c in result.get_asset_check_evaluations()}
+
+        marks = kafka.watermarks(topic)
+        run_batch({p: (lo, lo + (hi - lo) // 2) for p, (lo, hi) in marks.items()})  # the first copies
+        replay = run_batch(marks)
+        assert replay[NO_DUPLICATE_ENGAGEMENT_IDS].passed and replay[NO_DUPLICATE_ENGAGEMENT_IDS].metadata["duplicate_rows"].value == 0
+        assert replay[RECORDS_CONSERVED].passed and replay[RECORDS_CONSERVED].metadata["records_quarantined"].value == 30
+
+        # A writer outside the stream appends copies of existing rows: the next batch's check reports them.
+        copies = lake.read(ENGAGEMENT_ACTIVITY.name).slice(0, 3)
+        lake.append(ENGAGEMENT_ACTIVITY, copies, BatchTxn("another.writer", 1))
+        produce_activities(kafka, topic, 10, seed=5)
+        after = run_batch(kafka.watermarks(topic))
+    dup = after[NO_DUPLICATE_ENGAGEMENT_IDS]
+    assert not dup.passed and dup.metadata["duplicate_rows"].value == 3
