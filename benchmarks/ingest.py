@@ -59,7 +59,7 @@ def main() -> None:
         avg_bytes = size / max(read, 1)
 
         t = time.perf_counter()
-        spark = build_session({"spark.remote": env["SPARK_REMOTE"]})
+        spark = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
         spark.range(1).count()
         connect_s = time.perf_counter() - t
 
@@ -78,6 +78,7 @@ def main() -> None:
                 phases[k] += result.seconds[k]
         ingest_s = time.perf_counter() - t
         files = len(lake.file_stats("engagement_activity"))
+        spark.stop()  # before the stack stops: a client left open kept the process alive at exit
 
     print(f"machine: {machine()}")
     print(f"input: {total:,} events ({avg_bytes:.0f} B avg) on {args.partitions} partitions, {args.orgs} orgs; batches of <= {args.per_partition:,}/partition")

@@ -37,6 +37,9 @@ def stack():
     os.environ.update(STACK_ENV)
     _stack("start")
     yield STACK_ENV
+    from engagement_platform.spark.session import close_shared_clients
+
+    close_shared_clients()  # Dagster resources' clients of the shared session: closed while the server is up
     if os.environ.get("EP_KEEP_STACK") != "1":
         _stack("stop")
 

@@ -89,6 +89,17 @@ def _shares(remote: str) -> bool:
     return mode == "shared" and "session_id=" not in remote  # an id in SPARK_REMOTE is the operator's choice
 
 
+_SHARED: dict[str, SparkSession] = {}  # remote -> this process's client of the shared session
+
+
+def close_shared_clients() -> None:
+    """Close this process's clients of shared sessions without ending the sessions. Call it before the
+    server stops: a client still open when the server is gone kept the process alive at exit."""
+    while _SHARED:
+        _, spark = _SHARED.popitem()
+        spark.client.close()
+
+
 def shared_session_id(remote: str) -> str:
     """The server-side session every client of `remote` joins (the same id in every process)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"engagement_platform:{remote}"))
@@ -109,10 +120,14 @@ def connect_shared(remote: str) -> SparkSession:
     session settings, and none stops it (a stopped or idle-expired session cannot be joined again:
     scripts/stack.sh starts the server with a session timeout of a year). EP_SPARK_SESSION=per-run, or
     a session_id in SPARK_REMOTE, opts out."""
+    known = _SHARED.get(remote)
+    if known is not None and not known.client.is_closed:
+        return known  # one client per process, as getOrCreate gives
     session_id = shared_session_id(remote)
     spark = SparkSession.builder.remote(with_session_id(remote, session_id)).create()
     try:
-        return _configured(spark)
+        _SHARED[remote] = _configured(spark)
+        return spark
     except Exception as e:  # pyspark's Connect errors do not share a narrower base class
         if _CLOSED not in str(e):
             raise
