@@ -75,8 +75,8 @@ def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.T
         return validated, []
     first_batch = dict(zip(held.to_pylist(), existing["batch_id"].to_pylist()))
     errors = validated[ERRORS].to_pylist()
-    for i in flagged:
-        org, eid = validated["org_id"][i].as_py(), validated["engagement_id"][i].as_py()
+    picked = pa.array(flagged, pa.int64())
+    for i, org, eid in zip(flagged, validated["org_id"].take(picked).to_pylist(), validated["engagement_id"].take(picked).to_pylist()):
         errors[i] = [{"stage": VALIDATE, "plugin": UNIQUE_IN_TABLE, "column_name": "engagement_id", "error_code": "already_in_table",
                       "message": f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch "
                                  f"{first_batch[org + sep + eid]})", "value": eid}]
