@@ -109,6 +109,8 @@ def pinned_activity_version(lake: DeltaLake, batch_id: int) -> int:
     if not lake.exists(ENGAGEMENT_ACTIVITY.name):
         return -1
     table = lake.table(ENGAGEMENT_ACTIVITY.name)
+    if (table.transaction_version(APP_ID) or -1) < batch_id:
+        return table.version()  # the usual case, the data not committed yet: no history read
     for limit in (200, None):
         for commit in table.history(limit=limit):
             if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id) and "activity_version" in commit:
