@@ -62,8 +62,8 @@ class IngestResult:
         }
 
 
-def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None,
-                   lake: DeltaLake | None = None, activity_version: int = -1) -> pa.Table:
+def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, lake: DeltaLake, activity_version: int,
+                   kafka_config: dict | None = None) -> pa.Table:
     """The ingest framework parses and validates the slice in Spark; on the driver, later copies of a key
     within the slice and keys engagement_activity already holds at `activity_version` are marked, and their
     raw bytes (which Spark returns only for rows it rejected) are read back from Kafka by offset."""
@@ -71,8 +71,7 @@ def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan,
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
     validated = Pipeline.from_config(config).transform(parsed).toArrow()
     validated, in_batch = mark_duplicates_in_batch(validated)
-    existing = existing_keys(lake, activity_version, validated, plan.batch_id) if lake is not None else EXISTING_SCHEMA.empty_table()
-    validated, in_table = mark_already_in_table(validated, existing)
+    validated, in_table = mark_already_in_table(validated, existing_keys(lake, activity_version, validated, plan.batch_id))
     flagged = in_batch + in_table
     if flagged:
         wanted = {(validated[SOURCE_PARTITION][i].as_py(), validated[SOURCE_OFFSET][i].as_py()): i for i in flagged}
@@ -108,14 +107,8 @@ def pinned_activity_version(lake: DeltaLake, batch_id: int) -> int:
     once that exists (a re-run then marks the same rows), before that the current version (-1: no table)."""
     if not lake.exists(ENGAGEMENT_ACTIVITY.name):
         return -1
-    table = lake.table(ENGAGEMENT_ACTIVITY.name)
-    if (table.transaction_version(APP_ID) or -1) < batch_id:
-        return table.version()  # the usual case, the data not committed yet: no history read
-    for limit in (200, None):
-        for commit in table.history(limit=limit):
-            if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id) and "activity_version" in commit:
-                return int(commit["activity_version"])
-    return table.version()
+    commit = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id) or {}
+    return int(commit["activity_version"]) if "activity_version" in commit else lake.table(ENGAGEMENT_ACTIVITY.name).version()
 
 
 def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
@@ -178,7 +171,7 @@ def ingest_batch(
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     activity_version = pinned_activity_version(lake, plan.batch_id)
-    validated = validate_slice(spark, bootstrap_servers, plan, lake=lake, activity_version=activity_version)
+    validated = validate_slice(spark, bootstrap_servers, plan, lake, activity_version)
     seconds["read_validate"] = time.perf_counter() - t0
 
     ingested_at = datetime.now(timezone.utc)

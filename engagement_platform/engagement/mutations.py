@@ -316,15 +316,6 @@ class MutationResult:
         }
 
 
-def _commit_info(lake: DeltaLake, name: str, batch_id: int) -> dict | None:
-    if not lake.exists(name):
-        return None
-    for commit in lake.table(name).history():
-        if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id):
-            return commit
-    return None
-
-
 def _current_version(lake: DeltaLake, name: str) -> int:
     return lake.table(name).version() if lake.exists(name) else -1
 
@@ -332,7 +323,7 @@ def _current_version(lake: DeltaLake, name: str) -> int:
 def snapshot_versions(lake: DeltaLake, batch_id: int) -> dict[str, int]:
     """Versions of engagement_activity and the pending table this batch computes against: pinned in
     the request log's commit once that commit exists, so a re-run reaches the same decisions."""
-    info = _commit_info(lake, ENGAGEMENT_MUTATION_REQUESTS.name, batch_id)
+    info = lake.batch_commit(ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id)
     if info is not None and "activity_version" in info:
         return {"activity_version": int(info["activity_version"]), "pending_version": int(info["pending_version"])}
     return {"activity_version": _current_version(lake, ENGAGEMENT_ACTIVITY.name),
@@ -366,7 +357,7 @@ def _new_candidates(checked: pa.Table, batch_id: int, horizon_batches: int) -> p
 def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
     """The batch's as-of time: pinned in the request log's commit once it exists, so a re-run decides the same
     (pending age, received_at / quarantined_at); before that, now."""
-    info = _commit_info(lake, ENGAGEMENT_MUTATION_REQUESTS.name, batch_id)
+    info = lake.batch_commit(ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id)
     if info is not None and "as_of" in info:
         return datetime.fromisoformat(info["as_of"])
     return datetime.now(timezone.utc)
@@ -564,7 +555,7 @@ def apply_mutation_batch(
     def merge_step(txn: BatchTxn, _: Outcomes) -> int | None:
         lake.ensure(ENGAGEMENT_ACTIVITY)
         if lake.already_committed(ENGAGEMENT_ACTIVITY.name, txn):
-            info = _commit_info(lake, ENGAGEMENT_ACTIVITY.name, batch) or {}
+            info = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch) or {}
             merge_metrics.update(info.get("operationMetrics") or {})
             return None
         if source.num_rows == 0:

@@ -91,20 +91,9 @@ def retention_pipeline(topic: str) -> PipelineConfig:
 # ---- compute ------------------------------------------------------------------------------------
 
 
-def _commit_info(lake: DeltaLake, name: str, batch_id: int) -> dict | None:
-    if not lake.exists(name):
-        return None
-    table = lake.table(name)
-    for limit in (200, None):
-        for commit in table.history(limit=limit):
-            if commit.get("app_id") == APP_ID and commit.get("batch_id") == str(batch_id):
-                return commit
-    return None
-
-
 def pinned_snapshot(lake: DeltaLake, batch_id: int) -> tuple[datetime, dict[str, int]]:
     """(as-of time, table versions) of the batch: from its first commit once that exists, else now."""
-    info = _commit_info(lake, QUARANTINE_ENGAGEMENT_GDPR.name, batch_id)
+    info = lake.batch_commit(QUARANTINE_ENGAGEMENT_GDPR.name, APP_ID, batch_id)
     if info is not None and "as_of" in info:
         return datetime.fromisoformat(info["as_of"]), {n: int(info[f"{n}_version"]) for n in PINNED}
     return datetime.now(timezone.utc), {n: current_version(lake, n) for n in PINNED}

@@ -137,18 +137,29 @@ class DeltaLake:
             commit_properties=txn.commit_properties(),
         )
 
-    def find_batch_commit(self, name: str, app_id: str, version: int, recent: int = 200) -> int | None:
-        """Table version at which `app_id` committed batch `version` (from commit metadata).
+    def batch_commit(self, name: str, app_id: str, version: int, recent: int = 200) -> dict[str, Any] | None:
+        """The commit (history entry: version, operation metrics, custom metadata) in which `app_id`
+        committed batch `version`; None if there is none, or no table.
 
         Looks at the newest `recent` commits first (a retried batch is almost always among them),
-        and reads the whole history only if it is not there.
+        and reads the whole history only if it is not there; not at all when the table's txn for
+        `app_id` is below `version` (a batch's first attempt).
         """
+        if not self.exists(name):
+            return None
         table = self.table(name)
+        if (table.transaction_version(app_id) or -1) < version:
+            return None  # every batch commit carries its txn: not committed yet, no history to read
         for limit in (recent, None):
             for commit in table.history(limit=limit):
                 if commit.get("app_id") == app_id and commit.get("batch_id") == str(version):
-                    return int(commit["version"])
+                    return commit
         return None
+
+    def find_batch_commit(self, name: str, app_id: str, version: int, recent: int = 200) -> int | None:
+        """Table version at which `app_id` committed batch `version` (batch_commit)."""
+        commit = self.batch_commit(name, app_id, version, recent)
+        return None if commit is None else int(commit["version"])
 
     # ---- reads --------------------------------------------------------------------------------
 
