@@ -19,6 +19,7 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 
 PIPELINE_FILE = Path(__file__).with_name("ingestion_pipeline.yaml")
 UNIQUE_IN_BATCH = "unique_in_batch"
+UNIQUE_IN_TABLE = "unique_in_table"
 
 
 @cache
@@ -44,16 +45,19 @@ def mark_duplicates_in_batch(validated: pa.Table) -> tuple[pa.Table, list[int]]:
     if firsts.num_rows == keys.num_rows:
         return validated, []
     duplicates = sorted(pc.filter(keys["i"], pc.invert(pc.is_in(keys["i"], firsts["i_first"]))).to_pylist())
+    return _flag(validated, duplicates, UNIQUE_IN_BATCH, "duplicate_in_batch",
+                 lambda org, eid: f"engagement_id '{eid}' already appears earlier in this batch"), duplicates
+
+
+def _flag(validated: pa.Table, rows: list[int], plugin: str, code: str, message) -> pa.Table:
+    """`validated` with `rows`' errors replaced by one engagement_id error; message(org_id, engagement_id)."""
     errors = validated[ERRORS].to_pylist()
-    for i in duplicates:
-        eid = validated["engagement_id"][i].as_py()
-        errors[i] = [{"stage": VALIDATE, "plugin": UNIQUE_IN_BATCH, "column_name": "engagement_id", "error_code": "duplicate_in_batch",
-                      "message": f"engagement_id '{eid}' already appears earlier in this batch", "value": eid}]
+    picked = pa.array(rows, pa.int64())
+    for i, org, eid in zip(rows, validated["org_id"].take(picked).to_pylist(), validated["engagement_id"].take(picked).to_pylist()):
+        errors[i] = [{"stage": VALIDATE, "plugin": plugin, "column_name": "engagement_id", "error_code": code,
+                      "message": message(org, eid), "value": eid}]
     column = validated.schema.get_field_index(ERRORS)
-    return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type)), duplicates
-
-
-UNIQUE_IN_TABLE = "unique_in_table"
+    return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type))
 
 
 def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.Table, list[int]]:
@@ -74,11 +78,5 @@ def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.T
     if not flagged:
         return validated, []
     first_batch = dict(zip(held.to_pylist(), existing["batch_id"].to_pylist()))
-    errors = validated[ERRORS].to_pylist()
-    picked = pa.array(flagged, pa.int64())
-    for i, org, eid in zip(flagged, validated["org_id"].take(picked).to_pylist(), validated["engagement_id"].take(picked).to_pylist()):
-        errors[i] = [{"stage": VALIDATE, "plugin": UNIQUE_IN_TABLE, "column_name": "engagement_id", "error_code": "already_in_table",
-                      "message": f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch "
-                                 f"{first_batch[org + sep + eid]})", "value": eid}]
-    column = validated.schema.get_field_index(ERRORS)
-    return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type)), flagged
+    return _flag(validated, flagged, UNIQUE_IN_TABLE, "already_in_table", lambda org, eid: (
+        f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch {first_batch[org + sep + eid]})")), flagged
