@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import bench_stack, machine  # noqa: E402
 
 from engagement_platform.streams.coordinator import Coordinator, JobSpec  # noqa: E402
-from engagement_platform.streams.simulation import StreamConfig, Workload, run_simulation  # noqa: E402
+from benchmarks.three_streams.simulation import StreamConfig, Workload, run_simulation  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

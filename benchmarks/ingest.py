@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import bench_stack, machine, wait_for_broker_idle  # noqa: E402
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
-from engagement_platform.engagement.ingestion import STREAM, ingest_batch  # noqa: E402
+from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import DeltaLake  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402

@@ -44,7 +44,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline  # noqa: E402
-from engagement_platform.ingest.landing import file_plan, run_file_batch, target_spec  # noqa: E402
+from engagement_platform.landing.apply import file_plan, run_file_batch, target_spec  # noqa: E402
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result  # noqa: E402
 from engagement_platform.ingest.sources import read_file, read_lines_file  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402

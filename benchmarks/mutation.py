@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stack  # noqa: E402
 from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E402
 
-from engagement_platform.engagement.cascade_fold import reduce_requests  # noqa: E402
-from engagement_platform.engagement.cascade_spark import reduce_to_arrow  # noqa: E402
-from engagement_platform.engagement.mutations import (  # noqa: E402
+from engagement_platform.engagement.mutation.reduction.fold import reduce_requests  # noqa: E402
+from engagement_platform.engagement.mutation.reduction.spark_reducer import reduce_to_arrow  # noqa: E402
+from engagement_platform.engagement.mutation.apply import (  # noqa: E402
     DEFAULT_REDUCER, REDUCER_ENV, STREAM, apply_mutation_batch, request_from_json,
 )
-from engagement_platform.engagement.reduction_arrow import reduction_table  # noqa: E402
+from engagement_platform.engagement.mutation.reduction.arrow import reduction_table  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal  # noqa: E402

@@ -43,9 +43,9 @@ from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E40
 
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake  # noqa: E402
-from engagement_platform.profiles.processor import process_tenant, process_tenants  # noqa: E402
-from engagement_platform.profiles.progress import unprocessed_tenants  # noqa: E402
-from engagement_platform.profiles.staging import STREAM, stage_cdc_batch  # noqa: E402
+from engagement_platform.profiles.processor.apply import process_tenant, process_tenants  # noqa: E402
+from engagement_platform.profiles.processor.progress import unprocessed_tenants  # noqa: E402
+from engagement_platform.profiles.staging.apply import STREAM, stage_cdc_batch  # noqa: E402
 from engagement_platform.profiles.tables import RAW_SCHEMA, raw_table_spec  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402
 from engagement_platform.streams.kafka import KafkaClient  # noqa: E402

@@ -6,7 +6,6 @@
     engagement-platform changes --org 00D000001 --since -1
     engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
     engagement-platform ingest-batch --batch-id 3
-    engagement-platform simulate-streams --out docs/three_streams_timeline.png
     engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
     engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
 """
@@ -26,11 +25,11 @@ PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3}  # p
 
 def configured_topics() -> dict[str, int]:
     """Topic name -> partitions, named as the streams read them at run time (EP_*_TOPIC overrides included)."""
-    from engagement_platform.engagement.mutations import mutations_topic
-    from engagement_platform.engagement.retention import gdpr_topic
+    from engagement_platform.engagement.mutation.apply import mutations_topic
+    from engagement_platform.engagement.retention.apply import gdpr_topic
     from engagement_platform.profiles.lag import profile_cdc_topic
 
-    names = {"activities": load_settings().activities_topic, "mutations": mutations_topic(), "gdpr": gdpr_topic(), "profile_cdc": profile_cdc_topic()}
+    names = {"activities": load_settings().ingestion.topic, "mutations": mutations_topic(), "gdpr": gdpr_topic(), "profile_cdc": profile_cdc_topic()}
     return {names[stream]: partitions for stream, partitions in PARTITIONS.items()}
 
 
@@ -52,11 +51,11 @@ def demo_produce(args) -> None:
     from datetime import datetime, timezone
 
     from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
-    from engagement_platform.engagement.mutations import mutations_topic
-    from engagement_platform.engagement.retention import gdpr_topic
+    from engagement_platform.engagement.mutation.apply import mutations_topic
+    from engagement_platform.engagement.retention.apply import gdpr_topic
     from engagement_platform.streams.kafka import KafkaClient
 
-    topic = load_settings().activities_topic
+    topic = load_settings().ingestion.topic
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
     gdpr = GdprGenerator(seed=args.seed + 2)
@@ -112,7 +111,7 @@ def read(args) -> None:
 
 
 def ingest_batch(args) -> None:
-    from engagement_platform.engagement.ingestion import STREAM, ingest_batch as run
+    from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch as run
     from engagement_platform.lake.checkpoints import CheckpointStore
     from engagement_platform.spark.session import build_session, session_config
 
@@ -127,24 +126,13 @@ def ingest_batch(args) -> None:
 def demo_landing(args) -> None:
     from pathlib import Path
 
-    from engagement_platform.ingest.demo import write_members_file
+    from engagement_platform.landing.demo import write_members_file
 
     folder = Path(load_settings().landing_root) / "rewards_members"
     for n in range(args.files):
         seed = args.seed + n
         path = write_members_file(folder, f"members-{seed}.csv", args.rows, seed, args.bad_ratio, first_id=seed * args.rows)
         print(f"landed {path} ({args.rows} rows)")
-
-
-def simulate_streams(args) -> None:
-    from engagement_platform.streams.simulation import Workload, run_both_modes
-    from engagement_platform.streams.timeline import draw_timeline
-
-    workload = Workload().scaled(ingestion=args.ingestion, mutation=args.mutation, retention=args.retention)
-    results = run_both_modes(load_settings().zookeeper_hosts, workload)
-    for result in results:
-        print(json.dumps(result.summary()))
-    print(f"timeline: {draw_timeline(list(results), args.out)}")
 
 
 def demo_profile_cdc(args) -> None:
@@ -177,7 +165,7 @@ def demo_profile_cdc(args) -> None:
 def profile_backfill(args) -> None:
     """One backfill outside Dagster, under the tenant lock unless EP_COORDINATOR=off."""
     from engagement_platform.lake.checkpoints import CheckpointStore
-    from engagement_platform.profiles.backfill import backfill_stream, backfill_tenant
+    from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
     from engagement_platform.profiles.locks import tenant_lock
     from engagement_platform.spark.session import build_session, session_config
     from engagement_platform.streams.coordinator import Coordinator
@@ -236,12 +224,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-id", type=int, required=True)
     p.set_defaults(fn=ingest_batch)
 
-    p = sub.add_parser("simulate-streams", help="three simulated streams on a temporary Delta table, with and without the coordinator")
-    p.add_argument("--out", default="docs/three_streams_timeline.png", help="timeline PNG to write")
-    p.add_argument("--ingestion", type=int, default=16, help="ingestion batches (fast cadence)")
-    p.add_argument("--mutation", type=int, default=5, help="mutation batches (medium cadence)")
-    p.add_argument("--retention", type=int, default=3, help="retention batches (slow cadence)")
-    p.set_defaults(fn=simulate_streams)
 
     p = sub.add_parser("demo-profile-cdc", help="stream demo profile CDC changes (and write a snapshot export)")
     p.add_argument("--rate", type=int, default=20, help="messages per second")

@@ -17,11 +17,11 @@ from engagement_platform.engagement.assets import (
 )
 from engagement_platform.engagement.jobs import ingestion_job, mutation_job, retention_job
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor, engagement_mutation_sensor, engagement_retention_sensor
-from engagement_platform.engagement.upkeep import UPKEEP_ASSETS, UPKEEP_CHECKS, UPKEEP_JOBS, UPKEEP_SCHEDULES, UPKEEP_SENSORS
-from engagement_platform.ingest.assets import pipeline_assets
+from engagement_platform.engagement.upkeep.assets import UPKEEP_ASSETS, UPKEEP_CHECKS, UPKEEP_JOBS, UPKEEP_SCHEDULES, UPKEEP_SENSORS
+from engagement_platform.landing.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipelines
-from engagement_platform.ingest.jobs import pipeline_job
-from engagement_platform.ingest.sensors import landing_sensor
+from engagement_platform.landing.jobs import pipeline_job
+from engagement_platform.landing.sensors import landing_sensor
 from engagement_platform.profiles.assets import profile_backfill, profile_cdc_staging, profile_cdc_topic_asset, profile_raw, profile_tables
 from engagement_platform.profiles.jobs import profile_backfill_job, profile_cdc_staging_job, profile_processor_job
 from engagement_platform.profiles.sensors import profile_cdc_dumper_sensor, profile_lag_sensor, profile_processor_sensor

@@ -1,16 +1,46 @@
-"""Environment -> settings, read at run time (never at import time).
+"""Environment -> settings, read at run time (never at import time): the one place the platform reads
+its environment variables, one section per stream.
 
 Local defaults point at the servers `scripts/stack.sh` starts on 127.0.0.1; production sets the same
-variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint.
+variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint. Dagster resources take
+the deployment-specific values through `EnvVar` (definitions.py), so the launchpad shows what a run uses;
+`scripts/env.sh` exports the local defaults below for the processes the scripts start.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class IngestionSettings:
+    topic: str  # EP_ACTIVITIES_TOPIC
+
+
+@dataclass(frozen=True)
+class MutationSettings:
+    topic: str  # EP_MUTATIONS_TOPIC
+    pending_max_age_hours: float  # EP_MUTATION_PENDING_MAX_AGE_HOURS: how long a request may wait for its target
+    reducer: str  # EP_MUTATION_REDUCER: spark | driver | auto
+    spark_threshold: int  # EP_MUTATION_SPARK_THRESHOLD: with auto, Spark reduces batches above this many requests
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    topic: str  # EP_GDPR_TOPIC
+    interval_seconds: int  # EP_RETENTION_INTERVAL_SECONDS: cadence of retention batches
+    vacuum_retention_hours: int  # EP_VACUUM_RETENTION_HOURS: how long removed files stay before vacuum
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    cdc_topic: str  # EP_PROFILE_CDC_TOPIC
+    max_lag_seconds: float  # EP_PROFILE_MAX_LAG_SECONDS: replication lag above which the lag check fails
 
 
 @dataclass(frozen=True)
@@ -23,33 +53,58 @@ class Settings:
     coordinator_enabled: bool
     spark_remote: str
     spark_master: str
-    ingest_max_records_per_partition: int
-    activities_topic: str
+    spark_session_mode: str  # EP_SPARK_SESSION: shared | per-run
+    max_records_per_partition: int  # EP_INGEST_MAX_RECORDS_PER_PARTITION: bounds every Kafka slice
     landing_root: str
     pipelines_dir: str
+    ingestion: IngestionSettings
+    mutation: MutationSettings
+    retention: RetentionSettings
+    profiles: ProfileSettings
 
     @property
     def lake_is_local(self) -> bool:
         return "://" not in self.lake_root
 
 
-def load_settings(environ: dict[str, str] | None = None) -> Settings:
+def _flag(value: str) -> bool:
+    return value.strip().lower() not in ("0", "off", "false", "no")
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     state_dir = env.get("EP_STATE_DIR", str(REPO_ROOT / ".state"))
     return Settings(
         state_dir=state_dir,
-        lake_root=env.get("EP_LAKE_ROOT", str(Path(state_dir) / "lake")),
+        lake_root=env.get("EP_LAKE_ROOT") or str(Path(state_dir) / "lake"),
         kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
         zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
         # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
         zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),
-        coordinator_enabled=env.get("EP_COORDINATOR", "on").strip().lower() not in ("0", "off", "false", "no"),
+        coordinator_enabled=_flag(env.get("EP_COORDINATOR", "on")),
         # Empty SPARK_REMOTE means an in-process classic session on SPARK_MASTER.
         spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
         spark_master=env.get("SPARK_MASTER", "local[2]"),
-        ingest_max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
-        activities_topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities"),
+        spark_session_mode=env.get("EP_SPARK_SESSION", "shared").strip().lower(),
+        max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
         # Files land here (written elsewhere, then renamed in: a file is complete once it is visible).
-        landing_root=env.get("EP_LANDING_ROOT", str(Path(state_dir) / "landing")),
-        pipelines_dir=env.get("EP_PIPELINES_DIR", str(REPO_ROOT / "pipelines")),
+        landing_root=env.get("EP_LANDING_ROOT") or str(Path(state_dir) / "landing"),
+        pipelines_dir=env.get("EP_PIPELINES_DIR") or str(REPO_ROOT / "pipelines"),
+        ingestion=IngestionSettings(topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities")),
+        mutation=MutationSettings(
+            topic=env.get("EP_MUTATIONS_TOPIC", "engagement.mutations"),
+            pending_max_age_hours=float(env.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")),
+            reducer=env.get("EP_MUTATION_REDUCER", "auto").strip().lower() or "auto",
+            # No crossover of the two reducers was measured on 2 cores, so the driver reduces by default.
+            spark_threshold=int(env.get("EP_MUTATION_SPARK_THRESHOLD") or 1_000_000),
+        ),
+        retention=RetentionSettings(
+            topic=env.get("EP_GDPR_TOPIC", "engagement.gdpr"),
+            interval_seconds=int(env.get("EP_RETENTION_INTERVAL_SECONDS", "86400")),
+            vacuum_retention_hours=int(env.get("EP_VACUUM_RETENTION_HOURS", "168")),
+        ),
+        profiles=ProfileSettings(
+            cdc_topic=env.get("EP_PROFILE_CDC_TOPIC", "profile.cdc"),
+            max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
+        ),
     )

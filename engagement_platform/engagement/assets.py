@@ -19,18 +19,19 @@ from dagster import (
     observable_source_asset,
 )
 
-from engagement_platform.batch_dagster import coordinated_batch, report_table_commits
-from engagement_platform.engagement import mutations, retention
+from engagement_platform.orchestration.runs import coordinated_batch, report_table_commits
+from engagement_platform.engagement.mutation import apply as mutations
+from engagement_platform.engagement.retention import apply as retention
 from engagement_platform.engagement.checks import evaluate_ingestion_checks, evaluate_mutation_checks, ingestion_check_specs, mutation_check_specs
 from engagement_platform.engagement.checks import evaluate_retention_checks, retention_check_specs
-from engagement_platform.engagement.ingestion import STREAM, ingest_batch
-from engagement_platform.engagement.mutation_tables import (
+from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch
+from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS,
     ENGAGEMENT_MUTATIONS_PENDING,
     QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
-from engagement_platform.engagement.retention_tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
+from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.lake.checkpoints import CHECKPOINTS
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
@@ -63,7 +64,7 @@ def topic_observation(watermarks: dict[int, tuple[int, int]], key: AssetKey = TO
 
 @observable_source_asset(key=TOPIC_ASSET, group_name=GROUP, description="Kafka topic of engagement activities from the sales apps (EP_ACTIVITIES_TOPIC).")
 def engagement_activities_topic(kafka: KafkaResource) -> ObserveResult:
-    marks = kafka.client.watermarks(load_settings().activities_topic)
+    marks = kafka.client.watermarks(load_settings().ingestion.topic)
     return ObserveResult(data_version=DataVersion(str(sum(h for _, h in marks.values()))), metadata=watermark_metadata(marks))
 
 

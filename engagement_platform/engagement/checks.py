@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey
 
 from engagement_platform.engagement import integrity
-from engagement_platform.engagement.ingestion import APP_ID, STREAM, IngestResult
+from engagement_platform.engagement.ingestion.apply import APP_ID, STREAM, IngestResult
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
@@ -45,7 +45,7 @@ def mutation_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
 
 
 def evaluate_mutation_checks(lake: DeltaLake, checkpoints: CheckpointStore, result) -> list[AssetCheckResult]:
-    from engagement_platform.engagement import mutations
+    from engagement_platform.engagement.mutation import apply as mutations
 
     plan = result.plan
     duplicates, _ = integrity.key_audit(lake, result.org_ids, None) if result.org_ids else (0, 0)
@@ -127,9 +127,9 @@ def evaluate_retention_checks(lake: DeltaLake, checkpoints: CheckpointStore, res
     """Measured from the committed tables (gdpr_audit, the quarantine, every erased table), not from the run's own counts."""
     import pyarrow.compute as pc
 
-    from engagement_platform.engagement import retention
-    from engagement_platform.engagement.erasure import subject_rows_remaining
-    from engagement_platform.engagement.retention_tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
+    from engagement_platform.engagement.retention import apply as retention
+    from engagement_platform.engagement.retention.erasure import subject_rows_remaining
+    from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 
     plan = result.plan
     erasures = retention.audited_erasures(lake, plan.batch_id)

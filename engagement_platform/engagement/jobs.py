@@ -3,7 +3,7 @@
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from engagement_platform.batch_dagster import STREAM_TAG
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.engagement.assets import INGESTION_ASSET, MUTATION_ASSET, RETENTION_ASSET
 from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
 

@@ -9,11 +9,12 @@ from collections.abc import Callable
 
 from dagster import AssetKey, DefaultSensorStatus, DynamicPartitionsDefinition, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from engagement_platform.batch_dagster import resume_unfinished, run_request
-from engagement_platform.engagement import mutations, retention
+from engagement_platform.orchestration.runs import resume_unfinished, run_request
+from engagement_platform.engagement.mutation import apply as mutations
+from engagement_platform.engagement.retention import apply as retention
 from engagement_platform.engagement.assets import GDPR_TOPIC_ASSET, MUTATIONS_TOPIC_ASSET, TOPIC_ASSET, topic_observation
-from engagement_platform.engagement.ingestion import STREAM
-from engagement_platform.engagement.mutation_tables import ENGAGEMENT_MUTATIONS_PENDING
+from engagement_platform.engagement.ingestion.apply import STREAM
+from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
 from engagement_platform.engagement.jobs import ingestion_job, mutation_job, retention_job
 from engagement_platform.engagement.partitions import ingestion_batches, mutation_batches, retention_batches
 from engagement_platform.resources import CoordinatorResource, KafkaResource
@@ -50,7 +51,7 @@ def kafka_stream_tick(context: SensorEvaluationContext, kafka: KafkaResource, co
         return resume_unfinished(context, latest, partitions, _tags, _cursor(latest),
                                  lambda plan: coordinator.predecessor_wait(plan.stream, plan.batch_id))
     watermarks = kafka.client.watermarks(topic)
-    plan = plan_next_batch(stream, topic, latest, watermarks, load_settings().ingest_max_records_per_partition)
+    plan = plan_next_batch(stream, topic, latest, watermarks, load_settings().max_records_per_partition)
     observed = [topic_observation(watermarks, topic_key)]
     tags, run_key_suffix = {}, ""
     if plan is None and idle_plan is not None:
@@ -105,7 +106,7 @@ def pending_retry_plan(store: CheckpointStore) -> IdlePlan:
 @sensor(job=ingestion_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
 def engagement_ingestion_sensor(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
     """Plans the next offset slice of engagement.activities when the previous batch is done."""
-    return kafka_stream_tick(context, kafka, coordinator, STREAM, load_settings().activities_topic, ingestion_batches, TOPIC_ASSET)
+    return kafka_stream_tick(context, kafka, coordinator, STREAM, load_settings().ingestion.topic, ingestion_batches, TOPIC_ASSET)
 
 
 @sensor(job=mutation_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)

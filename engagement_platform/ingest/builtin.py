@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from engagement_platform.ingest.config import TYPE, bound_problem, check_formats
+from engagement_platform.ingest.column_types import TYPE, bound_problem, check_formats
 from engagement_platform.ingest.plugins import ColumnConverter, ColumnValidator
 
 

@@ -8,17 +8,17 @@ Every problem is reported as `<file>: <key path>: <problem>`, all of them at onc
 from __future__ import annotations
 
 import re
-from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engagement_platform.ingest.column_types import NUMERIC_OR_TEMPORAL, TYPE, bound_problem, check_formats
+from engagement_platform.ingest.registry import plugin_problems, resolve
+
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 # Target column types the conform step can produce from text (Spark SQL names).
-TYPE = re.compile(r"^(string|boolean|int|integer|long|bigint|short|double|float|date|timestamp|decimal\(\d+,\s*\d+\))$")
-NUMERIC_OR_TEMPORAL = re.compile(r"^(int|integer|long|bigint|short|double|float|date|timestamp|decimal.*)$")
 
 
 class PipelineConfigError(ValueError):
@@ -74,34 +74,6 @@ class ColumnSpec(_Strict):
         if self.formats and self.type not in ("date", "timestamp"):
             raise ValueError("formats apply to date and timestamp columns only")
         return self
-
-
-DATETIME_LETTERS = set("GyDMLdQqEFahKkHmsSVzOXxZ")  # Spark datetime pattern letters (no week-based ones)
-
-
-def check_formats(formats: list[str] | None) -> list[str] | None:
-    """Spark fails the whole batch on a pattern letter it does not know: say so at load time."""
-    for fmt in formats or []:
-        unquoted = re.sub(r"'[^']*'", "", fmt)
-        bad = sorted({c for c in unquoted if c.isascii() and c.isalpha() and c not in DATETIME_LETTERS})
-        if bad:
-            raise ValueError(f"format '{fmt}' has letters that are not Spark datetime pattern letters: {', '.join(bad)} "
-                             "(quote literal text, e.g. 'T')")
-    return formats
-
-
-def bound_problem(type_: str, value: float | str | None) -> str | None:
-    """Why a min/max bound cannot be compared with a column of this type (None when it can):
-    Spark would fail the whole batch on it (a date against a number, a number against text)."""
-    if value is None or not NUMERIC_OR_TEMPORAL.match(type_):
-        return None
-    if type_ in ("date", "timestamp"):
-        try:
-            (date if type_ == "date" else datetime).fromisoformat(value if isinstance(value, str) else "?")
-        except ValueError:
-            return f"{value!r} is not an ISO {type_} (e.g. \"1900-01-01\")"
-        return None
-    return f"{value!r} is not a number" if isinstance(value, str) else None
 
 
 class SourceSpec(_Strict):
@@ -175,8 +147,6 @@ class PipelineConfig(_Strict):
 
 def load_pipeline(path: str | Path) -> PipelineConfig:
     """Parse and check one pipeline file, plugins included; raise PipelineConfigError listing every problem."""
-    from engagement_platform.ingest.plugins import plugin_problems
-
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -207,8 +177,6 @@ def load_pipelines(folder: str | Path) -> list[PipelineConfig]:
 
 
 def _unknown_plugins(data: dict) -> list[tuple[str, str]]:
-    from engagement_platform.ingest.plugins import resolve
-
     problems = []
     for kind in ("converters", "validators"):
         entries = data.get(kind)

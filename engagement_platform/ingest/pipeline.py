@@ -24,8 +24,9 @@ from engagement_platform.ingest.errors import (
     ERROR_FIELDS, ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather, no_errors,
 )
 from engagement_platform.ingest.plugins import (
-    ColumnConverter, ColumnValidator, Converter, NoParams, Validator, apply_column_converters, explode_errors, instantiate,
+    ColumnConverter, ColumnValidator, Converter, NoParams, Validator, apply_column_converters, explode_errors,
 )
+from engagement_platform.ingest.registry import instantiate
 from engagement_platform.ingest.sources import INPUT
 
 CONVERTED = "_converted"  # the row passed every converter: validators see exactly these rows

@@ -1,4 +1,4 @@
-"""Plugin contracts and the registry (built-ins plus Python entry points).
+"""Plugin contracts: what a converter or validator is, and how column plugins run (registry.py finds them).
 
 Contracts, as in the reference talk:
 - Converter: DataFrame -> (converted DataFrame, error DataFrame). A row that fails goes no further.
@@ -21,21 +21,16 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from engagement_platform.ingest.errors import CONVERT, ERROR_FIELDS, ERRORS, ROW_ID, VALIDATE, error, gather
 
 if TYPE_CHECKING:
-    from engagement_platform.ingest.config import ColumnSpec, PipelineConfig
-
-CONVERTER_GROUP = "engagement_platform.converters"
-VALIDATOR_GROUP = "engagement_platform.validators"
-
+    from engagement_platform.ingest.config import ColumnSpec
 
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -203,59 +198,3 @@ def split_frame(staged: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 def explode_errors(df: DataFrame) -> DataFrame:
     return df.select(ROW_ID, F.explode(ERRORS).alias("e")).select(ROW_ID, *[F.col(f"e.{f}").alias(f) for f in ERROR_FIELDS])
-
-
-# ---- registry -------------------------------------------------------------------------------------
-
-
-def registry() -> dict[str, dict[str, type[Plugin]]]:
-    """{"converters": name -> class, "validators": name -> class}: built-ins, then entry points."""
-    from engagement_platform.ingest import builtin
-
-    found = {"converters": dict(builtin.CONVERTERS), "validators": dict(builtin.VALIDATORS)}
-    for kind, group in (("converters", CONVERTER_GROUP), ("validators", VALIDATOR_GROUP)):
-        for ep in entry_points(group=group):
-            found[kind][ep.name] = ep  # loaded lazily: a broken plugin only hurts pipelines using it
-    return found
-
-
-def resolve(kind: str, name: str) -> type[Plugin]:
-    entry = registry()[kind].get(name)
-    if entry is None:
-        known = ", ".join(sorted(registry()[kind]))
-        raise LookupError(f"unknown {kind[:-1]} '{name}' (known: {known})")
-    cls = entry if isinstance(entry, type) else entry.load()
-    base = Converter if kind == "converters" else Validator
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise TypeError(f"{kind[:-1]} '{name}' is {cls!r}, not a subclass of {base.__module__}.{base.__name__}")
-    return cls
-
-
-def instantiate(kind: str, ref, target: dict[str, ColumnSpec]) -> Plugin:
-    cls = resolve(kind, ref.plugin)
-    return cls(ref.plugin, cls.Params.model_validate(ref.params), target)
-
-
-def plugin_problems(config: PipelineConfig) -> list[tuple[str, str]]:
-    """(key, problem) for every plugin entry that does not resolve or whose params are invalid."""
-    problems = []
-    for kind in ("converters", "validators"):
-        for i, ref in enumerate(getattr(config, kind)):
-            key = f"{kind}[{i}]"
-            try:
-                cls = resolve(kind, ref.plugin)
-            except (LookupError, TypeError, ImportError, AttributeError) as exc:
-                problems.append((f"{key}.plugin", str(exc)))
-                continue
-            try:
-                params = cls.Params.model_validate(ref.params)
-            except ValidationError as exc:
-                for err in exc.errors():
-                    where = ".".join(str(p) for p in err["loc"])
-                    message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
-                    problems.append((f"{key}.{where}" if where else key, message))
-                continue
-            check = getattr(cls, "check_config", None)
-            if check:
-                problems.extend((f"{key}.{k}" if k else key, p) for k, p in check(params, config))
-    return problems

@@ -30,15 +30,15 @@ from dagster import (
     observable_source_asset,
 )
 
-from engagement_platform.batch_dagster import COORDINATION_TAG, report_table_commits
+from engagement_platform.orchestration.runs import COORDINATION_TAG, report_table_commits
 from engagement_platform.engagement.assets import watermark_metadata
-from engagement_platform.profiles.backfill import backfill_stream, backfill_tenant
+from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
 from engagement_platform.profiles.checks import evaluate_raw_checks, evaluate_staging_checks, raw_check_specs, staging_check_specs
 from engagement_platform.profiles.lag import profile_cdc_topic, staged_offsets, tenant_lags, topic_lag
 from engagement_platform.profiles.locks import tenant_lock
 from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
-from engagement_platform.profiles.processor import process_tenant, processor_stream
-from engagement_platform.profiles.staging import STREAM, stage_cdc_batch
+from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
+from engagement_platform.profiles.staging.apply import STREAM, stage_cdc_batch
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS, QUARANTINE_PROFILE_CDC, raw_table_name
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost

@@ -7,7 +7,7 @@ from dagster import AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetK
 
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.profiles.lag import TenantLag, max_lag_seconds
-from engagement_platform.profiles.staging import STREAM, StageResult
+from engagement_platform.profiles.staging.apply import STREAM, StageResult
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, raw_table_name
 
 RECORDS_ACCOUNTED = "records_accounted"

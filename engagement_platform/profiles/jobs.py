@@ -2,10 +2,10 @@
 
 from dagster import AssetSelection, define_asset_job, in_process_executor
 
-from engagement_platform.batch_dagster import STREAM_TAG
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import BACKFILL_ASSET, RAW_ASSET, STAGING_ASSET
 from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
-from engagement_platform.profiles.staging import STREAM
+from engagement_platform.profiles.staging.apply import STREAM
 
 profile_cdc_staging_job = define_asset_job(
     "profile_cdc_staging_job",

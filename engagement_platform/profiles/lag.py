@@ -15,30 +15,28 @@ changes has no lag); changes still in Kafka show up in the CDC lag instead.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engagement_platform.settings import load_settings
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.profiles.staging import STREAM
+from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS
 
-DEFAULT_TOPIC = "profile.cdc"
-DEFAULT_MAX_LAG_SECONDS = 900.0  # one staging bucket
 
 
 def profile_cdc_topic() -> str:
     """The CDC topic (EP_PROFILE_CDC_TOPIC, default profile.cdc), read at run time."""
-    return os.environ.get("EP_PROFILE_CDC_TOPIC", DEFAULT_TOPIC)
+    return load_settings().profiles.cdc_topic
 
 
 def max_lag_seconds() -> float:
     """Replication lag above which a tenant's lag check fails (EP_PROFILE_MAX_LAG_SECONDS), read at run time."""
-    return float(os.environ.get("EP_PROFILE_MAX_LAG_SECONDS", DEFAULT_MAX_LAG_SECONDS))
+    return load_settings().profiles.max_lag_seconds
 
 
 def staged_offsets(checkpoints: CheckpointStore, stream: str = STREAM) -> dict[int, int]:

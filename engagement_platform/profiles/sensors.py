@@ -17,7 +17,7 @@ from dagster import (
     sensor,
 )
 
-from engagement_platform.batch_dagster import COORDINATION_TAG, FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED
+from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED
 from engagement_platform.engagement.assets import watermark_metadata
 from engagement_platform.engagement.sensors import kafka_stream_tick
 from engagement_platform.profiles.assets import RAW_ASSET, TOPIC_ASSET, cdc_lag_metadata
@@ -25,9 +25,9 @@ from engagement_platform.profiles.checks import lag_check
 from engagement_platform.profiles.jobs import profile_cdc_staging_job, profile_processor_job
 from engagement_platform.profiles.lag import profile_cdc_topic, staged_offsets, tenant_lags
 from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
-from engagement_platform.profiles.processor import processor_stream
-from engagement_platform.profiles.progress import latest_progress, unprocessed_tenants
-from engagement_platform.profiles.staging import STREAM
+from engagement_platform.profiles.processor.apply import processor_stream
+from engagement_platform.profiles.processor.progress import latest_progress, unprocessed_tenants
+from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
 from engagement_platform.resources import KafkaResource, LakeResource
 

@@ -13,9 +13,9 @@ import uuid
 
 from pyspark.sql import SparkSession
 
+from engagement_platform.settings import load_settings
 from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
 from engagement_platform.spark.landing_source import LandingLinesDataSource
-from engagement_platform.spark.profile_merge_source import ProfileMergeDataSource
 
 # Settings for a 2-core machine; a cluster overrides them through its own spark-defaults.
 LOCAL_CONF = {
@@ -66,13 +66,14 @@ def _configured(spark: SparkSession) -> SparkSession:
     # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
     # whole batch on one such record.
     spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
-    for source in (KafkaOffsetsDataSource, LandingLinesDataSource, ProfileMergeDataSource):
-        _register(spark, source)
+    for source in (KafkaOffsetsDataSource, LandingLinesDataSource):
+        register_data_source(spark, source)
     return spark
 
 
-def _register(spark: SparkSession, source: type) -> None:
-    """Register a Python data source. On the shared session a name registered before is replaced, but two
+def register_data_source(spark: SparkSession, source: type) -> None:
+    """Register a Python data source (the framework's own at session start; a domain registers its own
+    where it uses it). On the shared session a name registered before is replaced, but two
     runs registering it at the same moment make one fail with DATA_SOURCE_ALREADY_EXISTS (seen under
     run_platform.sh): the other run's registration of the same class stands."""
     try:
@@ -83,7 +84,7 @@ def _register(spark: SparkSession, source: type) -> None:
 
 
 def _shares(remote: str) -> bool:
-    mode = os.environ.get(SESSION_MODE_ENV, "shared").strip().lower()
+    mode = load_settings().spark_session_mode
     if mode not in ("shared", "per-run"):
         raise ValueError(f"{SESSION_MODE_ENV}={mode!r}: expected shared or per-run")
     return mode == "shared" and "session_id=" not in remote  # an id in SPARK_REMOTE is the operator's choice

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from engagement_platform.gc_pause import no_cyclic_gc
+from engagement_platform.streams.gc_pause import no_cyclic_gc
 
 
 @dataclass(frozen=True)

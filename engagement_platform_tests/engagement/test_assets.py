@@ -7,13 +7,13 @@ from engagement_platform.engagement.checks import (
     OFFSET_RANGES_CONTIGUOUS,
     RECORDS_CONSERVED,
 )
-from engagement_platform.engagement.ingestion import STREAM
+from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.partitions import ingestion_batches
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.planning import plan_next_batch
-from engagement_platform_tests.helpers import BAD_RECORDS, produce_activities
+from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
 
 
 def test_materializing_a_batch_commits_reports_tables_and_passes_its_checks(spark, stack, kafka, topic, lake_root, checkpoints):

@@ -13,7 +13,7 @@ from engagement_platform.ingest.pipeline import Pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = REPO / "pipelines" / "rewards_members.yaml"
-ENGAGEMENT = REPO / "engagement_platform" / "engagement" / "ingestion_pipeline.yaml"
+ENGAGEMENT = REPO / "engagement_platform" / "engagement" / "ingestion" / "pipeline.yaml"
 
 
 def rewards() -> dict:
@@ -61,7 +61,7 @@ def test_every_file_in_the_pipelines_folder_loads():
     assert "rewards_members" in [c.name for c in configs]
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "engagement_platform").rglob("*_pipeline.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted((REPO / "engagement_platform").rglob("pipeline.yaml")), ids=lambda p: p.parent.name)
 def test_every_pipeline_shipped_in_the_package_loads(path):
     Pipeline.from_config(load_pipeline(path))
 

@@ -23,7 +23,8 @@ from pyspark.sql.types import LongType, StringType
 from engagement_platform.ingest.config import PipelineConfigError, load_pipeline
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, ROW_ID, SOURCE_OFFSET
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, errors_frame, quarantine_frame, split_result
-from engagement_platform.ingest.plugins import CONVERTER_GROUP, VALIDATOR_GROUP, Converter, RowConverter, Validator, registry, resolve
+from engagement_platform.ingest.plugins import Converter, RowConverter, Validator
+from engagement_platform.ingest.registry import CONVERTER_GROUP, VALIDATOR_GROUP, registry, resolve
 from engagement_platform.ingest.sources import INPUT, read_file
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin_example"

@@ -3,7 +3,7 @@
 from datetime import datetime, timezone
 
 from engagement_platform.profiles.changes import tenant_changes
-from engagement_platform_tests.profiles.cdc import new_topic, record, stage
+from engagement_platform_tests.support.cdc import new_topic, record, stage
 
 
 def at(hh_mm: str) -> datetime:

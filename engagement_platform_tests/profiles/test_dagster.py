@@ -7,15 +7,15 @@ import json
 import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
-from engagement_platform.batch_dagster import STREAM_TAG
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import profile_backfill, profile_cdc_staging, profile_raw
 from engagement_platform.profiles.checks import NO_DUPLICATE_PRIMARY_IDS, RECORDS_ACCOUNTED, REPLICATION_LAG_UNDER_THRESHOLD
 from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
-from engagement_platform.profiles.processor import processor_stream, read_profiles
+from engagement_platform.profiles.processor.apply import processor_stream, read_profiles
 from engagement_platform.profiles.sensors import profile_cdc_dumper_sensor, profile_lag_sensor, profile_processor_sensor
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
-from engagement_platform_tests.profiles.cdc import encode, new_topic, record
-from engagement_platform_tests.profiles.test_backfill import UNTIL, snap, write_jsonl
+from engagement_platform_tests.support.cdc import encode, new_topic, record
+from engagement_platform_tests.profiles.backfill.test_apply import UNTIL, snap, write_jsonl
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 from metadata only, against the real broker, Spark and Delta."""
 
 from engagement_platform.profiles.lag import staged_offsets, tenant_lags, topic_lag
-from engagement_platform.profiles.processor import process_tenant
-from engagement_platform.profiles.staging import STREAM
-from engagement_platform_tests.profiles.cdc import encode, new_topic, plan_all, record, stage
+from engagement_platform.profiles.processor.apply import process_tenant
+from engagement_platform.profiles.staging.apply import STREAM
+from engagement_platform_tests.support.cdc import encode, new_topic, plan_all, record, stage
 
 
 def test_topic_lag_counts_messages_after_the_last_finished_dumper_batch(spark, kafka, lake, checkpoints):

@@ -14,14 +14,14 @@ import uuid
 import pytest
 from deltalake.exceptions import CommitFailedError
 
-from engagement_platform.profiles.backfill import backfill_app_id, backfill_stream, backfill_tenant
+from engagement_platform.profiles.backfill.apply import backfill_app_id, backfill_stream, backfill_tenant
 from engagement_platform.profiles.locks import tenant_lock, tenant_lock_name
-from engagement_platform.profiles.processor import process_tenant, processor_app_id, read_profiles
-from engagement_platform.profiles.progress import latest_progress
+from engagement_platform.profiles.processor.apply import process_tenant, processor_app_id, read_profiles
+from engagement_platform.profiles.processor.progress import latest_progress
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.streams.coordinator import Coordinator
-from engagement_platform_tests.profiles.cdc import new_topic, record, stage
-from engagement_platform_tests.profiles.test_backfill import UNTIL, snap, write_jsonl
+from engagement_platform_tests.support.cdc import new_topic, record, stage
+from engagement_platform_tests.profiles.backfill.test_apply import UNTIL, snap, write_jsonl
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
 from kazoo.client import KazooClient
 
-from engagement_platform.batch_dagster import COORDINATION_TAG
+from engagement_platform.orchestration.runs import COORDINATION_TAG
 from engagement_platform.engagement.assets import engagement_ingestion
-from engagement_platform.engagement.ingestion import STREAM
+from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.partitions import ingestion_batches
 from engagement_platform.engagement.sensors import engagement_ingestion_sensor
 from engagement_platform.lake.delta import TableSpec
@@ -31,7 +31,7 @@ from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGa
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform_tests.conftest import REPO
-from engagement_platform_tests.helpers import produce_activities
+from engagement_platform_tests.support.activities import produce_activities
 
 OWN_ZK_PORT = "23181"
 SESSION_S = 4.0  # ZooKeeper's minimum with tickTime=2000
@@ -395,7 +395,7 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
     from engagement_platform.engagement.assets import engagement_mutation
     from engagement_platform.engagement.partitions import mutation_batches
     from engagement_platform.engagement.sensors import engagement_mutation_sensor
-    from engagement_platform_tests.engagement.test_mutations import produce_requests
+    from engagement_platform_tests.engagement.mutation.test_apply import produce_requests
 
     mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutation_topic: 1})

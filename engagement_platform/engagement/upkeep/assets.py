@@ -1,0 +1,232 @@
+"""Layout upkeep of engagement_activity: compaction + z-order by engagement_date per org, vacuum.
+
+The work and the layout report are in lake/layout.py (no Dagster); this module runs them as an
+asset, checks the result, and triggers it after every UPKEEP_EVERY_BATCHES completed ingestion
+batches (sensor) plus once a day (schedule, the backstop for vacuum and for writers the sensor does
+not count). Both start RUNNING: a sensor tick is one read of the checkpoint partition, and a run
+rewrites only the partitions that need it, so an idle lake costs one short run a day.
+"""
+
+import json
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetExecutionContext,
+    AssetKey,
+    AssetObservation,
+    AssetSelection,
+    Config,
+    DagsterRunStatus,
+    DefaultScheduleStatus,
+    DefaultSensorStatus,
+    MaterializeResult,
+    MetadataValue,
+    RunRequest,
+    RunsFilter,
+    ScheduleEvaluationContext,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    asset,
+    asset_check,
+    define_asset_job,
+    in_process_executor,
+    schedule,
+    sensor,
+)
+
+from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
+from engagement_platform.engagement.retention.erasure import ERASED_TABLES, vacuum_erased_tables
+from engagement_platform.engagement.ingestion.apply import STREAM
+from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
+from engagement_platform.engagement.retention.apply import vacuum_retention_hours
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.layout import partition_layout, upkeep
+from engagement_platform.resources import LakeResource
+
+UPKEEP_ASSET = AssetKey("engagement_layout_upkeep")
+DATE_RANGES_DO_NOT_OVERLAP = "date_ranges_do_not_overlap"
+FILE_COUNT_UNDER_LIMIT = "file_count_under_limit"
+UPKEEP_TAG = "engagement/upkeep"
+UPKEEP_EVERY_BATCHES = 50
+COUNTED_STREAMS = (STREAM, MUTATION_STREAM)  # streams whose completed batches the sensor counts
+WORST_SHOWN = 5
+UNFINISHED = [
+    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
+]
+
+
+class LayoutUpkeepConfig(Config):
+    """Upkeep and check thresholds; the asset and both checks take the same fields."""
+
+    target_file_mb: int = 1024
+    vacuum_retention_hours: int | None = None  # None: EP_VACUUM_RETENTION_HOURS at run time (default DEFAULT_RETENTION_HOURS, 168)
+    max_overlap_ratio: float = 0.1
+    max_files_per_partition: int = 100
+    vacuum_full: bool = True
+    org_ids: list[str] = []  # empty: every org partition
+
+
+@asset(key=UPKEEP_ASSET, deps=[AssetKey(ENGAGEMENT_ACTIVITY.name)], group_name=GROUP, kinds={"deltalake"}, pool=REWRITE_POOL)
+def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource) -> MaterializeResult:
+    """Per org partition of engagement_activity: files, mean file size and engagement_date overlap after compaction, z-ordering and vacuum."""
+    retention_hours = vacuum_retention_hours() if config.vacuum_retention_hours is None else config.vacuum_retention_hours
+    result = upkeep(
+        lake.lake,
+        ENGAGEMENT_ACTIVITY,
+        partitions=config.org_ids or None,
+        target_file_bytes=config.target_file_mb * 1024 * 1024,
+        vacuum_retention_hours=retention_hours,
+        max_overlap_ratio=config.max_overlap_ratio,
+        vacuum_full=config.vacuum_full,
+    )
+    # GDPR erasure (engagement/retention.py) also deletes from these tables: the same full vacuum makes
+    # the erased rows' files (data and change data) go once the retention has passed.
+    others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in ERASED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
+    before, after = result["layout_before"], result["layout_after"]
+    if result["partitions_conflicted"]:
+        context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
+    summary = _summary(after)
+    context.log_event(AssetObservation(
+        asset_key=AssetKey(ENGAGEMENT_ACTIVITY.name),
+        metadata={"files": result["files_after"], **summary, "table_version": result["version_after"]},
+    ))
+    return MaterializeResult(metadata={
+        "files_before": result["files_before"],
+        "files_after": result["files_after"],
+        "partitions_checked": result["partitions_checked"],
+        "partitions_compacted": len(result["partitions_compacted"]),
+        "partitions_conflicted": len(result["partitions_conflicted"]),
+        "conflicted_org_ids": ", ".join(result["partitions_conflicted"]) or "-",
+        "partitions_unsettled": len(result["partitions_unsettled"]),
+        "files_added": result["files_added"],
+        "files_removed": result["files_removed"],
+        "files_vacuumed": result["files_vacuumed"],
+        "files_vacuumed_erased_tables": sum(n for n in others.values() if n > 0),
+        "vacuum_retention_hours": retention_hours,
+        "max_overlap_ratio_before": _max(before, "overlap_ratio"),
+        **summary,
+        "table_version_before": result["version_before"],
+        "table_version_after": result["version_after"],
+        **{f"seconds_{phase}": round(s, 3) for phase, s in result["seconds"].items()},
+        "worst_partitions": MetadataValue.md(_markdown(after.slice(0, WORST_SHOWN))),
+    })
+
+
+def _summary(layout) -> dict:
+    files = sum(layout["files"].to_pylist())
+    total = sum(layout["total_bytes"].to_pylist())
+    return {
+        "mean_file_mb": round(total / files / 2**20, 3) if files else 0.0,
+        "max_overlap_ratio": _max(layout, "overlap_ratio"),
+        "max_files_per_partition": int(_max(layout, "files")),
+        "max_depth": int(_max(layout, "max_depth")),
+    }
+
+
+def _max(layout, column: str) -> float:
+    return round(max(layout[column].to_pylist(), default=0), 4)
+
+
+def _markdown(layout) -> str:
+    lines = ["| org_id | files | mean MB | overlap | depth | dates |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in layout.to_pylist():
+        lines.append(f"| {r['org_id']} | {r['files']} | {r['mean_file_bytes'] / 2**20:.2f} | {r['overlap_ratio']:.3f} "
+                     f"| {r['max_depth']} | {r['range_min']} .. {r['range_max']} |")
+    return "\n".join(lines)
+
+
+@asset_check(asset=UPKEEP_ASSET, name=DATE_RANGES_DO_NOT_OVERLAP, blocking=False,
+             description="No org partition's files overlap in engagement_date by more than max_overlap_ratio (warns).")
+def date_ranges_do_not_overlap(config: LayoutUpkeepConfig, lake: LakeResource) -> AssetCheckResult:
+    layout = partition_layout(lake.lake, ENGAGEMENT_ACTIVITY.name)  # sorted worst overlap first
+    over = [r for r in layout.to_pylist() if r["overlap_ratio"] > config.max_overlap_ratio]
+    return AssetCheckResult(
+        passed=not over,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "max_overlap_ratio": _max(layout, "overlap_ratio"),
+            "threshold": config.max_overlap_ratio,
+            "partitions_over_threshold": len(over),
+            "partitions": layout.num_rows,
+            "worst_partitions": MetadataValue.md(_markdown(layout.slice(0, WORST_SHOWN))),
+        },
+    )
+
+
+@asset_check(asset=UPKEEP_ASSET, name=FILE_COUNT_UNDER_LIMIT, blocking=False,
+             description="No org partition of engagement_activity has more than max_files_per_partition files (warns).")
+def file_count_under_limit(config: LayoutUpkeepConfig, lake: LakeResource) -> AssetCheckResult:
+    layout = partition_layout(lake.lake, ENGAGEMENT_ACTIVITY.name)
+    layout = layout.sort_by([("files", "descending")])
+    over = [r for r in layout.to_pylist() if r["files"] > config.max_files_per_partition]
+    return AssetCheckResult(
+        passed=not over,
+        severity=AssetCheckSeverity.WARN,
+        metadata={
+            "max_files_per_partition": int(_max(layout, "files")),
+            "threshold": config.max_files_per_partition,
+            "partitions_over_limit": len(over),
+            "small_files": sum(layout["small_files"].to_pylist()),
+            "worst_partitions": MetadataValue.md(_markdown(layout.slice(0, WORST_SHOWN))),
+        },
+    )
+
+
+layout_upkeep_job = define_asset_job(
+    "layout_upkeep_job",
+    selection=AssetSelection.assets(UPKEEP_ASSET),  # with its checks
+    executor_def=in_process_executor,
+    tags={UPKEEP_TAG: ENGAGEMENT_ACTIVITY.name},
+    description="Compact and z-order engagement_activity per org by engagement_date, vacuum, report the layout.",
+)
+
+
+def _in_flight(instance) -> bool:
+    return bool(instance.get_run_records(RunsFilter(job_name=layout_upkeep_job.name, statuses=UNFINISHED), limit=1))
+
+
+def completed_batches(store: CheckpointStore, stream: str) -> int:
+    """Id of the stream's last done batch (0 if none): batches finish strictly in id order."""
+    latest, done = store.latest(stream)
+    if latest is None:
+        return 0
+    return latest.batch_id if done else latest.batch_id - 1
+
+
+@sensor(job=layout_upkeep_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def layout_upkeep_sensor(context: SensorEvaluationContext, lake: LakeResource):
+    """Requests layout upkeep of engagement_activity after every UPKEEP_EVERY_BATCHES completed batches."""
+    done = {stream: completed_batches(lake.checkpoints, stream) for stream in COUNTED_STREAMS}
+    seen = json.loads(context.cursor)["done"] if context.cursor else {}
+    # A stream whose checkpoints restarted below the cursor (a new lake) counts from zero.
+    new = sum(b - seen.get(s, 0) if b >= seen.get(s, 0) else b for s, b in done.items())
+    if new < UPKEEP_EVERY_BATCHES:
+        return SkipReason(f"{new} batches completed since the last upkeep request; upkeep every {UPKEEP_EVERY_BATCHES}")
+    if _in_flight(context.instance):
+        return SkipReason("an upkeep run is still in flight")
+    # The run key is the batch position that triggered it: a re-evaluated tick cannot request it twice.
+    run_key = "layout_upkeep/" + ",".join(f"{s}@{b}" for s, b in sorted(done.items()))
+    tags = {f"{UPKEEP_TAG}/trigger": "batches", **{f"{UPKEEP_TAG}/{s}_batch": str(b) for s, b in done.items()}}
+    return SensorResult(
+        run_requests=[RunRequest(run_key=run_key, tags=tags)],
+        cursor=json.dumps({"done": done}),
+    )
+
+
+@schedule(job=layout_upkeep_job, cron_schedule="17 3 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING)
+def layout_upkeep_schedule(context: ScheduleEvaluationContext):
+    """Daily upkeep: vacuum, plus any partition rewritten by writers the sensor does not count."""
+    if _in_flight(context.instance):
+        return SkipReason("an upkeep run is still in flight")
+    return RunRequest(tags={f"{UPKEEP_TAG}/trigger": "schedule"})
+
+
+UPKEEP_ASSETS = [engagement_layout_upkeep]
+UPKEEP_CHECKS = [date_ranges_do_not_overlap, file_count_under_limit]
+UPKEEP_JOBS = [layout_upkeep_job]
+UPKEEP_SCHEDULES = [layout_upkeep_schedule]
+UPKEEP_SENSORS = [layout_upkeep_sensor]

@@ -1,0 +1,61 @@
+"""Assets of an ingest pipeline: landing folder -> pipeline batches -> target + quarantine tables.
+
+As for the engagement streams, the pipeline is a partitioned asset (one partition per landing file
+batch) and the Delta tables are downstream assets whose materializations each batch reports.
+"""
+
+
+from dagster import AssetExecutionContext, AssetKey, AssetSpec, MaterializeResult, asset
+
+from engagement_platform.orchestration.runs import coordinated_batch, report_table_commits
+from engagement_platform.landing.checks import evaluate_pipeline_checks, pipeline_check_specs
+from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.landing.apply import quarantine_spec, run_file_batch, stream_name, target_spec
+from engagement_platform.landing.partitions import pipeline_batches
+from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
+
+GROUP = "ingest"
+
+
+def landing_key(config: PipelineConfig) -> AssetKey:
+    return AssetKey(["landing", config.name])
+
+
+def pipeline_key(config: PipelineConfig) -> AssetKey:
+    return AssetKey(f"ingest_{config.name}")
+
+
+def pipeline_assets(config: PipelineConfig) -> list:
+    """[landing folder spec, the pipeline asset, target table spec, quarantine table spec]."""
+    key = pipeline_key(config)
+    stream = stream_name(config)
+    target, quarantine = target_spec(config), quarantine_spec(config)
+
+    @asset(
+        key=key,
+        deps=[landing_key(config)],
+        partitions_def=pipeline_batches(config),
+        check_specs=pipeline_check_specs(config, key),
+        group_name=GROUP,
+        kinds={"spark", "deltalake"},
+        description=f"Pipeline {config.name}: each partition is one landing file, parsed, converted and validated exactly once. {config.description}",
+        metadata={"converters": ", ".join(c.plugin for c in config.converters) or "-",
+                  "validators": ", ".join(v.plugin for v in config.validators) or "-",
+                  "max_error_rate": config.error_rate.max_error_rate},
+    )
+    def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource) -> MaterializeResult:
+        plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
+        with coordinated_batch(context, coordinator, stream, lock_name=target.name):  # the lock is the target table
+            result = run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan)
+        report_table_commits(context, stream, plan.batch_id, result.versions, file=plan.topic)
+        return MaterializeResult(metadata=result.metadata(), check_results=evaluate_pipeline_checks(lake.lake, config, result))
+
+    landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},
+                        description=f"Landing folder of pipeline {config.name}: files matching {config.source.path} ({config.source.format}).")
+    tables = [
+        AssetSpec(key=spec.name, deps=[key], group_name=GROUP, kinds={"deltalake"}, description=description,
+                  metadata={"partitioned_by": ", ".join(spec.partition_by) or "-"})
+        for spec, description in ((target, f"Rows of pipeline {config.name} that passed every stage."),
+                                  (quarantine, f"Records pipeline {config.name} rejected, one row per error, in the one error schema."))
+    ]
+    return [landing, _pipeline, *tables]

@@ -1,0 +1,58 @@
+"""Landing sensor of a pipeline: each new file becomes the next batch, one file in flight at a time.
+
+A file is identified by path and size; files must be complete when they appear in the landing
+folder (write elsewhere, then rename in). The checkpoint store, not the cursor, says which files
+are already planned, so a lost cursor cannot ingest a file twice.
+"""
+
+
+import json
+
+from dagster import AssetObservation, DefaultSensorStatus, SensorEvaluationContext, SensorResult, sensor
+
+from engagement_platform.orchestration.runs import resume_unfinished, run_request
+from engagement_platform.landing.assets import landing_key
+from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.landing.apply import file_plan, landing_files, stream_name
+from engagement_platform.landing.partitions import pipeline_batches
+from engagement_platform.resources import LakeResource
+from engagement_platform.settings import load_settings
+from engagement_platform.streams.planning import BatchPlan
+
+
+def _tags(plan: BatchPlan) -> dict[str, str]:
+    return {"ingest/file": plan.topic, "ingest/bytes": str(plan.ranges[0].end)}
+
+
+def _cursor(plan: BatchPlan) -> str:
+    return json.dumps({"batch_id": plan.batch_id, "file": plan.topic, "bytes": plan.ranges[0].end})
+
+
+def landing_sensor(config: PipelineConfig, job):
+    stream = stream_name(config)
+    partitions = pipeline_batches(config)
+
+    @sensor(name=f"ingest_{config.name}_landing_sensor", job=job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING,
+            description=f"New files under the landing root matching {config.source.path} -> one batch of pipeline {config.name} each.")
+    def _sensor(context: SensorEvaluationContext, lake: LakeResource):
+        store = lake.checkpoints
+        latest, done = store.latest(stream)
+        if latest is not None and not done:
+            return resume_unfinished(context, latest, partitions, _tags, _cursor(latest))
+        files = landing_files(load_settings().landing_root, config)
+        planned = {(p.topic, p.ranges[0].end) for p in store.plans(stream)}
+        waiting = [f for f in files if (str(f), f.stat().st_size) not in planned]
+        observation = AssetObservation(asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)})
+        if not waiting:
+            return SensorResult(skip_reason=f"no new files for {config.name} ({len(files)} already ingested)", asset_events=[observation])
+        path = waiting[0]
+        plan = file_plan(config, (latest.batch_id + 1) if latest else 1, str(path), path.stat().st_size)
+        store.record_plan(plan)
+        return SensorResult(
+            run_requests=[run_request(plan, 1, _tags(plan))],
+            asset_events=[observation],
+            dynamic_partitions_requests=[partitions.build_add_request([plan.partition_key])],
+            cursor=_cursor(plan),
+        )
+
+    return _sensor

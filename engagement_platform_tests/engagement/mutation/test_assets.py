@@ -1,0 +1,113 @@
+"""The mutation stream in Dagster: its sensor plans a slice of requests, the partitioned asset applies
+it (one MERGE) and its four checks pass with their numbers."""
+
+import uuid
+
+from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
+
+from engagement_platform.orchestration.runs import STREAM_TAG
+from engagement_platform.engagement.mutation import apply as mutations
+from engagement_platform.engagement.assets import engagement_mutation
+from engagement_platform.engagement.partitions import mutation_batches
+from engagement_platform.engagement.sensors import engagement_mutation_sensor
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
+from engagement_platform_tests.engagement.mutation.test_apply import ingest, produce_requests, rows_of
+from engagement_platform_tests.support.activities import produce_activities
+
+
+def test_sensor_plans_and_the_asset_applies_a_mutation_batch_with_checks(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch):
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 3})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    good = produce_activities(kafka, topic, 40)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    lead_rows = [r for r in good.values() if r.get("lead_id")]
+    org, lead = lead_rows[0]["org_id"], lead_rows[0]["lead_id"]
+    produce_requests(kafka, mutation_topic, [
+        {"request_id": "r1", "org_id": org, "request_time": "2026-02-01T00:00:00Z", "op": "convert",
+         "from_field": "lead_id", "from_id": lead, "to_field": "contact_id", "to_id": "003CONVERTED"},
+        b"not json",
+    ])
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    with DagsterInstance.ephemeral() as instance:
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            result = engagement_mutation_sensor(ctx)
+        assert isinstance(result, SensorResult)
+        (request,) = result.run_requests
+        assert request.tags[STREAM_TAG] == mutations.STREAM and mutation_topic in request.run_key
+        assert result.asset_events[0].asset_key.to_user_string() == "kafka/engagement_mutations"
+
+        instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
+        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance, tags=request.tags,
+                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+    assert out.success
+    checks = {e.check_name: e for e in out.get_asset_check_evaluations()}
+    assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
+    assert checks["requests_accounted"].metadata["requests_read"].value == 2
+    assert checks["requests_accounted"].metadata["requests_malformed"].value == 1
+    assert checks["notifications_match_changes"].metadata["orgs_changed"].value == 1
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("engagement_mutation") if m.asset_key.to_user_string() == "engagement_mutation"]
+    converted = [r for r in rows_of(lake, org) if r["contact_id"] == "003CONVERTED"]
+    assert metadata["rows_updated"].value == len(converted) == sum(r.get("lead_id") == lead for r in good.values())
+    assert not [r for r in rows_of(lake, org) if r["lead_id"] == lead]
+
+
+def test_sensor_retries_pending_requests_after_ingestion_without_new_requests(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch):
+    """A request arrives before its activity (pending); the activity is ingested; with no new request the next
+    tick plans an empty slice that only re-evaluates the pending table, and its run applies the request."""
+    import json
+
+    from dagster import SkipReason
+
+    from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING, ENGAGEMENT_MUTATION_REQUESTS
+    from engagement_platform.engagement.sensors import RETRY_TAG
+    from engagement_platform_tests.engagement.mutation.test_apply import mutate, req
+
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 3})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    records = produce_activities(kafka, topic, 20)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic,
+                   [req("early", org, 1, "convert", from_field="lead_id", from_id="00QLATE", to_field="contact_id", to_id="003NEW")])
+    assert first.pending_added == 1
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    with DagsterInstance.ephemeral() as instance:
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            idle = engagement_mutation_sensor(ctx)
+        assert isinstance(idle, SkipReason) or not idle.run_requests, "no ingestion since the last mutation batch: nothing to retry"
+
+        late = {"engagement_id": "late-1", "org_id": org, "activity_type": "call", "event_time": "2026-01-20T09:00:00Z", "lead_id": "00QLATE"}
+        kafka.produce(topic, [(org.encode(), json.dumps(late).encode())])
+        ingested = ingest(spark, kafka, lake, checkpoints, topic)
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            result = engagement_mutation_sensor(ctx)
+        assert isinstance(result, SensorResult)
+        (request,) = result.run_requests
+        batch_id = int(request.partition_key)
+        assert batch_id == 2 and request.tags[RETRY_TAG] == str(ingested.plan.batch_id) == "2"
+        assert request.run_key.endswith(f"/retry-after-ingestion-{request.tags[RETRY_TAG]}")
+        plan = checkpoints.plan(mutations.STREAM, batch_id)
+        assert plan.record_count == 0 and plan.ends() == checkpoints.plan(mutations.STREAM, 1).ends(), "an empty slice: same next offsets"
+        assert json.loads(result.cursor)["batch_id"] == batch_id
+
+        instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
+        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance, tags=request.tags,
+                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        assert out.success
+        checks = {e.check_name: e for e in out.get_asset_check_evaluations()}
+        assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
+
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            again = engagement_mutation_sensor(ctx)
+        assert isinstance(again, SkipReason) or not again.run_requests, "retried once per ingestion progress, not on every tick"
+
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("engagement_mutation") if m.asset_key.to_user_string() == "engagement_mutation"]
+    assert (metadata["requests_read"].value, metadata["pending_resolved"].value, metadata["pending_retained"].value) == (0, 1, 0)
+    row = [r for r in rows_of(lake, org) if r["engagement_id"] == "late-1"][0]
+    assert (row["lead_id"], row["contact_id"]) == (None, "003NEW")
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows == 0
+    assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["early"]

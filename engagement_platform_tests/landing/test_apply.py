@@ -1,0 +1,141 @@
+"""A landing file through the batch lifecycle into real Delta tables: the target table and the
+quarantine table hold exactly the expected rows, once, however often the batch runs."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+import yaml
+
+from engagement_platform.ingest.config import load_pipeline
+from engagement_platform.landing.apply import app_id, file_plan, run_file_batch, stream_name
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_RECORD_BYTES = 120
+
+LINES = [
+    "id,name,bday,level,email,points",  # 1: header
+    "1,Ann Lee,01/02/1990,G,ann@example.com,10",  # 2: good
+    "2,Bob Ray,1985-03-04,silver,bob@example.com,20",  # 3: good
+    '3,"Unclosed, quote',  # 4: does not parse
+    "4," + "A" * MAX_RECORD_BYTES + " Long,1990-01-01,G,l@example.com,1",  # 5: oversized
+    "5,Dan Q,13/45/1990,G,dan@example.com,3",  # 6: a converter fails (cast)
+    "6,Eve Ng,1990-01-01,G,eve@example.com,many",  # 7: the conform step fails
+    "7,Fay Oh,1990-01-01,gold,fay-at-example,3",  # 8: one validation error
+    "8,J0hn Doe,1800-01-01,gold,,-5",  # 9: four validation errors at once
+    "",  # 10: blank
+    "9,Gus Li,2000-12-31,S,gus@example.com,1000000",  # 11: good
+]
+GOOD = [
+    dict(member_id=1, first_name="Ann", last_name="Lee", birth_date=date(1990, 1, 2), rewards_level="gold", email="ann@example.com", points=10),
+    dict(member_id=2, first_name="Bob", last_name="Ray", birth_date=date(1985, 3, 4), rewards_level="silver", email="bob@example.com", points=20),
+    dict(member_id=9, first_name="Gus", last_name="Li", birth_date=date(2000, 12, 31), rewards_level="silver", email="gus@example.com", points=1000000),
+]
+ERRORS = {  # line -> sorted (stage, plugin, column_name, error_code, message)
+    4: [("parse", "parser", None, "malformed_record", "record is not a CSV line with 6 fields")],
+    5: [("parse", "parser", None, "oversized", f"record is {len(LINES[4])} bytes, limit {MAX_RECORD_BYTES}")],
+    6: [("convert", "cast", "bday", "wrong_type", "'13/45/1990' is not a valid date (formats: MM/dd/yyyy, yyyy-MM-dd)")],
+    7: [("convert", "conform", "points", "wrong_type", "'many' is not a valid int")],
+    8: [("validate", "target_schema", "email", "pattern_mismatch", "'fay-at-example' does not match ^[^@\\s]+@[^@\\s]+\\.[a-z]+$")],
+    9: sorted([
+        ("validate", "required", "email", "missing_required", "required field 'email' is missing or empty"),
+        ("validate", "regex", "first_name", "pattern_mismatch", "'J0hn' does not match ^[A-Za-z' -]+$"),
+        ("validate", "target_schema", "birth_date", "out_of_range", "1800-01-01 is outside [1900-01-01, ]"),
+        ("validate", "target_schema", "points", "out_of_range", "-5 is outside [0, 1000000]"),
+    ]),
+}
+INPUTS = {  # line -> the parsed input columns the quarantine shows
+    4: {"id": "3", "name": "Unclosed, quote"},
+    5: {},  # too big to parse
+    6: dict(id="5", name="Dan Q", bday="13/45/1990", level="G", email="dan@example.com", points="3"),
+    9: dict(id="8", name="J0hn Doe", bday="1800-01-01", level="gold", points="-5"),
+}
+
+
+@pytest.fixture
+def members(tmp_path):
+    data = yaml.safe_load((REPO / "pipelines" / "rewards_members.yaml").read_text())
+    data["source"]["max_record_bytes"] = MAX_RECORD_BYTES
+    config_path = tmp_path / "rewards_members.yaml"
+    config_path.write_text(yaml.safe_dump(data, sort_keys=False))  # CSV columns are positional
+    landing = tmp_path / "landing" / "rewards_members"
+    landing.mkdir(parents=True)
+    path = landing / "store_1.csv"
+    path.write_text("\n".join(LINES) + "\n")
+    return load_pipeline(config_path), path
+
+
+def test_a_file_mixing_every_kind_of_bad_row_lands_exactly_once(spark, lake, checkpoints, members):
+    config, path = members
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    result = run_file_batch(spark, lake, checkpoints, config, plan)
+
+    # the batch's counts
+    assert (result.records_read, result.rows_written, result.rows_rejected, result.errors) == (9, 3, 6, 9)
+    assert result.errors_by_code == {"malformed_record": 1, "oversized": 1, "wrong_type": 2, "pattern_mismatch": 2,
+                                     "missing_required": 1, "out_of_range": 2}
+    assert result.error_rate == pytest.approx(6 / 9)
+    assert checkpoints.is_done(stream_name(config), 1)
+
+    # the target table: the good rows, typed, stamped with the batch
+    target = lake.read(config.target.table).sort_by("member_id").to_pylist()
+    assert [{k: r[k] for k in GOOD[0]} for r in target] == GOOD
+    assert {r["batch_id"] for r in target} == {1} and all(r["ingested_at"] for r in target)
+
+    # the quarantine table: one row per error, with the raw line, the input as JSON, file:line and the reason
+    quarantine = lake.read(config.target.quarantine_table).to_pylist()
+    by_line: dict[int, list[dict]] = {}
+    for row in quarantine:
+        by_line.setdefault(row["source_offset"], []).append(row)
+    assert {line: sorted((r["stage"], r["plugin"], r["column_name"], r["error_code"], r["message"]) for r in rows)
+            for line, rows in by_line.items()} == ERRORS
+    for line, rows in by_line.items():
+        for row in rows:
+            assert row["row_id"] == f"{path}:{line}"
+            assert row["raw"] == LINES[line - 1].encode()
+            assert row["pipeline"] == "rewards_members" and row["batch_id"] == 1 and row["source"] == str(path)
+            assert row["source_partition"] == 0 and row["org_id"] is None
+            assert row["quarantine_date"] == row["quarantined_at"].date() and row["quarantined_at"] <= datetime.now(timezone.utc)
+        if line in INPUTS:
+            assert {json.loads(r["input"]) == INPUTS[line] for r in rows} == {True}, (line, rows[0]["input"])
+    (oversized,) = by_line[5]
+    assert oversized["value"] is None and len(oversized["raw"]) > MAX_RECORD_BYTES
+    assert by_line[4][0]["value"] == LINES[3]
+    assert {r["value"] for r in by_line[9]} == {None, "J0hn", "1800-01-01", "-5"}
+
+    # the same plan again (a retried run): nothing is written twice
+    versions = {name: lake.table(name).version() for name in (config.target.table, config.target.quarantine_table)}
+    assert set(result.versions.values()) == set(versions.values()) and None not in versions.values()
+    again = run_file_batch(spark, lake, checkpoints, config, plan)
+    assert again.versions == {config.target.table: None, config.target.quarantine_table: None}
+    assert (again.rows_written, again.errors) == (3, 9)  # computed the same, committed nowhere
+    for name, version in versions.items():
+        assert lake.table(name).version() == version
+        assert lake.committed_version(name, app_id(config)) == 1
+    assert lake.read(config.target.table).num_rows == 3 and lake.read(config.target.quarantine_table).num_rows == 9
+
+    # a second file is the next batch: it appends, and its txn version moves on
+    second = path.with_name("store_2.csv")
+    second.write_text(LINES[0] + "\n" + LINES[1].replace("1,Ann", "10,Ann") + "\n" + LINES[5] + "\n")
+    batch2 = run_file_batch(spark, lake, checkpoints, config, file_plan(config, 2, str(second), second.stat().st_size))
+    assert (batch2.rows_written, batch2.errors) == (1, 1)
+    assert lake.committed_version(config.target.table, app_id(config)) == 2
+    quarantine = lake.read(config.target.quarantine_table)
+    assert pc.sum(pc.equal(quarantine["batch_id"], 2)).as_py() == 1
+    assert quarantine.filter(pc.equal(quarantine["batch_id"], 2))["row_id"].to_pylist() == [f"{second}:3"]
+
+
+def test_a_file_that_changed_since_it_was_planned_is_refused(spark, lake, checkpoints, members):
+    config, path = members
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    with path.open("a") as f:
+        f.write("10,Late Row,1990-01-01,G,late@example.com,1\n")  # still being written when the batch runs
+    with pytest.raises(RuntimeError, match=r"changed since it was planned \(\d+ bytes then, \d+ now\).*write elsewhere, then rename"):
+        run_file_batch(spark, lake, checkpoints, config, plan)
+    assert not lake.exists(config.target.table) and not lake.exists(config.target.quarantine_table)
+    assert not checkpoints.is_done(stream_name(config), 1)
