@@ -28,7 +28,7 @@ from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.profiles.tables import BUCKET_SECONDS, BUCKET_SPARK_FORMAT
 
-PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
+PIPELINE_FILE = Path(__file__).parent / "staging" / "pipeline.yaml"  # the CDC record as the dumper validates it
 # Parses any JSON object without knowing its schema (values as their text: cheaper than variants).
 FIELDS_MAP = "map<string,string>"
 # RFC 8259, as the processor's parser (tenant_merge.loads) reads it; Spark's defaults also take single
