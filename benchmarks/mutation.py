@@ -44,9 +44,9 @@ from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E40
 
 from engagement_platform.engagement.mutation.reduction.fold import reduce_requests  # noqa: E402
 from engagement_platform.engagement.mutation.reduction.spark_reducer import reduce_to_arrow  # noqa: E402
-from engagement_platform.engagement.mutation.apply import (  # noqa: E402
-    DEFAULT_REDUCER, REDUCER_ENV, STREAM, apply_mutation_batch, request_from_json,
-)
+from engagement_platform.engagement.mutation.apply import STREAM, apply_mutation_batch  # noqa: E402
+from engagement_platform.engagement.mutation.reducer import DEFAULT_REDUCER, REDUCER_ENV  # noqa: E402
+from engagement_platform.engagement.mutation.validate import request_from_json  # noqa: E402
 from engagement_platform.engagement.mutation.reduction.arrow import reduction_table  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402

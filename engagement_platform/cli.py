@@ -5,7 +5,9 @@
     engagement-platform demo-landing --files 2 --rows 5000
     engagement-platform changes --org 00D000001 --since -1
     engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
-    engagement-platform ingest-batch --batch-id 3
+    engagement-platform run-batch --stream mutation --batch-id 3
+    engagement-platform run-batch --stream profile_processor/tenant01
+    engagement-platform run-batch --stream ingest/rewards_members --batch-id 1
     engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
     engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
 """
@@ -25,11 +27,9 @@ PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3}  # p
 
 def configured_topics() -> dict[str, int]:
     """Topic name -> partitions, named as the streams read them at run time (EP_*_TOPIC overrides included)."""
-    from engagement_platform.engagement.mutation.apply import mutations_topic
-    from engagement_platform.engagement.retention.apply import gdpr_topic
-    from engagement_platform.profiles.lag import profile_cdc_topic
-
-    names = {"activities": load_settings().ingestion.topic, "mutations": mutations_topic(), "gdpr": gdpr_topic(), "profile_cdc": profile_cdc_topic()}
+    settings = load_settings()
+    names = {"activities": settings.ingestion.topic, "mutations": settings.mutation.topic, "gdpr": settings.retention.topic,
+             "profile_cdc": settings.profiles.cdc_topic}
     return {names[stream]: partitions for stream, partitions in PARTITIONS.items()}
 
 
@@ -37,6 +37,13 @@ def _lake():
     from engagement_platform.lake.delta import DeltaLake
 
     return DeltaLake(load_settings().lake_root)
+
+
+def _spark():
+    from engagement_platform.spark.session import build_session, session_config
+
+    settings = load_settings()
+    return build_session(session_config(settings.spark_remote, settings.spark_master))
 
 
 def create_topics(args) -> None:
@@ -51,15 +58,14 @@ def demo_produce(args) -> None:
     from datetime import datetime, timezone
 
     from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
-    from engagement_platform.engagement.mutation.apply import mutations_topic
-    from engagement_platform.engagement.retention.apply import gdpr_topic
     from engagement_platform.streams.kafka import KafkaClient
 
-    topic = load_settings().ingestion.topic
+    settings = load_settings()
+    topic, mutations_topic, gdpr_topic = settings.ingestion.topic, settings.mutation.topic, settings.retention.topic
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
     gdpr = GdprGenerator(seed=args.seed + 2)
-    producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
+    producer = KafkaClient(settings.kafka_bootstrap_servers).producer()
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
     try:
@@ -73,11 +79,11 @@ def demo_produce(args) -> None:
             if args.mutations_every and sent % args.mutations_every == 0:
                 request = mutator.request(datetime.now(timezone.utc))
                 if request:
-                    producer.produce(mutations_topic(), key=request["org_id"].encode(), value=json.dumps(request).encode())
+                    producer.produce(mutations_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
             if args.gdpr_every and sent % args.gdpr_every == 0:
                 request = gdpr.request(datetime.now(timezone.utc))
                 if request:
-                    producer.produce(gdpr_topic(), key=request["org_id"].encode(), value=json.dumps(request).encode())
+                    producer.produce(gdpr_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
             producer.poll(0)
             ahead = sent / args.rate - (time.monotonic() - started)
             if ahead > 0:
@@ -110,16 +116,22 @@ def read(args) -> None:
     print(f"{rows.num_rows} rows", file=sys.stderr)
 
 
-def ingest_batch(args) -> None:
-    from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch as run
+def run_batch(args) -> None:
+    """One planned batch of any stream outside Dagster (recovery, crash tests), without the coordinator lock."""
+    from engagement_platform.catalog import BatchRequestError, batch_run
     from engagement_platform.lake.checkpoints import CheckpointStore
-    from engagement_platform.spark.session import build_session, session_config
+    from engagement_platform.streams.spec import BatchContext
 
-    settings = load_settings()
     lake = _lake()
-    store = CheckpointStore(lake)
-    spark = build_session(session_config(settings.spark_remote, settings.spark_master))
-    result = run(spark, lake, store, settings.kafka_bootstrap_servers, store.plan(STREAM, args.batch_id))
+    checkpoints = CheckpointStore(lake)
+    try:
+        run = batch_run(args.stream, checkpoints, args.batch_id, args.path, args.until)
+    except BatchRequestError as exc:
+        sys.exit(f"run-batch: {exc}")
+    result = run(BatchContext(_spark(), lake, checkpoints, load_settings().kafka_bootstrap_servers))
+    if result is None:
+        print(f"{args.stream}: nothing staged since its last batch", file=sys.stderr)
+        return
     print(json.dumps(result.metadata(), default=str))
 
 
@@ -137,12 +149,11 @@ def demo_landing(args) -> None:
 
 def demo_profile_cdc(args) -> None:
     from engagement_platform.profiles.demo import ProfileCdcGenerator, write_snapshot_export
-    from engagement_platform.profiles.lag import profile_cdc_topic
     from engagement_platform.streams.kafka import KafkaClient
 
     if args.snapshot_dir:
         print(f"snapshot export for the backfill: {write_snapshot_export(args.snapshot_dir)}", flush=True)
-    topic = profile_cdc_topic()
+    topic = load_settings().profiles.cdc_topic
     gen = ProfileCdcGenerator(seed=args.seed, tenants=args.tenants)
     producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
     sent, started = 0, time.monotonic()
@@ -167,12 +178,11 @@ def profile_backfill(args) -> None:
     from engagement_platform.lake.checkpoints import CheckpointStore
     from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
     from engagement_platform.profiles.locks import tenant_lock
-    from engagement_platform.spark.session import build_session, session_config
     from engagement_platform.streams.coordinator import Coordinator
 
     settings = load_settings()
     lake = _lake()
-    spark = build_session(session_config(settings.spark_remote, settings.spark_master))
+    spark = _spark()
     zk = Coordinator(settings.zookeeper_hosts, settings.zookeeper_root) if settings.coordinator_enabled else None
     try:
         with tenant_lock(zk, args.tenant, f"{backfill_stream(args.tenant)}/cli"):
@@ -220,10 +230,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=100)
     p.set_defaults(fn=read)
 
-    p = sub.add_parser("ingest-batch", help="run one planned ingestion batch outside Dagster (recovery, tests)")
-    p.add_argument("--batch-id", type=int, required=True)
-    p.set_defaults(fn=ingest_batch)
-
+    p = sub.add_parser("run-batch", help="run one planned batch of any stream outside Dagster (recovery, crash tests)")
+    p.add_argument("--stream", required=True, help="ingestion, mutation, retention, profile_cdc, profile_processor/<tenant>, "
+                   "profile_backfill/<tenant> or ingest/<pipeline>")
+    p.add_argument("--batch-id", type=int, help="the planned batch (profile_processor, profile_backfill: the unfinished batch to resume)")
+    p.add_argument("--path", help="profile_backfill: folder of JSON lines / Parquet files, or one file")
+    p.add_argument("--until", help="profile_backfill: ISO time boundary, later rows are left to CDC")
+    p.set_defaults(fn=run_batch)
 
     p = sub.add_parser("demo-profile-cdc", help="stream demo profile CDC changes (and write a snapshot export)")
     p.add_argument("--rate", type=int, default=20, help="messages per second")

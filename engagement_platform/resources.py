@@ -1,7 +1,9 @@
 """Dagster resources shared by every domain.
 
-Every field defaults to "" meaning "from settings.py at run time", so the same Definitions run
-locally and in production; the launchpad can still override any field for one run.
+`platform_resources()` is what definitions.py binds: deployment-specific fields come from the
+environment through `EnvVar` (resolved when a run launches, shown by name in the launchpad, where
+any field can be overridden for one run). A resource built in code (tests, scripts) may leave a
+field empty, and then it takes the value settings.py reads at run time.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from dagster import Config, ConfigurableResource, InitResourceContext
+from dagster import Config, ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from kazoo.exceptions import KazooException
 from pydantic import PrivateAttr
@@ -31,17 +33,19 @@ class SparkResource(LazyPySparkResource):
     """
 
     spark_config: dict[str, Any] = {}
+    remote: str = ""  # a Spark Connect endpoint (sc://host:port); empty: SPARK_REMOTE, then a classic session
 
     def _init_session(self) -> None:
         if self._spark_session is None:
             settings = load_settings()
-            self._spark_session = build_session(self.spark_config or session_config(settings.spark_remote, settings.spark_master))
+            remote = self.remote or settings.spark_remote
+            self._spark_session = build_session(self.spark_config or session_config(remote, settings.spark_master))
 
 
 class LakeResource(ConfigurableResource):
     """The Delta lake root (local folder or object-store URI) and the checkpoint store in it."""
 
-    root: str = ""
+    root: str = ""  # a folder or object-store URI; empty: EP_LAKE_ROOT
 
     @property
     def lake(self) -> DeltaLake:
@@ -53,7 +57,9 @@ class LakeResource(ConfigurableResource):
 
 
 class KafkaResource(ConfigurableResource):
-    bootstrap_servers: str = ""
+    """The Kafka cluster every stream reads (watermarks in sensors, exact offset ranges in Spark tasks)."""
+
+    bootstrap_servers: str = ""  # empty: KAFKA_BOOTSTRAP_SERVERS
 
     @property
     def servers(self) -> str:
@@ -173,3 +179,16 @@ class CoordinatorResource(ConfigurableResource):
             return
         with self.coordinator().batch(self.job_spec(stream, lock_name), f"{stream}/{batch_id}", self.lock_timeout_s) as lease:
             yield lease
+
+
+def platform_resources() -> dict[str, ConfigurableResource]:
+    """The resources of the Definitions: one lake (its tables, and the checkpoint store behind the
+    coordinator), Kafka, ZooKeeper and Spark, each pointed at the deployment by environment variables
+    (`scripts/run_platform.sh` exports the local defaults)."""
+    lake = LakeResource(root=EnvVar("EP_LAKE_ROOT"))
+    return {
+        "spark": SparkResource(remote=EnvVar("SPARK_REMOTE")),
+        "lake": lake,
+        "kafka": KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS")),
+        "coordinator": CoordinatorResource(lake=lake, hosts=EnvVar("ZOOKEEPER_HOSTS"), root=EnvVar("EP_ZK_ROOT")),
+    }

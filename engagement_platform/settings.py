@@ -4,7 +4,7 @@ its environment variables, one section per stream.
 Local defaults point at the servers `scripts/stack.sh` starts on 127.0.0.1; production sets the same
 variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint. Dagster resources take
 the deployment-specific values through `EnvVar` (definitions.py), so the launchpad shows what a run uses;
-`scripts/env.sh` exports the local defaults below for the processes the scripts start.
+`scripts/run_platform.sh` exports the local defaults for the processes it starts.
 """
 
 from __future__ import annotations

@@ -1,29 +1,27 @@
 """The real local stack (ZooKeeper, noida-db broker, Spark Connect server), started once per test run
-through the same scripts/stack.sh the platform uses, on test ports and a test state folder."""
+through the same scripts/stack.sh the platform uses, on test ports and a test state folder.
+
+Every test that uses a server fixture (support/stack.py SERVER_FIXTURES, directly or through another
+fixture) is marked `stack`: `pytest -m "not stack"` is the fast tier of pure logic, no server started."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.streams.kafka import KafkaClient
+from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV
 
-REPO = Path(__file__).resolve().parent.parent
-STATE = REPO / ".state" / "test"
-PORTS = {"EP_ZK_PORT": "22181", "EP_KAFKA_PORT": "29092", "EP_SPARK_CONNECT_PORT": "25002"}
-STACK_ENV = {
-    "EP_STATE_DIR": str(STATE),
-    "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}",
-    "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
-    "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}",
-    "SPARK_LOCAL_IP": "127.0.0.1",
-}
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.stack)
 
 
 def _stack(action: str) -> None:

@@ -11,6 +11,9 @@ ACTIVITY_TYPES = (
     "email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced",
     "call", "meeting", "video_viewed", "linkedin_message", "task_completed",
 )
+# The coordinator lock every writer of engagement_activity (ingestion, mutation, retention) takes: their
+# batches read a pinned version and commit one at a time.
+ACTIVITY_LOCK = "engagement_activity"
 CALL_OUTCOMES = ("connected", "meaningful_contact", "left_voicemail", "no_answer", "not_interested", "wrong_number")
 
 ENGAGEMENT_ACTIVITY = TableSpec(

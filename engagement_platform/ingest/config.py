@@ -8,6 +8,7 @@ Every problem is reported as `<file>: <key path>: <problem>`, all of them at onc
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -165,6 +166,17 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     if problems:
         raise PipelineConfigError("\n".join(f"{path}: {key}: {problem}" for key, problem in problems))
     return config
+
+
+@cache
+def load_kafka_pipeline(path: str | Path, topic: str, **source: Any) -> PipelineConfig:
+    """A Kafka pipeline file with its source's topic, and any other `source` key given (e.g.
+    max_record_bytes; None keeps the file's), set by the stream: the plan names the topic a batch reads."""
+    config = load_pipeline(path)
+    if config.source.format != "kafka":
+        raise PipelineConfigError(f"{path}: source.format: '{config.source.format}' is not kafka")
+    update = {"topic": topic, **{key: value for key, value in source.items() if value is not None}}
+    return config.model_copy(update={"source": config.source.model_copy(update=update)})
 
 
 def load_pipelines(folder: str | Path) -> list[PipelineConfig]:

@@ -5,17 +5,22 @@ fused into projections, DataFrame-contract plugins are joined back by `_row_id`.
 comes back to the driver and splits into the target rows (no errors) and the quarantine rows (one
 per error, with the record's raw bytes, input columns and source position). `errors_frame`,
 `good_frame` and `quarantine_frame` give the same split as Spark DataFrames, with the quarantine
-built the reference's way: the unioned errors joined back to the input by row id.
+built the reference's way: the unioned errors joined back to the input by row id. Kafka-fed streams
+run a planned slice through `validate_kafka_slice` and add what they check on the driver (a batch-level
+rule) with `reject_on_driver`, in the same error schema.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from engagement_platform.ingest.builtin import Conform, schema_validators
@@ -27,7 +32,11 @@ from engagement_platform.ingest.plugins import (
     ColumnConverter, ColumnValidator, Converter, NoParams, Validator, apply_column_converters, explode_errors,
 )
 from engagement_platform.ingest.registry import instantiate
-from engagement_platform.ingest.sources import INPUT
+from engagement_platform.ingest.sources import INPUT, fetch_values, read_kafka
+from engagement_platform.streams.kafka import KafkaClient
+
+if TYPE_CHECKING:
+    from engagement_platform.streams.planning import BatchPlan
 
 CONVERTED = "_converted"  # the row passed every converter: validators see exactly these rows
 CARRIED = (ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, INPUT)  # travel with every row, whatever plugins do
@@ -150,6 +159,41 @@ def quarantine_frame(errors: DataFrame, parsed: DataFrame) -> DataFrame:
 
 
 # ---- driver side ----------------------------------------------------------------------------------
+
+
+def validate_kafka_slice(spark: SparkSession, config: PipelineConfig, bootstrap_servers: str, plan: BatchPlan,
+                         kafka_config: dict | None = None, transform: Callable[[DataFrame], DataFrame] | None = None) -> pa.Table:
+    """One planned Kafka slice (the plan's topic and exact offset ranges) read, parsed and validated in Spark,
+    back as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame (default: the
+    config's Pipeline), for a stream that adds checks of its own."""
+    parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
+    return (transform or Pipeline.from_config(config).transform)(parsed).toArrow()
+
+
+def reject_on_driver(validated: pa.Table, errors: list, flagged: list[int], bootstrap_servers: str, topic: str,
+                     kafka_config: dict | None = None) -> pa.Table:
+    """`validated` (a Kafka slice) with the driver's `errors` column, and raw bytes plus input JSON for the
+    rows the driver rejected (`flagged`): Spark returns raw bytes only for the rows it rejected itself."""
+    if not flagged:
+        return validated
+    rows = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
+    wanted = {(rows[i][SOURCE_PARTITION], rows[i][SOURCE_OFFSET]): i for i in flagged}
+    raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), topic, set(wanted))
+    raws, inputs = validated[RAW].to_pylist(), validated[INPUT].to_pylist()
+    for position, i in wanted.items():
+        raws[i] = raw.get(position)
+        inputs[i] = _input_json(raws[i])
+    schema = validated.schema
+    return (validated.set_column(schema.get_field_index(ERRORS), ERRORS, pa.array(errors, schema.field(ERRORS).type))
+            .set_column(schema.get_field_index(RAW), RAW, pa.array(raws, schema.field(RAW).type))
+            .set_column(schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+
+
+def _input_json(raw: bytes | None) -> str | None:
+    try:
+        return json.dumps(json.loads(raw), sort_keys=True) if raw else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from engagement_platform.ingest.config import SourceSpec
 from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, error, gather
 from engagement_platform.spark import landing_source
+from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 
 INPUT = "_input"  # struct of the parsed input columns: what the quarantine shows next to the raw record
 CORRUPT = "_corrupt_record"
@@ -112,3 +113,13 @@ def read_kafka(spark: SparkSession, source: SourceSpec, bootstrap_servers: str, 
     row_id = F.shiftleft(F.col("kafka_partition").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("kafka_offset")
     rows = messages.select(row_id.alias(ROW_ID), F.col("kafka_partition").alias(SOURCE_PARTITION), F.col("kafka_offset").alias(SOURCE_OFFSET), F.col("value").alias(RAW))
     return parse_text(rows, source)
+
+
+def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """Raw message values at exact (partition, offset) positions (one range read per partition): Spark returns
+    raw bytes only for the rows it rejected, so rows rejected on the driver get theirs back from Kafka."""
+    spans: dict[int, list[int]] = {}
+    for p, o in positions:
+        spans.setdefault(p, []).append(o)
+    ranges = [OffsetRange(p, min(offsets), max(offsets) + 1) for p, offsets in spans.items()]
+    return {(m.partition, m.offset): m.value for m in kafka.read_range(topic, ranges) if (m.partition, m.offset) in positions}

@@ -1,0 +1,1 @@
+"""Delta tables over delta-rs: table specs, commits with txn ids, the checkpoint store, notifications and change reads (no Dagster)."""

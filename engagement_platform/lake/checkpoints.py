@@ -4,11 +4,16 @@ An append-only Delta table (appends never conflict, so every stream shares it). 
 (stream, batch, process) is the state. The plan row is written once per batch (its own txn), before
 the run is requested, so a retry reads the same slice. Which tables already hold a batch is decided
 by their Delta txn versions, not by this table: this table is the plan plus an audit trail.
+
+Each row carries its batch's slice in the `topic` and `ranges` columns (streams/slices.py says how).
+Writes of many batches (`record_plans`, `finish_batches`) are one commit with one txn per row, so a
+stream that runs many batches at once (the profile processor, a batch per tenant) pays one commit.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -16,6 +21,7 @@ import pyarrow.compute as pc
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.slices import from_columns, to_columns
 
 PLAN = "plan"
 BATCH = "batch"  # the whole batch: state "done" once every table is committed
@@ -41,39 +47,88 @@ CHECKPOINTS = TableSpec(
     description="Batch plans and per-process state of every stream.",
 )
 
+Outcomes = dict[str, int | None]  # table -> version the batch committed (None: it was already there)
+
+
+@dataclass(frozen=True)
+class BatchState:
+    """One state row: `process` (a table, or BATCH for the whole batch) of the plan's batch reached `state`."""
+
+    plan: BatchPlan
+    process: str
+    state: str
+    table_version: int | None = None
+    detail: dict = field(default_factory=dict)
+
+
+def outcome_states(plan: BatchPlan, outcomes: Outcomes) -> list[BatchState]:
+    """A finished batch's state rows: each table committed (or already there), then the batch done."""
+    states = [BatchState(plan, name, "committed" if v is not None else "already_committed", v) for name, v in outcomes.items()]
+    return states + [BatchState(plan, BATCH, "done", detail={f"{k}_version": v for k, v in outcomes.items()})]
+
+
+def _row(plan: BatchPlan, process: str, state: str, at: datetime, **columns) -> dict:
+    topic, ranges = to_columns(plan.slice)
+    return dict(stream=plan.stream, batch_id=plan.batch_id, process=process, state=state, topic=topic, ranges=ranges, recorded_at=at, **columns)
+
 
 class CheckpointStore:
     def __init__(self, lake: DeltaLake):
         self.lake = lake
 
-    def _append(self, rows: list[dict], txn: BatchTxn) -> int | None:
+    # ---- writes -------------------------------------------------------------------------------
+
+    def _append(self, rows: list[tuple[BatchTxn, dict]], **metadata) -> list[bool]:
+        """The rows in one commit (rows whose txn is already there skipped): which were written."""
+        return self.lake.append_many(CHECKPOINTS, rows, metadata)[1] if rows else []
+
+    def _append_states(self, states: list[BatchState], **metadata) -> None:
+        """State rows in one commit, then the compaction rule: a stream's partition is compacted when one
+        of its batches numbered a multiple of COMPACT_EVERY is done."""
         now = datetime.now(timezone.utc)
-        for row in rows:
-            row.setdefault("recorded_at", now)
-            for col in CHECKPOINTS.schema.names:
-                row.setdefault(col, None)
-        return self.lake.append(CHECKPOINTS, pa.Table.from_pylist(rows, schema=CHECKPOINTS.schema), txn)
+        # State rows are an audit log: several per batch are fine, so the txn is per process and state.
+        self._append([(BatchTxn(f"{s.plan.stream}/{s.process}/{s.state}", s.plan.batch_id),
+                       _row(s.plan, s.process, s.state, now, table_version=s.table_version, detail=json.dumps(s.detail, default=str)))
+                      for s in states], **metadata)
+        # Each batch appends a few tiny files and every sensor tick reads the stream's partition.
+        for stream in sorted({s.plan.stream for s in states if s.process == BATCH and s.state == "done" and s.plan.batch_id % COMPACT_EVERY == 0}):
+            self.lake.compact(CHECKPOINTS.name, partition_filters=[("stream", "=", stream)])
 
     def record_plan(self, plan: BatchPlan) -> bool:
         """Store the plan once; False if this batch id was already planned (by an earlier tick)."""
-        row = dict(stream=plan.stream, batch_id=plan.batch_id, process=PLAN, state="planned", topic=plan.topic, ranges=plan.ranges_json())
-        return self._append([row], BatchTxn(f"{plan.stream}/plan", plan.batch_id)) is not None
+        return bool(self.record_plans([plan]))
+
+    def record_plans(self, plans: list[BatchPlan]) -> list[BatchPlan]:
+        """record_plan for many plans in one commit (one txn per plan): the plans stored now."""
+        now = datetime.now(timezone.utc)
+        written = self._append([(BatchTxn(f"{p.stream}/plan", p.batch_id), _row(p, PLAN, "planned", now)) for p in plans])
+        return [p for p, new in zip(plans, written) if new]
 
     def record_state(self, plan: BatchPlan, process: str, state: str, table_version: int | None = None, **detail) -> None:
-        row = dict(
-            stream=plan.stream, batch_id=plan.batch_id, process=process, state=state, topic=plan.topic,
-            ranges=plan.ranges_json(), table_version=table_version, detail=json.dumps(detail, default=str),
-        )
-        # State rows are an audit log: several per batch are fine, so the txn is per process.
-        self._append([row], BatchTxn(f"{plan.stream}/{process}/{state}", plan.batch_id))
+        self._append_states([BatchState(plan, process, state, table_version, detail)])
+
+    def mark_done(self, plan: BatchPlan, **detail) -> None:
+        self._append_states([BatchState(plan, BATCH, "done", detail=detail)])
+
+    def finish_batches(self, finished: list[tuple[BatchPlan, Outcomes]], **metadata) -> None:
+        """Every finished batch's outcome_states, in one commit."""
+        self._append_states([s for plan, outcomes in finished for s in outcome_states(plan, outcomes)], **metadata)
+
+    # ---- reads --------------------------------------------------------------------------------
 
     def rows(self, stream: str) -> pa.Table:
+        return self.rows_of([stream])
+
+    def rows_of(self, streams: list[str]) -> pa.Table:
+        """The rows of every stream in `streams`, from one read."""
         if not self.lake.exists(CHECKPOINTS.name):
             return CHECKPOINTS.schema.empty_table()
-        return self.lake.read(CHECKPOINTS.name, filters=[("stream", "=", stream)])
+        if len(streams) == 1:
+            return self.lake.read(CHECKPOINTS.name, filters=[("stream", "=", streams[0])])
+        return self.lake.read(CHECKPOINTS.name, filters=[("stream", "in", streams)])
 
     def plans(self, stream: str) -> list[BatchPlan]:
-        return _plans(stream, self.rows(stream))
+        return plans_from_rows(stream, self.rows(stream))
 
     def plan(self, stream: str, batch_id: int) -> BatchPlan:
         for p in self.plans(stream):
@@ -87,34 +142,49 @@ class CheckpointStore:
 
     def latest(self, stream: str) -> tuple[BatchPlan | None, bool]:
         """(latest plan, whether it is done), from one read: what the sensor asks on every tick."""
-        rows = self.rows(stream)
-        plans = _plans(stream, rows)
-        if not plans:
-            return None, False
-        return plans[-1], _states(rows, plans[-1].batch_id).get(BATCH) == "done"
+        return self.latest_of([stream])[stream]
+
+    def latest_of(self, streams: list[str]) -> dict[str, tuple[BatchPlan | None, bool]]:
+        """`latest` of every stream in `streams`, from one read."""
+        by_stream = _split_by(self.rows_of(streams), "stream")
+        out = {}
+        for stream in streams:
+            rows = by_stream.get(stream, CHECKPOINTS.schema.empty_table())
+            plans = plans_from_rows(stream, rows)
+            out[stream] = (plans[-1], states_from_rows(rows, plans[-1].batch_id).get(BATCH) == "done") if plans else (None, False)
+        return out
 
     def states(self, stream: str, batch_id: int) -> dict[str, str]:
         """process -> latest state for one batch."""
-        return _states(self.rows(stream), batch_id)
+        return states_from_rows(self.rows(stream), batch_id)
 
     def is_done(self, stream: str, batch_id: int) -> bool:
         return self.states(stream, batch_id).get(BATCH) == "done"
 
-    def mark_done(self, plan: BatchPlan, **detail) -> None:
-        self.record_state(plan, BATCH, "done", **detail)
-        if plan.batch_id % COMPACT_EVERY == 0:
-            # Each batch appends ~5 tiny files and every sensor tick reads the stream's partition.
-            self.lake.compact(CHECKPOINTS.name, partition_filters=[("stream", "=", plan.stream)])
 
-
-def _plans(stream: str, rows: pa.Table) -> list[BatchPlan]:
+def plans_from_rows(stream: str, rows: pa.Table) -> list[BatchPlan]:
+    """The stream's plans among checkpoint rows (of that stream), by batch id."""
     rows = rows.filter(pc.equal(rows["process"], PLAN)).to_pylist()
-    return sorted(
-        (BatchPlan(stream, r["batch_id"], r["topic"], BatchPlan.ranges_from_json(r["ranges"])) for r in rows),
-        key=lambda p: p.batch_id,
-    )
+    return sorted((BatchPlan(stream, r["batch_id"], from_columns(r["topic"], r["ranges"])) for r in rows), key=lambda p: p.batch_id)
 
 
-def _states(rows: pa.Table, batch_id: int) -> dict[str, str]:
+def states_from_rows(rows: pa.Table, batch_id: int) -> dict[str, str]:
+    """process -> latest state of one batch, among checkpoint rows of its stream."""
     rows = rows.filter(pc.equal(rows["batch_id"], batch_id)).sort_by("recorded_at").to_pylist()
     return {r["process"]: r["state"] for r in rows}
+
+
+def _split_by(rows: pa.Table, column: str) -> dict[str, pa.Table]:
+    """value -> its rows: runs of equal values are found without sorting when the rows arrive grouped
+    (one stream's partition is read after another); a table that is not grouped is sorted first."""
+    if not rows.num_rows:
+        return {}
+    runs = pc.run_end_encode(rows[column].combine_chunks())
+    values = runs.values.to_pylist()
+    if len(set(values)) < len(values):
+        return _split_by(rows.sort_by(column), column)
+    out, start = {}, 0
+    for value, end in zip(values, runs.run_ends.to_pylist()):
+        out[value] = rows.slice(start, end - start)
+        start = end
+    return out

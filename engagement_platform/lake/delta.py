@@ -48,8 +48,8 @@ class BatchTxn:
     version: int
     metadata: dict[str, Any] = field(default_factory=dict)
 
-    def commit_properties(self) -> CommitProperties:
-        meta = {"app_id": self.app_id, "batch_id": str(self.version), **{k: str(v) for k, v in self.metadata.items()}}
+    def commit_properties(self, extra: dict[str, Any] | None = None) -> CommitProperties:
+        meta = {"app_id": self.app_id, "batch_id": str(self.version), **{k: str(v) for k, v in {**(extra or {}), **self.metadata}.items()}}
         return CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id, version=self.version)],
             custom_metadata=meta,
@@ -118,6 +118,34 @@ class DeltaLake:
         )
         table.update_incremental()
         return table.version()
+
+    def append_many(self, spec: TableSpec, rows: list[tuple[BatchTxn, dict]],
+                    metadata: dict[str, Any] | None = None) -> tuple[int | None, list[bool]]:
+        """Rows of several batches in ONE commit carrying every batch's txn (the rows whose txn the table
+        already has are left out, so each is still written exactly once): (the version written, None when
+        nothing was left; for each row, whether it was written)."""
+        table = self.ensure(spec)
+        fresh = []
+        for txn, _ in rows:
+            last = table.transaction_version(txn.app_id)
+            fresh.append(last is None or last < txn.version)
+        todo = [(txn, row) for (txn, row), new in zip(rows, fresh) if new]
+        if not todo:
+            return None, fresh
+        txns: dict[str, BatchTxn] = {}
+        for txn, _ in todo:  # one txn action per app id and commit: its newest version
+            if txn.app_id not in txns or txns[txn.app_id].version < txn.version:
+                txns[txn.app_id] = txn
+        if len(txns) == 1:
+            props = next(iter(txns.values())).commit_properties(metadata)
+        else:
+            props = CommitProperties(app_transactions=[Transaction(app_id=t.app_id, version=t.version) for t in txns.values()],
+                                     custom_metadata={"batches": str(len(txns)), **{k: str(v) for k, v in (metadata or {}).items()}})
+        data = pa.Table.from_pylist([{name: row.get(name) for name in spec.schema.names} for _, row in todo], schema=spec.schema)
+        write_deltalake(table, data, mode="append", schema_mode="merge", partition_by=list(spec.partition_by) or None,
+                        target_file_size=spec.target_file_size, commit_properties=props)
+        table.update_incremental()
+        return table.version(), fresh
 
     def delete(self, spec: TableSpec, predicate: str, txn: BatchTxn) -> dict[str, Any] | None:
         table = self.ensure(spec)

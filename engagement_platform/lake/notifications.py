@@ -1,11 +1,13 @@
-"""Notification rows: per org, what one batch's commit changed in a table (seed design).
+"""Notification rows: per org, what one batch's commit changed in a table.
 
 Counts come from the table's change data feed for that exact commit version, so they are the same
-when a retried batch writes them later, and the asset check can recompute them independently.
+when a retried batch writes them later, and the audit (`audit_notifications`, what the
+notifications_match_changes check reports) recomputes them independently.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -58,3 +60,30 @@ def notifications_since(lake: DeltaLake, spec: TableSpec, org_id: str, after_ver
     rows = lake.read(spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)])
     return rows.sort_by("table_version")
 
+
+
+@dataclass(frozen=True)
+class NotificationAudit:
+    orgs_changed: int
+    orgs_mismatched: int
+    rows_changed: int
+    rows_notified: int
+
+
+def audit_notifications(lake: DeltaLake, notifications: str, table: str, table_version: int | None, app_name: str, batch_id: int) -> NotificationAudit:
+    """Compare one batch's rows in the notification table `notifications` with the change data feed of its
+    commit of `table`; `table_version` None (the batch committed nothing to `table`) expects no changes."""
+    expected = change_counts(lake, table, table_version) if table_version is not None else {}
+    rows = lake.read(
+        notifications,
+        filters=[("table_name", "=", table), ("app_name", "=", app_name), ("batch_id", "=", batch_id)],
+    ).to_pylist() if lake.exists(notifications) else []
+    notified = {r["org_id"]: {k: r[k] for k in ("inserted", "updated", "deleted")} for r in rows}
+    orgs = set(expected) | set(notified)
+    mismatched = sum(1 for org in orgs if expected.get(org) != notified.get(org)) + (len(rows) - len(notified))
+    return NotificationAudit(
+        orgs_changed=len(expected),
+        orgs_mismatched=mismatched,
+        rows_changed=sum(sum(c.values()) for c in expected.values()),
+        rows_notified=sum(r["inserted"] + r["updated"] + r["deleted"] for r in rows),
+    )

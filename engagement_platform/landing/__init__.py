@@ -1,0 +1,1 @@
+"""Landing-file pipelines (reference 003): one stream per pipelines/*.yaml, one batch per landed file."""

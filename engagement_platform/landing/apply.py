@@ -1,7 +1,7 @@
 """A landing-file batch of one pipeline, through the shared batch lifecycle.
 
-plan:    the sensor fixes the file (path and size) as batch N of stream `ingest.<pipeline>` in the
-         checkpoint store (the plan's "topic" is the file path, its one range the byte span).
+plan:    the sensor fixes the file (a FileSlice: path and size) as batch N of stream `ingest.<pipeline>`
+         in the checkpoint store.
 compute: parse -> converters -> validators in Spark; one Arrow result split on the driver.
 commit:  target table, then quarantine table, each with the txn (app id, batch id); then done.
 A re-run of the same batch re-reads the same file and skips the tables that already hold it.
@@ -25,8 +25,8 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake, TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 from engagement_platform.streams.batch import CommitStep, commit_batch
-from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, FileSlice
+from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 SPARK_TO_ARROW = {
     "string": pa.string(), "boolean": pa.bool_(), "int": pa.int32(), "integer": pa.int32(), "short": pa.int16(),
@@ -69,7 +69,16 @@ def landing_files(landing_root: str, config: PipelineConfig) -> list[Path]:
 
 
 def file_plan(config: PipelineConfig, batch_id: int, path: str, size: int) -> BatchPlan:
-    return BatchPlan(stream_name(config), batch_id, str(path), (OffsetRange(0, 0, size),))
+    return BatchPlan(stream_name(config), batch_id, FileSlice(str(path), size))
+
+
+def landing_spec(config: PipelineConfig) -> StreamSpec:
+    """The pipeline's landing stream: `run_batch` runs one stored plan (one file); it takes no lock."""
+
+    def run_batch(ctx: BatchContext, plan: BatchPlan) -> LandingResult:
+        return run_file_batch(ctx.spark, ctx.lake, ctx.checkpoints, config, plan)
+
+    return StreamSpec(stream_name(config), app_id(config), run_batch)
 
 
 @dataclass
@@ -89,7 +98,7 @@ class LandingResult:
 
     def metadata(self) -> dict:
         return {
-            "batch_id": self.plan.batch_id, "file": self.plan.topic, "records_read": self.records_read,
+            "batch_id": self.plan.batch_id, "file": self.plan.slice_as(FileSlice).path, "records_read": self.records_read,
             "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "errors": self.errors,
             "error_rate": round(self.error_rate, 6), **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
             **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
@@ -103,13 +112,14 @@ def compute_file(spark: SparkSession, config: PipelineConfig, path: str, batch_i
     result = pipeline.transform(read_file(spark, config.source, path, split_bytes)).toArrow()
     good, quarantine = split_result(result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at))
     n = good.num_rows
-    good = good.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column("ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC")))
+    good = (good.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
+            .append_column("ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))))
     return good, quarantine, result.num_rows
 
 
 def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan) -> LandingResult:
-    path = plan.topic
-    planned_size = plan.ranges[0].end
+    planned = plan.slice_as(FileSlice)
+    path, planned_size = planned.path, planned.size
     if os.path.getsize(path) != planned_size:
         raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {os.path.getsize(path)} now): "
                            "landing files must be complete when they appear (write elsewhere, then rename)")

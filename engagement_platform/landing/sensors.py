@@ -2,30 +2,32 @@
 
 A file is identified by path and size; files must be complete when they appear in the landing
 folder (write elsewhere, then rename in). The checkpoint store, not the cursor, says which files
-are already planned, so a lost cursor cannot ingest a file twice.
+are already planned, so a lost cursor cannot ingest a file twice; the cursor is read only to catch a
+lake that is not the one it planned in (runs.cursor_ahead_of_store).
 """
-
 
 import json
 
-from dagster import AssetObservation, DefaultSensorStatus, SensorEvaluationContext, SensorResult, sensor
+from dagster import AssetObservation, DefaultSensorStatus, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
-from engagement_platform.orchestration.runs import resume_unfinished, run_request
-from engagement_platform.landing.assets import landing_key
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.landing.apply import file_plan, landing_files, stream_name
+from engagement_platform.landing.assets import landing_key
 from engagement_platform.landing.partitions import pipeline_batches
+from engagement_platform.orchestration.runs import cursor_ahead_of_store, resume_unfinished, run_request
 from engagement_platform.resources import LakeResource
 from engagement_platform.settings import load_settings
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, FileSlice
 
 
 def _tags(plan: BatchPlan) -> dict[str, str]:
-    return {"ingest/file": plan.topic, "ingest/bytes": str(plan.ranges[0].end)}
+    file = plan.slice_as(FileSlice)
+    return {"ingest/file": file.path, "ingest/bytes": str(file.size)}
 
 
 def _cursor(plan: BatchPlan) -> str:
-    return json.dumps({"batch_id": plan.batch_id, "file": plan.topic, "bytes": plan.ranges[0].end})
+    file = plan.slice_as(FileSlice)
+    return json.dumps({"batch_id": plan.batch_id, "file": file.path, "bytes": file.size})
 
 
 def landing_sensor(config: PipelineConfig, job):
@@ -37,10 +39,13 @@ def landing_sensor(config: PipelineConfig, job):
     def _sensor(context: SensorEvaluationContext, lake: LakeResource):
         store = lake.checkpoints
         latest, done = store.latest(stream)
+        ahead = cursor_ahead_of_store(context.cursor, stream, latest)
+        if ahead:
+            return SkipReason(ahead)
         if latest is not None and not done:
             return resume_unfinished(context, latest, partitions, _tags, _cursor(latest))
         files = landing_files(load_settings().landing_root, config)
-        planned = {(p.topic, p.ranges[0].end) for p in store.plans(stream)}
+        planned = {(f.path, f.size) for f in (p.slice_as(FileSlice) for p in store.plans(stream))}
         waiting = [f for f in files if (str(f), f.stat().st_size) not in planned]
         observation = AssetObservation(asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)})
         if not waiting:

@@ -1,0 +1,1 @@
+"""The Dagster side of the stream framework: a stream definition becomes its asset, sensor, job and common checks."""

@@ -15,6 +15,7 @@ the same plan on later ticks. They still number the attempts, so every retry has
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -97,23 +98,49 @@ def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: 
 
 
 @contextmanager
+def coordination_failures(context: AssetExecutionContext, what: str, then: str, **metadata) -> Iterator[None]:
+    """A give-up or a lost lease inside the block ends the run as a Failure tagged COORDINATION_TAG
+    (not retried by Dagster: the sensor decides), saying `what` gave up and what happens `then`."""
+    try:
+        yield
+    except (CoordinationGaveUp, LeaseLost) as e:
+        outcome = "gave_up" if isinstance(e, CoordinationGaveUp) else "lease_lost"
+        context.instance.add_run_tags(context.run_id, {COORDINATION_TAG: outcome})
+        raise Failure(
+            description=f"{what} {outcome.replace('_', ' ')}: {e}. Nothing more was committed{then}.",
+            metadata={"coordination": outcome, "reason": str(e), **metadata},
+            allow_retries=False,
+        ) from e
+
+
+@contextmanager
 def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str,
                       lock_name: str | None = None) -> Iterator[Lease | None]:
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
     partition (= batch id). A give-up or a lost lease ends the run as a Failure tagged
     COORDINATION_TAG: nothing (more) is committed and a later tick retries the same plan."""
     batch_id = int(context.partition_key)
-    try:
+    with coordination_failures(context, f"{stream} batch {batch_id}: coordinator", "; a later tick retries the batch from its plan",
+                               batch_id=batch_id):
         with coordinator.batch(stream, batch_id, lock_name) as lease, fenced(lease):
             if lease is not None:
                 context.log.info(f"{stream} batch {batch_id}: holding {lease}")
             yield lease
-    except (CoordinationGaveUp, LeaseLost) as e:
-        outcome = "gave_up" if isinstance(e, CoordinationGaveUp) else "lease_lost"
-        context.instance.add_run_tags(context.run_id, {COORDINATION_TAG: outcome})
-        raise Failure(
-            description=f"{stream} batch {batch_id}: coordinator {outcome.replace('_', ' ')}: {e}. Nothing more was "
-                        f"committed; a later tick retries the batch from its plan.",
-            metadata={"coordination": outcome, "reason": str(e), "batch_id": batch_id},
-            allow_retries=False,
-        ) from e
+
+
+def cursor_ahead_of_store(cursor: str | None, stream: str, latest: BatchPlan | None) -> str | None:
+    """Why a sensor must not plan: its JSON cursor names a batch the checkpoint store never planned.
+
+    A sensor records each plan before it returns the cursor naming it, so the store knows every batch a
+    cursor names. A cursor ahead of the store means the lake was reset or the lake resource points at
+    another lake. Planning batch 1 again there would re-read the source into it under partition keys and
+    run keys this Dagster instance already used (a run request with a used run key is silently dropped,
+    so the stream would stall without a word); skipping with this reason says what to do instead."""
+    if not cursor:
+        return None
+    named = json.loads(cursor).get("batch_id")
+    known = latest.batch_id if latest is not None else 0
+    if not isinstance(named, int) or named <= known:
+        return None
+    return (f"{stream}: the sensor's cursor names batch {named} but the checkpoint store's latest batch is {known or 'none'}: "
+            f"the lake was reset or the lake resource points at another lake. Reset this sensor's cursor to start {stream} over in this lake.")

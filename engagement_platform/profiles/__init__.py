@@ -1,0 +1,1 @@
+"""The unified-profile CDC lake (reference 002): its tables, records, JSON merge and identity graph."""

@@ -28,7 +28,6 @@ from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS
 
 
-
 def profile_cdc_topic() -> str:
     """The CDC topic (EP_PROFILE_CDC_TOPIC, default profile.cdc), read at run time."""
     return load_settings().profiles.cdc_topic

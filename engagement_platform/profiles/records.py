@@ -17,13 +17,12 @@ Promoted columns (top-level keys of `fields`, for pushdown): email, country, upd
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from engagement_platform.ingest.config import PipelineConfig, load_pipeline
+from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.profiles.tables import BUCKET_SECONDS, BUCKET_SPARK_FORMAT
@@ -36,11 +35,9 @@ FIELDS_MAP = "map<string,string>"
 STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
 
 
-@cache
 def profile_cdc_pipeline(topic: str, max_record_bytes: int | None = None) -> PipelineConfig:
-    config = load_pipeline(PIPELINE_FILE)
-    source = {"topic": topic, **({"max_record_bytes": max_record_bytes} if max_record_bytes else {})}
-    return config.model_copy(update={"source": config.source.model_copy(update=source)})
+    """The CDC pipeline reading `topic`; `max_record_bytes` None keeps the file's limit."""
+    return load_kafka_pipeline(PIPELINE_FILE, topic, max_record_bytes=max_record_bytes or None)
 
 
 # `fields` and `related_ids` parsed once per record (with_parsed_json), for the shape check and for

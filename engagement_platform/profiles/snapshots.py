@@ -19,11 +19,6 @@ from engagement_platform.lake.delta import DeltaLake
 _TENANT_DIR = re.compile(r"/tenant=([^/]+)/")
 
 
-def tenant_files(lake: DeltaLake, name: str, tenant: str, version: int | None = None) -> set[str]:
-    table = lake.table(name, version=version)
-    return set(table.file_uris(partition_filters=[("tenant", "=", tenant)]))
-
-
 def files_by_tenant(lake: DeltaLake, name: str, version: int | None = None) -> dict[str, set[str]]:
     """tenant -> data files of the snapshot, from one listing (tenant names need no escaping in paths)."""
     out: dict[str, set[str]] = {}
@@ -34,13 +29,24 @@ def files_by_tenant(lake: DeltaLake, name: str, version: int | None = None) -> d
     return out
 
 
-def files_added(lake: DeltaLake, name: str, tenant: str, after_version: int, up_to_version: int) -> list[str]:
-    """Data files of `tenant` committed in versions (after_version, up_to_version] of an append-only table."""
-    if up_to_version <= after_version:
-        return []
-    now = tenant_files(lake, name, tenant, up_to_version)
-    before = tenant_files(lake, name, tenant, after_version) if after_version >= 0 else set()
-    return sorted(now - before)
+class SnapshotListings:
+    """Data files per tenant of an append-only table's snapshots, each version listed once for every tenant."""
+
+    def __init__(self, lake: DeltaLake, name: str):
+        self.lake, self.name = lake, name
+        self._by_version: dict[int, dict[str, set[str]]] = {}
+
+    def files(self, version: int) -> dict[str, set[str]]:
+        """tenant -> data files of snapshot `version` (-1: before the first commit, none)."""
+        if version not in self._by_version:
+            self._by_version[version] = files_by_tenant(self.lake, self.name, version) if version >= 0 else {}
+        return self._by_version[version]
+
+    def added(self, tenant: str, after_version: int, up_to_version: int) -> list[str]:
+        """Data files of `tenant` committed in versions (after_version, up_to_version]."""
+        if up_to_version <= after_version:
+            return []
+        return sorted(self.files(up_to_version).get(tenant, set()) - self.files(after_version).get(tenant, set()))
 
 
 def table_files(lake: DeltaLake, name: str) -> list[str]:

@@ -5,7 +5,7 @@ slice of one Kafka partition, read with confluent-kafka by assign + seek on an e
 worker and returned as Arrow record batches, so Kafka data never passes through the client.
 
 Only what the parse stage uses is read (partition, offset, value): every column costs a Python call
-per message, and this loop is a large share of a slice's CPU (BENCHMARKS.md, issue 6).
+per message, and this loop is a large share of a slice's CPU (BENCHMARKS.md).
 """
 
 from __future__ import annotations

@@ -3,44 +3,52 @@
 Each target table is committed in a fixed order, each commit carrying the Delta txn (app id, batch id)
 with its rows. A re-run of the same plan skips every table whose txn version already covers the
 batch, so a crash anywhere (between tables included) ends, after a retry, with each table holding the
-batch exactly once.
+batch exactly once. Once every table is committed, the checkpoint store gets each table's outcome and
+the batch's "done" row in one commit.
 
-Fencing: inside `with fenced(lease):` (the stream holds the coordinator's lock), `commit_batch` calls
-`lease.check()` right before each table's commit, so a writer whose ZooKeeper session was lost
-raises LeaseLost instead of committing, and writes the lease's fencing token, lock name and owner
-into each commit's metadata (Delta history shows which lock holder wrote what). Without an active
-lease (coordinator off, CLI runs) commits are unfenced, as before. The check narrows the window
-to the commit itself: a session that expires during one table's write cannot stop that write.
+`commit_batches` does this for several batches at once (the profile processor: a batch per tenant):
+step i of every batch runs before step i+1 of any. A `CommitStep` writes the batch's own table, so
+those of different batches run in parallel threads; an `AppendStep` names a table every batch appends
+to, and their rows go in one commit carrying every batch's txn. A batch whose step fails takes no
+further step; the others finish, then the first error is raised. `commit_batch` is the one-batch case.
+
+Fencing: inside `with fenced(lease):` (the stream holds the coordinator's lock), `lease.check()` runs
+right before each commit, so a writer whose ZooKeeper session was lost raises LeaseLost instead of
+committing, and the lease's fencing token, lock name and owner go into each commit's metadata (Delta
+history shows which lock holder wrote what). Without an active lease (coordinator off, CLI runs)
+commits are unfenced. The check narrows the window to the commit itself: a session that expires
+during one table's write cannot stop that write.
+
+Fault points: with EP_FAILPOINT="<stream>:after:<step>" the process dies (as if killed) right after
+that step's commit: the crash tests' way to stop a batch between two tables.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass
+from contextvars import ContextVar, copy_context
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import BatchTxn
+from engagement_platform.lake.checkpoints import CheckpointStore, Outcomes
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.streams.planning import BatchPlan
 
 if TYPE_CHECKING:
     from engagement_platform.streams.coordinator import Lease
 
-# Fault injection for crash tests: "<stream>:after:<step>" makes the process die (as if killed)
-# right after that step's commit. Unset in normal operation.
-FAILPOINT_ENV = "EP_FAILPOINT"
-
-Outcomes = dict[str, int | None]
+FAILPOINT_ENV = "EP_FAILPOINT"  # unset in normal operation
 
 _LEASE: ContextVar[Lease | None] = ContextVar("engagement_platform_lease", default=None)
 
 
 @contextmanager
 def fenced(lease: Lease | None) -> Iterator[Lease | None]:
-    """Commits made by `commit_batch` inside this block are fenced by `lease` (None: unfenced)."""
+    """Commits made by `commit_batch(es)` inside this block are fenced by `lease` (None: unfenced)."""
     token = _LEASE.set(lease)
     try:
         yield lease
@@ -52,31 +60,136 @@ def active_lease() -> Lease | None:
     return _LEASE.get()
 
 
+def _fence(lease: Lease | None) -> dict:
+    """Check the lease right before a commit (LeaseLost: this writer must not commit); the metadata naming it."""
+    if lease is None:
+        return {}
+    lease.check()
+    return {"fencing_token": lease.token, "lock_name": lease.lock_name, "lock_owner": lease.owner}
+
+
+def failpoint(stream: str, step: str) -> None:
+    """Die here, as if killed, when EP_FAILPOINT names this stream and step (crash tests)."""
+    if os.environ.get(FAILPOINT_ENV) == f"{stream}:after:{step}":
+        os._exit(137)  # no cleanup, no finally blocks: the closest thing to SIGKILL
+
+
 @dataclass(frozen=True)
 class CommitStep:
     """One table's commit: returns the table version written, or None if the batch was already there."""
 
     name: str
     commit: Callable[[BatchTxn, Outcomes], int | None]
+    phase: str = ""  # commit_batches times its steps by phase (default: the name)
+
+
+@dataclass(frozen=True)
+class AppendStep:
+    """Rows this batch appends to a table that other batches of the same commit_batches call append to
+    too: all of them in one commit with every batch's txn (None: the batch's rows were already there)."""
+
+    lake: DeltaLake
+    spec: TableSpec
+    rows: Callable[[Outcomes], list[dict]]  # the batch's rows, given its outcomes so far
+    phase: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Batch:
+    """One plan's commit: its app id, its steps and the metadata each of its commits carries."""
+
+    plan: BatchPlan
+    app_id: str
+    steps: list[CommitStep | AppendStep]
+    metadata: dict = field(default_factory=dict)
+    outcomes: Outcomes = field(default_factory=dict)  # filled in step by step
+
+    def txn(self, fence: dict | None = None) -> BatchTxn:
+        return BatchTxn(self.app_id, self.plan.batch_id, {"stream": self.plan.stream, **self.metadata, **(fence or {})})
+
+
+@dataclass(frozen=True)
+class Committed:
+    outcomes: list[Outcomes]  # per batch, in the order given
+    seconds: dict[str, float]  # per step phase, and "checkpoints"
 
 
 def commit_batch(plan: BatchPlan, app_id: str, steps: list[CommitStep], checkpoints: CheckpointStore, **metadata) -> Outcomes:
-    outcomes: Outcomes = {}
+    """Commit one batch's steps in order, then its checkpoint states (commit_batches for one batch)."""
+    return commit_batches([Batch(plan, app_id, steps, metadata)], checkpoints).outcomes[0]
+
+
+def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: int = 1, **metadata) -> Committed:
+    """Every batch's steps, position by position (all batches have as many steps), then the states of
+    every finished batch in one checkpoint commit carrying `metadata`. CommitSteps of one position run
+    in up to `threads` threads, so they must write different tables."""
+    if len({len(b.steps) for b in batches}) > 1:
+        raise ValueError("every batch of commit_batches needs the same number of steps")
     lease = _LEASE.get()
-    for step in steps:
-        fence = {}
-        if lease is not None:
-            lease.check()  # raises LeaseLost: this writer must not commit
-            fence = {"fencing_token": lease.token, "lock_name": lease.lock_name, "lock_owner": lease.owner}
-        txn = BatchTxn(app_id, plan.batch_id, {"stream": plan.stream, **metadata, **fence})
-        version = step.commit(txn, outcomes)
-        outcomes[step.name] = version
-        checkpoints.record_state(plan, step.name, "committed" if version is not None else "already_committed", table_version=version)
-        _failpoint(plan.stream, step.name)
-    checkpoints.mark_done(plan, **{f"{k}_version": v for k, v in outcomes.items()})
-    return outcomes
+    failed: dict[int, BaseException] = {}
+    seconds: dict[str, float] = {}
+    for position in range(len(batches[0].steps) if batches else 0):
+        started = time.perf_counter()
+        live = [i for i in range(len(batches)) if i not in failed]
+        own = [i for i in live if isinstance(batches[i].steps[position], CommitStep)]
+        shared: dict[str, list[int]] = {}
+        for i in live:
+            if isinstance(batches[i].steps[position], AppendStep):
+                shared.setdefault(batches[i].steps[position].name, []).append(i)
+        _run_own_steps([batches[i] for i in own], own, position, lease, threads, failed)
+        for indexes in shared.values():
+            _run_append_step([batches[i] for i in indexes], indexes, position, lease, failed, metadata)
+        step = batches[live[0]].steps[position] if live else batches[0].steps[position]
+        phase = step.phase or step.name
+        seconds[phase] = seconds.get(phase, 0.0) + time.perf_counter() - started
+    started = time.perf_counter()
+    checkpoints.finish_batches([(b.plan, b.outcomes) for i, b in enumerate(batches) if i not in failed], **metadata)
+    seconds["checkpoints"] = time.perf_counter() - started
+    if failed:
+        raise failed[min(failed)]
+    return Committed([b.outcomes for b in batches], seconds)
 
 
-def _failpoint(stream: str, step: str) -> None:
-    if os.environ.get(FAILPOINT_ENV) == f"{stream}:after:{step}":
-        os._exit(137)  # no cleanup, no finally blocks: the closest thing to SIGKILL
+def _run_own_steps(batches: list[Batch], indexes: list[int], position: int, lease: Lease | None, threads: int,
+                   failed: dict[int, BaseException]) -> None:
+    def run(batch: Batch) -> None:
+        step = batch.steps[position]
+        batch.outcomes[step.name] = step.commit(batch.txn(_fence(lease)), batch.outcomes)
+        failpoint(batch.plan.stream, step.name)
+
+    if len(batches) <= 1 or threads <= 1:
+        for i, batch in zip(indexes, batches):
+            try:
+                run(batch)
+            except Exception as exc:  # the other batches still finish
+                failed[i] = exc
+        return
+    with ThreadPoolExecutor(min(threads, len(batches))) as pool:
+        futures = [(i, pool.submit(copy_context().run, run, batch)) for i, batch in zip(indexes, batches)]  # steps see the caller's context
+        for i, future in futures:
+            try:
+                future.result()
+            except Exception as exc:
+                failed[i] = exc
+
+
+def _run_append_step(batches: list[Batch], indexes: list[int], position: int, lease: Lease | None,
+                     failed: dict[int, BaseException], metadata: dict) -> None:
+    """One commit of every batch's rows (each row with its batch's txn), then each batch's failpoint."""
+    step: AppendStep = batches[0].steps[position]
+    try:
+        rows = [[(batch.txn(), row) for row in batch.steps[position].rows(batch.outcomes)] for batch in batches]
+        version, written = step.lake.append_many(step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)})
+    except Exception as exc:  # the batches of the other steps still finish
+        for i in indexes:
+            failed[i] = exc
+        return
+    for batch, batch_rows in zip(batches, rows):
+        mine, written = written[:len(batch_rows)], written[len(batch_rows):]
+        batch.outcomes[step.name] = version if any(mine) else None
+    for batch in batches:
+        failpoint(batch.plan.stream, step.name)

@@ -1,23 +1,25 @@
-"""Batch planning: which fixed slice of a topic the next batch reads. Pure logic, no I/O.
+"""Batch planning: which fixed slice of its source the next batch reads. Pure logic, no I/O.
 
 A plan is fixed before its run starts and stored in the checkpoint store, so a retried run re-reads
-exactly the same offsets. Batch ids are consecutive per stream; they are the Delta txn versions.
+exactly the same slice. Batch ids are consecutive per stream; they are the Delta txn versions. The
+slice is typed by its source (streams/slices.py); Kafka plans also answer `topic`, `ranges`, `ends()`.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from engagement_platform.streams.kafka import OffsetRange
+from engagement_platform.streams.slices import S, FileSlice, KafkaSlice, SnapshotSlice, Slice, TableVersionsSlice, as_kind
+
+__all__ = ["BatchPlan", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch"]
 
 
 @dataclass(frozen=True)
 class BatchPlan:
     stream: str
     batch_id: int
-    topic: str
-    ranges: tuple[OffsetRange, ...]
+    slice: Slice
 
     @property
     def partition_key(self) -> str:
@@ -27,22 +29,40 @@ class BatchPlan:
     @property
     def run_key(self) -> str:
         """Derived from the slice itself, so a re-evaluated tick cannot launch the batch twice."""
-        ranges = ",".join(f"{r.partition}:{r.start}-{r.end}" for r in self.ranges)
-        return f"{self.stream}/{self.batch_id}/{self.topic}[{ranges}]"
+        return f"{self.stream}/{self.batch_id}/{self.slice.key}"
 
     @property
     def record_count(self) -> int:
-        return sum(r.size for r in self.ranges)
+        """Records the slice holds, known up front for Kafka offsets only (0 for the other kinds)."""
+        return self.slice.record_count if isinstance(self.slice, KafkaSlice) else 0
+
+    def slice_as(self, kind: type[S]) -> S:
+        """The slice as the kind this stream plans (TypeError for any other kind)."""
+        return as_kind(self.slice, kind)
+
+    @property
+    def kafka(self) -> KafkaSlice:
+        if not isinstance(self.slice, KafkaSlice):
+            raise TypeError(f"{self.stream} batch {self.batch_id} reads a {type(self.slice).__name__}, not Kafka offsets")
+        return self.slice
+
+    @property
+    def topic(self) -> str:
+        return self.kafka.topic
+
+    @property
+    def ranges(self) -> tuple[OffsetRange, ...]:
+        return self.kafka.ranges
 
     def ranges_json(self) -> str:
-        return json.dumps([[r.partition, r.start, r.end] for r in self.ranges])
+        return self.kafka.ranges_json()
 
     @staticmethod
     def ranges_from_json(text: str) -> tuple[OffsetRange, ...]:
-        return tuple(OffsetRange(int(p), int(s), int(e)) for p, s, e in json.loads(text))
+        return KafkaSlice.ranges_from_json(text)
 
     def ends(self) -> dict[int, int]:
-        return {r.partition: r.end for r in self.ranges}
+        return self.kafka.ends()
 
 
 def plan_next_batch(
@@ -68,7 +88,7 @@ def plan_next_batch(
         ranges.append(OffsetRange(partition, start, end))
     if not any(r.size for r in ranges):
         return None
-    return BatchPlan(stream, (previous.batch_id + 1) if previous else 1, topic, tuple(ranges))
+    return BatchPlan(stream, (previous.batch_id + 1) if previous else 1, KafkaSlice(topic, tuple(ranges)))
 
 
 def offset_gaps_and_overlaps(plans: list[BatchPlan]) -> tuple[int, int]:

@@ -7,7 +7,7 @@ Dagster factory (`orchestration/`) builds the stream's asset, sensor, job and co
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,3 +44,15 @@ class StreamSpec:
     app_id: str  # Delta txn app id of the stream's commits
     run_batch: Callable[[BatchContext, BatchPlan], BatchResult]
     lock_name: str | None = None  # coordinator lock it takes; None: none (an append-only stream)
+
+
+def batch_metadata(plan: BatchPlan, versions: Mapping[str, int | None], seconds: Mapping[str, float], **figures: Any) -> dict:
+    """The metadata a Kafka-fed batch reports: its id and offset ranges, the stream's own `figures` (in
+    the order given), each table's committed version (None: already there) and each phase's seconds."""
+    return {
+        "batch_id": plan.batch_id,
+        "offset_ranges": plan.ranges_json(),
+        **figures,
+        **{f"{table}_version": v for table, v in versions.items()},
+        **{f"seconds_{phase}": round(v, 3) for phase, v in seconds.items()},
+    }

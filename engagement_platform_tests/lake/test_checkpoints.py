@@ -1,25 +1,31 @@
-"""CheckpointStore on a real Delta table: plans stored once, states as an audit log, streams isolated."""
+"""CheckpointStore on a real Delta table: plans stored once, states as an audit log, streams isolated,
+every slice kind stored, many batches in one commit."""
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
+import pyarrow as pa
 import pytest
 
 from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN
+from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice
 
 
 def make_plan(stream: str, batch_id: int, topic: str = "t.activities", base: int = 0) -> BatchPlan:
     return BatchPlan(
         stream,
         batch_id,
-        topic,
-        (
-            OffsetRange(0, base + (batch_id - 1) * 10, base + batch_id * 10),
-            OffsetRange(1, base + (batch_id - 1) * 5, base + batch_id * 5),
-            OffsetRange(2, 7, 7),
+        KafkaSlice(
+            topic,
+            (
+                OffsetRange(0, base + (batch_id - 1) * 10, base + batch_id * 10),
+                OffsetRange(1, base + (batch_id - 1) * 5, base + batch_id * 5),
+                OffsetRange(2, 7, 7),
+            ),
         ),
     )
 
@@ -40,7 +46,7 @@ def test_record_plan_stores_once(checkpoints, lake):
     assert checkpoints.record_plan(plan) is True
     assert checkpoints.record_plan(plan) is False
     # A different slice under the same batch id is refused too: the first plan wins.
-    other = BatchPlan("s", 1, "t.activities", (OffsetRange(0, 0, 999),))
+    other = BatchPlan("s", 1, KafkaSlice("t.activities", (OffsetRange(0, 0, 999),)))
     assert checkpoints.record_plan(other) is False
     assert checkpoints.plans("s") == [plan]
     rows = checkpoints.rows("s").to_pylist()
@@ -167,16 +173,82 @@ def test_store_survives_reopen(lake):
 
 def test_checkpoint_partition_is_compacted_every_n_batches(checkpoints, lake, monkeypatch):
     from engagement_platform.lake import checkpoints as module
-    from engagement_platform.streams.kafka import OffsetRange
-    from engagement_platform.streams.planning import BatchPlan
-
     monkeypatch.setattr(module, "COMPACT_EVERY", 3)
     files = []
     for batch in (1, 2, 3):
-        plan = BatchPlan("s", batch, "t", (OffsetRange(0, batch * 10, batch * 10 + 10),))
+        plan = BatchPlan("s", batch, KafkaSlice("t", (OffsetRange(0, batch * 10, batch * 10 + 10),)))
         checkpoints.record_plan(plan)
         checkpoints.mark_done(plan)
         files.append(len(lake.file_stats(module.CHECKPOINTS.name)))
     assert files[:2] == [2, 4] and files[2] == 1
     assert [p.batch_id for p in checkpoints.plans("s")] == [1, 2, 3]
     assert all(checkpoints.is_done("s", b) for b in (1, 2, 3))
+
+
+def commits(lake) -> int:
+    return len(lake.table(CHECKPOINTS.name).history())
+
+
+def test_every_slice_kind_is_stored_and_read_back(checkpoints):
+    until = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    plans = [
+        make_plan("kafka", 1),
+        BatchPlan("ingest.rewards", 1, FileSlice("/landing/rewards/a.csv", 1234)),
+        BatchPlan("profile_processor/acme", 1, TableVersionsSlice("profile_cdc_staging", -1, 7)),
+        BatchPlan("profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))),
+    ]
+    assert checkpoints.record_plans(plans) == plans
+    for p in plans:
+        assert checkpoints.plan(p.stream, 1) == p
+        checkpoints.mark_done(p)
+        assert checkpoints.latest(p.stream) == (p, True)
+    rows = {r["stream"]: r for r in checkpoints.rows_of([p.stream for p in plans]).to_pylist() if r["process"] == PLAN}
+    assert rows["ingest.rewards"]["topic"] == "/landing/rewards/a.csv"
+    assert json.loads(rows["ingest.rewards"]["ranges"]) == {"kind": "file", "path": "/landing/rewards/a.csv", "size": 1234}
+    assert rows["profile_processor/acme"]["topic"] == "profile_cdc_staging"
+
+
+def test_rows_written_in_the_old_format_read_back_as_kafka_plans(checkpoints, lake):
+    row = dict(stream="ingest.rewards", batch_id=1, process=PLAN, state="planned", topic="/landing/a.csv", ranges="[[0, 0, 99]]",
+               recorded_at=datetime.now(timezone.utc))
+    lake.append(CHECKPOINTS, pa.Table.from_pylist([row], schema=CHECKPOINTS.schema), BatchTxn("ingest.rewards/plan", 1))
+    (plan,) = checkpoints.plans("ingest.rewards")
+    assert plan.slice == KafkaSlice("/landing/a.csv", (OffsetRange(0, 0, 99),))
+    assert plan.slice_as(FileSlice) == FileSlice("/landing/a.csv", 99)
+
+
+def test_many_plans_and_batches_in_one_commit_each(checkpoints, lake):
+    plans = [make_plan(f"tenant/{t}", 1) for t in "abc"]
+    assert checkpoints.record_plans(plans) == plans
+    assert commits(lake) == 2  # created, then one commit for every plan
+    # Planned again with one more: only the new plan is stored; the others' txns are there.
+    more = plans + [make_plan("tenant/d", 1)]
+    assert checkpoints.record_plans(more) == more[3:]
+    assert checkpoints.record_plans(plans) == [] and commits(lake) == 3
+    assert checkpoints.latest_of([p.stream for p in more] + ["tenant/none"]) == {
+        **{p.stream: (p, False) for p in more}, "tenant/none": (None, False)}
+
+    checkpoints.finish_batches([(plans[0], {"t_a": 4, "progress": None}), (plans[1], {"t_b": None, "progress": 9})], stream="tenant")
+    assert commits(lake) == 4
+    assert checkpoints.states("tenant/a", 1) == {PLAN: "planned", "t_a": "committed", "progress": "already_committed", BATCH: "done"}
+    assert checkpoints.states("tenant/b", 1) == {PLAN: "planned", "t_b": "already_committed", "progress": "committed", BATCH: "done"}
+    done = [r for r in checkpoints.rows("tenant/b").to_pylist() if r["process"] == BATCH]
+    assert json.loads(done[0]["detail"]) == {"t_b_version": None, "progress_version": 9}
+    assert lake.table(CHECKPOINTS.name).history(limit=1)[0]["stream"] == "tenant"
+    latest = checkpoints.latest_of([p.stream for p in more])
+    assert [latest[p.stream][1] for p in more] == [True, True, False, False]
+    # Finishing again writes nothing: every row's txn is there.
+    checkpoints.finish_batches([(plans[0], {"t_a": 4, "progress": None})])
+    assert commits(lake) == 4
+
+
+def test_finished_batches_compact_their_streams(checkpoints, lake, monkeypatch):
+    from engagement_platform.lake import checkpoints as module
+
+    monkeypatch.setattr(module, "COMPACT_EVERY", 2)
+    for batch in (1, 2):
+        plans = [make_plan(f"tenant/{t}", batch) for t in "ab"]
+        checkpoints.record_plans(plans)
+        checkpoints.finish_batches([(p, {"t": batch}) for p in plans])
+    assert len(lake.file_stats(CHECKPOINTS.name)) == 2  # one file per stream's partition
+    assert all(checkpoints.is_done(f"tenant/{t}", b) for t in "ab" for b in (1, 2))

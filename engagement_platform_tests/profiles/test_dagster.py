@@ -8,14 +8,18 @@ import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
 from engagement_platform.orchestration.runs import STREAM_TAG
-from engagement_platform.profiles.assets import profile_backfill, profile_cdc_staging, profile_raw
-from engagement_platform.profiles.checks import NO_DUPLICATE_PRIMARY_IDS, RECORDS_ACCOUNTED, REPLICATION_LAG_UNDER_THRESHOLD
-from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
+from engagement_platform.orchestration.checks import OFFSET_RANGES_CONTIGUOUS
+from engagement_platform.profiles.assets import profile_tenants
+from engagement_platform.profiles.backfill.assets import profile_backfill
 from engagement_platform.profiles.processor.apply import processor_stream, read_profiles
-from engagement_platform.profiles.sensors import profile_cdc_dumper_sensor, profile_lag_sensor, profile_processor_sensor
+from engagement_platform.profiles.processor.assets import profile_raw
+from engagement_platform.profiles.processor.checks import NO_DUPLICATE_PRIMARY_IDS, REPLICATION_LAG_UNDER_THRESHOLD
+from engagement_platform.profiles.processor.sensors import profile_lag_sensor, profile_processor_sensor
+from engagement_platform.profiles.staging.assets import profile_cdc_batches, profile_cdc_dumper_sensor, profile_cdc_staging
+from engagement_platform.profiles.staging.checks import RECORDS_ACCOUNTED
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.support.cdc import encode, new_topic, record
-from engagement_platform_tests.profiles.backfill.test_apply import UNTIL, snap, write_jsonl
+from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl
 
 
 @pytest.fixture
@@ -83,8 +87,11 @@ def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spar
     assert json.loads(first.cursor)["batch_id"] == 1
     meta = materialized(staged, "profile_cdc_staging")
     assert (meta["rows_staged"], meta["records_quarantined"]) == (4, 1)
-    (accounted,) = staged.get_asset_check_evaluations()
+    staged_checks = {c.check_name: c for c in staged.get_asset_check_evaluations()}
+    assert set(staged_checks) == {RECORDS_ACCOUNTED, OFFSET_RANGES_CONTIGUOUS}
+    accounted = staged_checks[RECORDS_ACCOUNTED]
     assert accounted.check_name == RECORDS_ACCOUNTED and accounted.passed, accounted.metadata
+    assert staged_checks[OFFSET_RANGES_CONTIGUOUS].passed, staged_checks[OFFSET_RANGES_CONTIGUOUS].metadata
     assert values(accounted.metadata)["records_quarantined"] == 1
 
     sensed, request, ran = process_via_dagster(instance, resources)

@@ -21,7 +21,7 @@ from engagement_platform.profiles.processor.progress import latest_progress
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.streams.coordinator import Coordinator
 from engagement_platform_tests.support.cdc import new_topic, record, stage
-from engagement_platform_tests.profiles.backfill.test_apply import UNTIL, snap, write_jsonl
+from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl
 
 
 @pytest.fixture

@@ -20,18 +20,17 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context, materia
 from kazoo.client import KazooClient
 
 from engagement_platform.orchestration.runs import COORDINATION_TAG
-from engagement_platform.engagement.assets import engagement_ingestion
 from engagement_platform.engagement.ingestion.apply import STREAM
-from engagement_platform.engagement.partitions import ingestion_batches
-from engagement_platform.engagement.sensors import engagement_ingestion_sensor
+from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.batch import CommitStep, commit_batch, fenced
 from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
-from engagement_platform_tests.conftest import REPO
+from engagement_platform.streams.planning import BatchPlan, KafkaSlice
 from engagement_platform_tests.support.activities import produce_activities
+from engagement_platform_tests.support.mutations import produce_requests
+from engagement_platform_tests.support.stack import REPO
 
 OWN_ZK_PORT = "23181"
 SESSION_S = 4.0  # ZooKeeper's minimum with tickTime=2000
@@ -207,7 +206,7 @@ def test_concurrent_contenders_never_hold_the_lock_together(coordinators):
 # ---- fencing of Delta commits -------------------------------------------------------------------
 
 def plan(batch_id: int = 1) -> BatchPlan:
-    return BatchPlan("ingestion", batch_id, "test.topic", (OffsetRange(0, 0, 3),))
+    return BatchPlan("ingestion", batch_id, KafkaSlice("test.topic", (OffsetRange(0, 0, 3),)))
 
 
 def steps(lake, batch: BatchPlan, after_first=None) -> list[CommitStep]:
@@ -392,10 +391,7 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
 def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(spark, stack, kafka, lake_root, root, monkeypatch):
     """Mutation may follow only {ingestion, mutation}: after a retention batch, its give-up is not
     re-requested on every tick (run spam) but held with a reason, until ingestion registers."""
-    from engagement_platform.engagement.assets import engagement_mutation
-    from engagement_platform.engagement.partitions import mutation_batches
-    from engagement_platform.engagement.sensors import engagement_mutation_sensor
-    from engagement_platform_tests.engagement.mutation.test_apply import produce_requests
+    from engagement_platform.engagement.mutation.assets import engagement_mutation, engagement_mutation_sensor, mutation_batches
 
     mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutation_topic: 1})

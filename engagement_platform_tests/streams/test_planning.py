@@ -1,22 +1,28 @@
-"""Batch planning: unit tests and property tests (hypothesis) of plan_next_batch and offset_gaps_and_overlaps."""
+"""Batch planning: unit tests and property tests (hypothesis) of plan_next_batch, offset_gaps_and_overlaps and
+the typed slices' checkpoint row format."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan, offset_gaps_and_overlaps, plan_next_batch
+from engagement_platform.streams.planning import (
+    BatchPlan, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice, offset_gaps_and_overlaps, plan_next_batch,
+)
+from engagement_platform.streams.slices import from_columns, to_columns
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def plan(batch_id: int, *ranges: tuple[int, int, int], stream: str = "s", topic: str = "t") -> BatchPlan:
-    return BatchPlan(stream, batch_id, topic, tuple(OffsetRange(p, a, b) for p, a, b in ranges))
+    return BatchPlan(stream, batch_id, KafkaSlice(topic, tuple(OffsetRange(p, a, b) for p, a, b in ranges)))
 
 
 # ---- unit tests -------------------------------------------------------------------------------
@@ -24,7 +30,7 @@ def plan(batch_id: int, *ranges: tuple[int, int, int], stream: str = "s", topic:
 
 def test_first_plan_starts_at_low_watermarks_and_is_bounded():
     p = plan_next_batch("s", "t", None, {1: (5, 100), 0: (0, 3), 2: (7, 7)}, 10)
-    assert p == BatchPlan("s", 1, "t", (OffsetRange(0, 0, 3), OffsetRange(1, 5, 15), OffsetRange(2, 7, 7)))
+    assert p == BatchPlan("s", 1, KafkaSlice("t", (OffsetRange(0, 0, 3), OffsetRange(1, 5, 15), OffsetRange(2, 7, 7))))
     assert p.record_count == 13
     assert p.ends() == {0: 3, 1: 15, 2: 7}
 
@@ -214,8 +220,8 @@ def test_no_gaps_when_low_watermark_never_passes_previous_end(history):
 )
 def test_ranges_json_round_trip(raw, batch_id, stream, topic):
     ranges = tuple(OffsetRange(p, s, s + n) for p, s, n in raw)
-    p = BatchPlan(stream, batch_id, topic, ranges)
-    back = BatchPlan(stream, batch_id, topic, BatchPlan.ranges_from_json(p.ranges_json()))
+    p = BatchPlan(stream, batch_id, KafkaSlice(topic, ranges))
+    back = BatchPlan(stream, batch_id, KafkaSlice(topic, BatchPlan.ranges_from_json(p.ranges_json())))
     assert back == p
     assert back.run_key == p.run_key
     assert back.partition_key == p.partition_key == f"{batch_id:08d}"
@@ -276,7 +282,7 @@ def hand_built_plans(draw, mode: str):
                 first_start[part] = start
             furthest[part] = max(last if last is not None else end, end)
             ranges.append(OffsetRange(part, start, end))
-        plans.append(BatchPlan("s", batch_id, "t", tuple(ranges)))
+        plans.append(BatchPlan("s", batch_id, KafkaSlice("t", tuple(ranges))))
     return plans
 
 
@@ -330,3 +336,76 @@ def test_reference_agrees_with_plan_next_batch_history():
 )
 def test_gaps_and_overlaps_non_monotone_plans_match_reference(plans):
     assert offset_gaps_and_overlaps(plans) == reference_gaps_and_overlaps(plans)
+
+
+# ---- typed slices: every kind through the checkpoint row format ----------------------------------
+
+names = st.text(min_size=1, max_size=30)
+kafka_slices = st.builds(
+    KafkaSlice, names,
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**12), st.integers(0, 10**6)), max_size=6)
+    .map(lambda raw: tuple(OffsetRange(p, s, s + n) for p, s, n in raw)),
+)
+file_slices = st.builds(FileSlice, names, st.integers(0, 10**12))
+version_slices = st.tuples(names, st.integers(-1, 10**6), st.integers(0, 10**6)).map(lambda t: TableVersionsSlice(t[0], t[1], t[1] + t[2]))
+snapshot_slices = st.builds(
+    SnapshotSlice, names,
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)),
+    st.lists(st.tuples(names, st.integers(0, 10**12)), max_size=5).map(tuple),
+)
+any_slice = st.one_of(kafka_slices, file_slices, version_slices, snapshot_slices)
+
+
+@SETTINGS
+@given(any_slice, st.integers(1, 10**6), names)
+def test_every_slice_kind_round_trips_through_the_checkpoint_columns(slice_, batch_id, stream):
+    topic, ranges = to_columns(slice_)
+    assert isinstance(topic, str) and isinstance(ranges, str)
+    back = from_columns(topic, ranges)
+    assert back == slice_ and type(back) is type(slice_)
+    p, q = BatchPlan(stream, batch_id, slice_), BatchPlan(stream, batch_id, back)
+    assert q == p and q.run_key == p.run_key and q.record_count == p.record_count
+    assert p.run_key.startswith(f"{stream}/{batch_id}/")
+
+
+@SETTINGS
+@given(kafka_slices)
+def test_kafka_slices_keep_the_original_row_format(slice_):
+    topic, ranges = to_columns(slice_)
+    assert topic == slice_.topic
+    assert json.loads(ranges) == [[r.partition, r.start, r.end] for r in slice_.ranges]
+    assert BatchPlan("s", 1, slice_).ranges_json() == ranges
+
+
+def test_rows_in_the_old_format_read_back_as_kafka_slices():
+    assert from_columns("t.activities", "[[0, 0, 10], [1, 5, 9]]") == KafkaSlice("t.activities", (OffsetRange(0, 0, 10), OffsetRange(1, 5, 9)))
+    assert from_columns("t", "[]") == KafkaSlice("t", ())
+    # Landing files and processor versions stored as offsets before the typed slices are read as the kind asked for.
+    old_file = BatchPlan("ingest.rewards", 3, from_columns("/landing/a.csv", "[[0, 0, 1234]]"))
+    assert old_file.slice_as(FileSlice) == FileSlice("/landing/a.csv", 1234)
+    old_versions = BatchPlan("profile_processor/acme", 2, from_columns("profile_cdc_staging", "[[0, 5, 9]]"))
+    assert old_versions.slice_as(TableVersionsSlice) == TableVersionsSlice("profile_cdc_staging", 4, 8)
+    with pytest.raises(TypeError):
+        BatchPlan("s", 1, KafkaSlice("t", (OffsetRange(0, 0, 3), OffsetRange(1, 0, 3)))).slice_as(FileSlice)
+    with pytest.raises(ValueError, match="unknown slice kind"):
+        from_columns("x", '{"kind": "tape"}')
+
+
+def test_slice_keys_and_kafka_conveniences():
+    until = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    file_plan = BatchPlan("ingest.rewards", 7, FileSlice("/landing/a.csv", 1234))
+    versions = BatchPlan("profile_processor/acme", 2, TableVersionsSlice("profile_cdc_staging", 4, 9))
+    snapshot = BatchPlan("profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20))))
+    assert file_plan.run_key == "ingest.rewards/7//landing/a.csv[1234 bytes]"
+    assert versions.run_key == "profile_processor/acme/2/profile_cdc_staging(4..9]"
+    assert snapshot.run_key == "profile_backfill/acme/1//exports/acme?until=2026-01-05T10:00:00+00:00[2 files, 30 bytes]"
+    assert [p.record_count for p in (file_plan, versions, snapshot)] == [0, 0, 0]
+    assert file_plan.slice_as(FileSlice) is file_plan.slice
+    for p in (file_plan, versions, snapshot):
+        for read in (lambda: p.topic, lambda: p.ranges, p.ranges_json, p.ends):
+            with pytest.raises(TypeError, match="not Kafka offsets"):
+                read()
+        with pytest.raises(TypeError):
+            p.slice_as(KafkaSlice)
+    # A snapshot boundary an hour later is another slice.
+    assert snapshot.slice != SnapshotSlice("/exports/acme", until + timedelta(hours=1), snapshot.slice.files)

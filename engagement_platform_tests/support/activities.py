@@ -1,10 +1,14 @@
-"""Test data: engagement activities produced to the real broker, and what the lake must then hold."""
+"""Test data: engagement activities produced to the real broker, what the lake must then hold, and one
+call that ingests everything produced so far."""
 
 from __future__ import annotations
 
 import json
 
 from engagement_platform.engagement.demo import ActivityGenerator
+from engagement_platform.engagement.ingestion import apply as ingestion
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.streams.planning import plan_next_batch
 
 BAD_RECORDS = {
     "not_json": b'{"engagement_id": "bad1", "org_id": ',
@@ -32,3 +36,15 @@ def produce_activities(kafka, topic: str, count: int, seed: int = 1, bad: dict[s
     messages += [(b"bad", raw) for raw in (bad or {}).values()]
     kafka.produce(topic, messages)
     return {r["engagement_id"]: r for r in good}
+
+
+def ingest(spark, kafka, lake, checkpoints, topic):
+    """Plan and run one ingestion batch of everything on `topic` since the last one."""
+    p = plan_next_batch(ingestion.STREAM, topic, checkpoints.latest_plan(ingestion.STREAM), kafka.watermarks(topic), 10_000)
+    assert checkpoints.record_plan(p)
+    return ingestion.ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+
+
+def rows_of(lake, org=None) -> list[dict]:
+    filters = [("org_id", "=", org)] if org else None
+    return lake.read(ENGAGEMENT_ACTIVITY.name, filters=filters).to_pylist()

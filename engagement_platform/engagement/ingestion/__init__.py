@@ -1,0 +1,1 @@
+"""Ingestion stream: Kafka activities -> engagement_activity, quarantine and notifications."""

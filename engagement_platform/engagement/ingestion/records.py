@@ -1,20 +1,19 @@
-"""Engagement records through the composable ingest framework, plus the one batch-level rule.
+"""Engagement records through the composable ingest framework, plus the batch-level rules.
 
-Parsing, types, required fields and the activity type enum are declared in ingestion_pipeline.yaml
-and run by the framework (engagement_platform.ingest), so the stream's error table is a quarantine
-table in the one error schema. What the framework cannot see row by row, a duplicate
-engagement_id within the batch, is marked here on the driver, in the same error schema.
+Parsing, types, required fields and the activity type enum are declared in pipeline.yaml (next to
+this module) and run by the framework (engagement_platform.ingest), so the stream's error table is a
+quarantine table in the one error schema. What the framework cannot see row by row, an engagement_id
+repeated within the batch or already in the table, is marked here on the driver, in the same schema.
 """
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.ingest.config import PipelineConfig, load_pipeline
+from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION, VALIDATE
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
@@ -22,10 +21,8 @@ UNIQUE_IN_BATCH = "unique_in_batch"
 UNIQUE_IN_TABLE = "unique_in_table"
 
 
-@cache
 def ingestion_pipeline(topic: str) -> PipelineConfig:
-    config = load_pipeline(PIPELINE_FILE)
-    return config.model_copy(update={"source": config.source.model_copy(update={"topic": topic})})
+    return load_kafka_pipeline(PIPELINE_FILE, topic)
 
 
 def mark_duplicates_in_batch(validated: pa.Table) -> tuple[pa.Table, list[int]]:

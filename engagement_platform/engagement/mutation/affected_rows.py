@@ -3,10 +3,9 @@
 The read keeps the files of the batch's org partitions (and, for an org whose every request is
 date-bounded, only files whose engagement_date min/max stats meet the span), then reads them whole,
 a chunk of files at a time, and keeps the rows holding an id or engagement of their org's requests
-(Arrow set lookups on the ids, then on (org, id) pairs). Earlier versions read the key columns first
-and then the matching rows with Dataset.take, which read every file twice; a pyarrow filter
-expression OR-ing one term per org was evaluated term by term on every batch of rows (it took
-minutes for 1,000 orgs).
+(Arrow set lookups on the ids, then on (org, id) pairs). Reading the key columns first and then the
+matching rows with Dataset.take would read every file twice, and a pyarrow filter expression OR-ing
+one term per org is evaluated term by term on every batch of rows, which is slow with many orgs.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
-from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, _days
+from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, epoch_days
 from engagement_platform.lake.delta import DeltaLake
 
 KEY_COLUMNS = (*OWNER_FIELDS, "engagement_id")
@@ -96,7 +95,7 @@ def _within_spans(table: pa.Table, spans: dict[str, tuple[date, date]]) -> np.nd
     at = np.asarray(pc.fill_null(pc.index_in(table["org_id"], value_set=pa.array(span_orgs)), -1).to_numpy(zero_copy_only=False), dtype=np.int64)
     spanned = at >= 0
     at = np.where(spanned, at, 0)
-    day = _days(table["engagement_date"], FIRST_DAY)
+    day = epoch_days(table["engagement_date"], FIRST_DAY)
     null_day = np.asarray(table["engagement_date"].is_null().to_numpy(zero_copy_only=False), dtype=bool)
     epoch = date(1970, 1, 1)
     lo = np.array([(spans[o][0] - epoch).days for o in span_orgs], dtype=np.int64)[at]

@@ -1,7 +1,7 @@
 """Which requests of a batch wait in the pending table, column-wise.
 
 A request is held back when one of its external targets (an owner id or engagement no earlier request
-of its org produced: cascade_fold.external_targets' rule) has no row in the table within the request's
+of its org produced: reduction/fold.external_targets' rule) has no row in the table within the request's
 date range. Holding a request back removes what it would have produced, so the org's targets are
 looked at again until none is missing; a request that needed a held-back request's output is then
 held back too, and a chain keeps its order.
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.engagement.mutation.affected_rows import KEY_COLUMNS
-from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, _days, match_rows
+from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, epoch_days, match_rows
 from engagement_platform.engagement.mutation.request_columns import bool_mask, owner_ids_of_records
 
 ENGAGEMENT = "engagement_id"
@@ -148,7 +148,7 @@ def _present(needs: pa.Table, rows: pa.Table) -> np.ndarray:
     present = np.zeros(needs.num_rows, dtype=bool)
     if needs.num_rows == 0 or rows.num_rows == 0:
         return present
-    day = _days(rows["engagement_date"], FIRST_DAY)
+    day = epoch_days(rows["engagement_date"], FIRST_DAY)
     for column in KEY_COLUMNS:
         of_column = pc.equal(needs["column"], column)
         index = np.flatnonzero(bool_mask(of_column))

@@ -1,7 +1,7 @@
 """The MERGE source of a batch, column-wise: what every read row becomes under the reduced actions.
 
 The same function as row_outcome.reduced_row, computed with Arrow joins and numpy masks over all
-orgs at once instead of a Python call per row. Inputs are reduction_arrow's flat action rows (from
+orgs at once instead of a Python call per row. Inputs are reduction/arrow.py's flat action rows (from
 the driver's fold or from the Spark groups). Rows whose ids crossed fields twice or more (two of
 their owner ids moving, which needs settle_owners' ordered replay) are the only ones settled in
 Python, one call each; with at most one moving id a row's outcome is a closed formula:
@@ -31,7 +31,8 @@ ACTION = "_action"  # MERGE source column: update | delete
 UPDATE = "update"
 
 
-def _days(column, null: int) -> np.ndarray:
+def epoch_days(column, null: int) -> np.ndarray:
+    """A date column as days since 1970-01-01 (int64), nulls as `null`."""
     return np.asarray(pc.fill_null(pc.cast(column, pa.int32()), null).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
@@ -40,7 +41,7 @@ def _ints(column) -> np.ndarray:
 
 
 def _in_range(day: np.ndarray, date_from, date_to) -> np.ndarray:
-    return (_days(date_from, FIRST_DAY) <= day) & (day <= _days(date_to, 2**31 - 1))
+    return (epoch_days(date_from, FIRST_DAY) <= day) & (day <= epoch_days(date_to, 2**31 - 1))
 
 
 def match_rows(rows: pa.Table, day: np.ndarray, key: str, actions: pa.Table, action_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -86,13 +87,13 @@ def outcome_table(rows: pa.Table, actions: pa.Table) -> tuple[pa.Table, dict[str
     """(MERGE source: changed rows + `_action` (update | delete), counts updated/replaced/deleted/unchanged).
 
     `rows`: the rows any action may touch (extra rows are fine: they come out unchanged);
-    `actions`: reduction_arrow rows of kind owner and engagement for every org of the batch."""
+    `actions`: reduction/arrow.py rows of kind owner and engagement for every org of the batch."""
     schema = rows.schema
     n = rows.num_rows
     out_schema = schema.append(pa.field(ACTION, pa.string()))
     if n == 0:
         return out_schema.empty_table(), {"updated": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
-    day = _days(rows["engagement_date"], FIRST_DAY)
+    day = epoch_days(rows["engagement_date"], FIRST_DAY)
     kind = actions["kind"]
     owner = actions.filter(pc.equal(kind, "owner"))
     branches = actions.filter(pc.equal(kind, "engagement"))

@@ -5,7 +5,7 @@ The ingest framework has already checked types, required fields and enums in Spa
 on the op (convert needs from_field/from_id/to_field/to_id, ...), the JSON shapes of from_ids and
 record, the date order and duplicate request ids are checked here. Only the JSON texts of merges
 and updates are parsed in Python (one call each); every other check is an Arrow mask, because a
-Python dict per request cost about 10 s per million requests.
+Python dict per request would dominate the cost of a large batch.
 
 Canonical form: a column an op does not use is null, from_ids is a list, record is its JSON text
 with sorted keys; `request_json` is the whole request as JSON with sorted keys and no null values
@@ -251,7 +251,7 @@ def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Arr
 
 def _iso_time(values) -> pa.Array:
     """UTC ISO text like datetime.isoformat: microseconds only when there are any, then Z. Built from
-    integer fields: Arrow's strftime and string cast of zoned timestamps cost about 1 s per million."""
+    integer fields: Arrow's strftime and string cast of zoned timestamps are much slower."""
     micros = np.asarray(pc.fill_null(pc.cast(pc.cast(values, _TS), pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
     days, rem = np.divmod(micros, 86_400_000_000)
     seconds, fraction = np.divmod(rem, 1_000_000)

@@ -1,11 +1,12 @@
 """The ID mutation request model shared by the fold, the reference and the stream: one request, the
-owner fields it can act on, and how a row's engagement_date orders against request date ranges."""
+owner fields it can act on, how a row's engagement_date orders against request date ranges, and rows
+as a table keyed by engagement_id (as_table), the form the per-row outcome and the reference share."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
 FIRST_DAY = date.min.toordinal()  # also the day of a null engagement_date
@@ -69,6 +70,18 @@ def day_key(day: date | None) -> int:
 def in_date_range(day: date | None, date_from: date | None, date_to: date | None) -> bool:
     key = day_key(day)
     return (date_from is None or key >= date_from.toordinal()) and (date_to is None or key <= date_to.toordinal())
+
+
+def as_table(rows: Iterable[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]) -> dict[str, Row]:
+    """engagement_id -> row copy with every owner column and the date present."""
+    values = rows.values() if isinstance(rows, Mapping) else rows
+    table = {}
+    for row in values:
+        copy = dict(row)
+        for name in (*OWNER_FIELDS, "engagement_date"):
+            copy.setdefault(name, None)
+        table[copy["engagement_id"]] = copy
+    return table
 
 
 def full_record(record: Mapping[str, Any]) -> Row:

@@ -1,4 +1,4 @@
-"""Delta table specs of the ID mutation stream (issue 4): the request log, the pending requests
+"""Delta table specs of the ID mutation stream: the request log, the pending requests
 (targets not ingested yet) and the quarantine of malformed or expired requests."""
 
 from __future__ import annotations

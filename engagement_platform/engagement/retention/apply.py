@@ -1,17 +1,17 @@
-"""TTL / GDPR retention stream (issue 5): one planned slice of `engagement.gdpr` -> one delete of
+"""TTL / GDPR retention stream: one planned slice of `engagement.gdpr` -> one delete of
 engagement_activity, the erased subjects' rows out of every other table, notifications and an audit row
-per request. The request format is in retention_requests.py.
+per request. The request format is in requests.py.
 
 Lifecycle (streams/batch.py; txn app id `engagement.retention`, version = batch id, stream `retention`):
 
-compute  The ingest framework parses and validates the slice (retention_pipeline.yaml); the kind's
+compute  The ingest framework parses and validates the slice (pipeline.yaml); the kind's
          fields, request times in the future and repeated request ids (in the batch, or already in
          gdpr_audit) are checked on the driver in the same error schema. The batch's as-of time and the
-         versions of gdpr_audit and of the tables below are pinned in the first commit's metadata, so
-         a re-run after a crash reaches the same decisions and counts.
+         versions of gdpr_audit and of the tables below are pinned in the first commit's metadata
+         (streams/pin.py), so a re-run after a crash reaches the same decisions and counts.
          Erasure also reads each table of ERASABLE at its pinned version (only the org partitions /
          orgs involved, and quarantined records without an org) and picks, by key, the rows that
-         mention a subject (retention_requests.mentions over request JSON, raw bytes, parsed input).
+         mention a subject (requests.mentions over request JSON, raw bytes, parsed input).
 commit   quarantine_engagement_gdpr (append; carries the pin), engagement_activity (ONE delete: per
          org, engagement_date < the latest cut-off OR lead_id/contact_id IN the erased subjects), each
          ERASABLE table (one delete by key each), engagement_notifications (deleted counts from the
@@ -25,13 +25,10 @@ run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASA
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,23 +36,23 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.retention.erasure import ERASABLE, ERASED_TABLES, current_version, erasure_matches, read_at
-from engagement_platform.engagement.ingestion.apply import reject_on_driver
+from engagement_platform.engagement.retention.erasure import ERASABLE, ERASED_TABLES, erasure_matches, read_at
 from engagement_platform.engagement.retention.requests import (
     ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, error, keyed_predicate,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
-from engagement_platform.ingest.config import PipelineConfig, load_pipeline
+from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
-from engagement_platform.ingest.sources import read_kafka
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.notifications import notification_rows
-from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
-from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.settings import load_settings
+from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.notify import notification_step
+from engagement_platform.streams.pin import Pin, pin_batch
+from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_metadata
 
 STREAM = "retention"
 APP_ID = "engagement.retention"
@@ -79,21 +76,16 @@ def vacuum_retention_hours() -> int:
     return load_settings().retention.vacuum_retention_hours
 
 
-@cache
 def retention_pipeline(topic: str) -> PipelineConfig:
-    config = load_pipeline(PIPELINE_FILE)
-    return config.model_copy(update={"source": config.source.model_copy(update={"topic": topic})})
+    return load_kafka_pipeline(PIPELINE_FILE, topic)
 
 
 # ---- compute ------------------------------------------------------------------------------------
 
 
-def pinned_snapshot(lake: DeltaLake, batch_id: int) -> tuple[datetime, dict[str, int]]:
-    """(as-of time, table versions) of the batch: from its first commit once that exists, else now."""
-    info = lake.batch_commit(QUARANTINE_ENGAGEMENT_GDPR.name, APP_ID, batch_id)
-    if info is not None and "as_of" in info:
-        return datetime.fromisoformat(info["as_of"]), {n: int(info[f"{n}_version"]) for n in PINNED}
-    return datetime.now(timezone.utc), {n: current_version(lake, n) for n in PINNED}
+def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
+    """(as-of time, versions of PINNED) of the batch: from its first commit (quarantine) once that exists, else now."""
+    return pin_batch(lake, QUARANTINE_ENGAGEMENT_GDPR.name, APP_ID, batch_id, PINNED)
 
 
 def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], batch_id: int) -> set[tuple[str, str]]:
@@ -110,9 +102,7 @@ def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], ba
 def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, as_of: datetime,
                       audit_version: int, kafka_config: dict | None = None) -> tuple[pa.Table, list[RetentionRequest | None]]:
     """(validated slice with every error in `_errors`, request per row or None if quarantined)."""
-    config = retention_pipeline(plan.topic)
-    parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
-    validated = Pipeline.from_config(config).transform(parsed).toArrow()
+    validated = validate_kafka_slice(spark, retention_pipeline(plan.topic), bootstrap_servers, plan, kafka_config)
     validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
     rows, errors = validated.to_pylist(), validated[ERRORS].to_pylist()
     requests: list[RetentionRequest | None] = [None] * len(rows)
@@ -164,21 +154,18 @@ class RetentionResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def metadata(self) -> dict:
-        return {
-            "batch_id": self.plan.batch_id,
-            "offset_ranges": self.plan.ranges_json(),
-            "as_of": self.as_of.isoformat(),
-            "requests_read": self.requests_read,
-            "requests_applied": self.requests_applied,
-            "requests_quarantined": self.requests_quarantined,
-            "retention_requests": self.retention_requests,
-            "erasure_requests": self.erasure_requests,
-            "rows_removed": sum(self.rows_removed.values()),
+        return batch_metadata(
+            self.plan, self.versions, self.seconds,
+            as_of=self.as_of.isoformat(),
+            requests_read=self.requests_read,
+            requests_applied=self.requests_applied,
+            requests_quarantined=self.requests_quarantined,
+            retention_requests=self.retention_requests,
+            erasure_requests=self.erasure_requests,
+            rows_removed=sum(self.rows_removed.values()),
             **{f"rows_removed_{t}": n for t, n in self.rows_removed.items()},
-            "org_ids": ",".join(self.org_ids),
-            **{f"{k}_version": v for k, v in self.versions.items()},
-            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
-        }
+            org_ids=",".join(self.org_ids),
+        )
 
 
 def apply_retention_batch(
@@ -191,7 +178,8 @@ def apply_retention_batch(
 ) -> RetentionResult:
     seconds: dict[str, float] = {}
     batch = plan.batch_id
-    as_of, snapshot = pinned_snapshot(lake, batch)
+    pin = batch_pin(lake, batch)
+    as_of, snapshot = pin.as_of, pin.versions
     t0 = time.perf_counter()
     validated, requests = validate_requests(spark, lake, bootstrap_servers, plan, as_of, snapshot[GDPR_AUDIT.name], kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
@@ -236,12 +224,6 @@ def apply_retention_batch(
             version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch)
         return version
 
-    def notify(txn: BatchTxn, done: Outcomes) -> int | None:
-        version = activity_version(done)
-        rows = (ENGAGEMENT_NOTIFICATIONS.schema.empty_table() if version is None
-                else notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, version, APP_ID, batch, as_of))
-        return lake.append(ENGAGEMENT_NOTIFICATIONS, rows, txn)
-
     def audit(txn: BatchTxn, done: Outcomes) -> int | None:
         version = activity_version(done)
         if version is not None:  # the delete's change data feed says which rows went; attribute each to its request
@@ -261,13 +243,12 @@ def apply_retention_batch(
             CommitStep(QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
-            CommitStep(ENGAGEMENT_NOTIFICATIONS.name, notify),
+            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, as_of),
             CommitStep(GDPR_AUDIT.name, audit),
         ],
         checkpoints,
         ranges=plan.ranges_json(),
-        as_of=as_of.isoformat(),  # the pin, in every commit's metadata; the first commit's is read back by a re-run
-        **{f"{n}_version": v for n, v in snapshot.items()},
+        **pin.metadata(),  # in every commit's metadata; the first commit's is read back by a re-run (batch_pin)
     )
     seconds["commit"] = time.perf_counter() - t2
     totals = {t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}
@@ -319,23 +300,8 @@ def seconds_until_due(checkpoints: CheckpointStore, interval: int, now: datetime
     return max((planned_at - now).total_seconds() + interval, 0.0)
 
 
-# ---- one planned batch by hand (recovery, crash tests) ---------------------------------------------
+def run_batch(ctx: BatchContext, plan: BatchPlan) -> RetentionResult:
+    return apply_retention_batch(ctx.spark, ctx.lake, ctx.checkpoints, ctx.kafka_servers, plan)
 
 
-def main(argv: list[str] | None = None) -> None:
-    from engagement_platform.settings import load_settings
-    from engagement_platform.spark.session import build_session, session_config
-
-    parser = argparse.ArgumentParser(prog="python -m engagement_platform.engagement.retention.apply")
-    parser.add_argument("--batch-id", type=int, required=True)
-    args = parser.parse_args(argv)
-    settings = load_settings()
-    lake = DeltaLake(settings.lake_root)
-    store = CheckpointStore(lake)
-    spark = build_session(session_config(settings.spark_remote, settings.spark_master))
-    result = apply_retention_batch(spark, lake, store, settings.kafka_bootstrap_servers, store.plan(STREAM, args.batch_id))
-    print(json.dumps(result.metadata(), default=str))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
+SPEC = StreamSpec(name=STREAM, app_id=APP_ID, run_batch=run_batch, lock_name=ACTIVITY_LOCK)

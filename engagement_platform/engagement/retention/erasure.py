@@ -1,6 +1,6 @@
 """Where an erased subject can be, besides engagement_activity's id columns, and how it is found
 (no Dagster, no Spark): the tables of ERASABLE are read at a pinned version, pruned to the orgs
-involved, and a row is erased when its content mentions the subject (retention_requests.mentions).
+involved, and a row is erased when its content mentions the subject (requests.mentions).
 Quarantined records without an org (they did not parse far enough) are matched on content alone.
 
 Vacuum: deletes only tombstone files; `vacuum_erased_tables` (run daily by the layout upkeep) deletes
@@ -23,6 +23,7 @@ from engagement_platform.engagement.mutation.tables import (
 from engagement_platform.engagement.retention.requests import SUBJECT_FIELDS, RetentionRequest, activity_request, content_request
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.streams.pin import current_version
 
 UTC_US = pa.timestamp("us", tz="UTC")
 VACUUM_APP_ID = "engagement.retention.vacuum"
@@ -45,10 +46,6 @@ ERASABLE = (
     Erasable(QUARANTINE_ENGAGEMENT_INGESTION, ("pipeline", "row_id"), ("raw", "input"), "quarantined_at"),
 )
 ERASED_TABLES = (ENGAGEMENT_ACTIVITY.name, *(e.spec.name for e in ERASABLE))
-
-
-def current_version(lake: DeltaLake, name: str) -> int:
-    return lake.table(name).version() if lake.exists(name) else -1
 
 
 def read_at(lake: DeltaLake, name: str, version: int | None, expr: ds.Expression, columns: list[str]) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Delta table specs of the TTL / GDPR retention stream (issue 5): the audit of every request and the
+"""Delta table specs of the TTL / GDPR retention stream: the audit of every request and the
 quarantine of malformed ones."""
 
 from __future__ import annotations

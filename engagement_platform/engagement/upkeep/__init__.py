@@ -1,0 +1,1 @@
+"""Layout upkeep of engagement_activity: z-order by date per org, compaction and vacuum."""

@@ -1,9 +1,9 @@
-"""Layout upkeep of engagement_activity: compaction + z-order by engagement_date per org, vacuum.
+"""Layout upkeep of engagement_activity in Dagster: compaction + z-order by engagement_date per org, vacuum.
 
-The work and the layout report are in lake/layout.py (no Dagster); this module runs them as an
-asset, checks the result, and triggers it after every UPKEEP_EVERY_BATCHES completed ingestion
-batches (sensor) plus once a day (schedule, the backstop for vacuum and for writers the sensor does
-not count). Both start RUNNING: a sensor tick is one read of the checkpoint partition, and a run
+The work and the layout report are in lake/layout.py and plan.py (no Dagster); this module runs them as
+an asset, checks the result, and triggers it after every UPKEEP_EVERY_BATCHES completed ingestion and
+mutation batches (sensor) plus once a day (schedule, the backstop for vacuum and for writers the sensor
+does not count). Both start RUNNING: a sensor tick is one read of the checkpoint partition, and a run
 rewrites only the partitions that need it, so an idle lake costs one short run a day.
 """
 
@@ -17,7 +17,6 @@ from dagster import (
     AssetObservation,
     AssetSelection,
     Config,
-    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     MaterializeResult,
@@ -37,33 +36,31 @@ from dagster import (
 )
 
 from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
-from engagement_platform.engagement.retention.erasure import ERASED_TABLES, vacuum_erased_tables
-from engagement_platform.engagement.ingestion.apply import STREAM
+from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
-from engagement_platform.engagement.retention.apply import vacuum_retention_hours
+from engagement_platform.engagement.retention.erasure import ERASED_TABLES, vacuum_erased_tables
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
-from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
 from engagement_platform.lake.layout import partition_layout, upkeep
+from engagement_platform.orchestration.parts import Parts
+from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.resources import LakeResource
+from engagement_platform.settings import load_settings
 
 UPKEEP_ASSET = AssetKey("engagement_layout_upkeep")
 DATE_RANGES_DO_NOT_OVERLAP = "date_ranges_do_not_overlap"
 FILE_COUNT_UNDER_LIMIT = "file_count_under_limit"
 UPKEEP_TAG = "engagement/upkeep"
 UPKEEP_EVERY_BATCHES = 50
-COUNTED_STREAMS = (STREAM, MUTATION_STREAM)  # streams whose completed batches the sensor counts
+COUNTED_STREAMS = (INGESTION_STREAM, MUTATION_STREAM)  # streams whose completed batches the sensor counts
 WORST_SHOWN = 5
-UNFINISHED = [
-    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
-]
 
 
 class LayoutUpkeepConfig(Config):
     """Upkeep and check thresholds; the asset and both checks take the same fields."""
 
     target_file_mb: int = 1024
-    vacuum_retention_hours: int | None = None  # None: EP_VACUUM_RETENTION_HOURS at run time (default DEFAULT_RETENTION_HOURS, 168)
+    vacuum_retention_hours: int | None = None  # None: EP_VACUUM_RETENTION_HOURS at run time (default 168)
     max_overlap_ratio: float = 0.1
     max_files_per_partition: int = 100
     vacuum_full: bool = True
@@ -73,7 +70,7 @@ class LayoutUpkeepConfig(Config):
 @asset(key=UPKEEP_ASSET, deps=[AssetKey(ENGAGEMENT_ACTIVITY.name)], group_name=GROUP, kinds={"deltalake"}, pool=REWRITE_POOL)
 def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource) -> MaterializeResult:
     """Per org partition of engagement_activity: files, mean file size and engagement_date overlap after compaction, z-ordering and vacuum."""
-    retention_hours = vacuum_retention_hours() if config.vacuum_retention_hours is None else config.vacuum_retention_hours
+    retention_hours = load_settings().retention.vacuum_retention_hours if config.vacuum_retention_hours is None else config.vacuum_retention_hours
     result = upkeep(
         lake.lake,
         ENGAGEMENT_ACTIVITY,
@@ -83,60 +80,17 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
         max_overlap_ratio=config.max_overlap_ratio,
         vacuum_full=config.vacuum_full,
     )
-    # GDPR erasure (engagement/retention.py) also deletes from these tables: the same full vacuum makes
-    # the erased rows' files (data and change data) go once the retention has passed.
+    # GDPR erasure (the retention stream) also deletes from these tables: the same full vacuum makes the
+    # erased rows' files (data and change data) go once the retention has passed.
     others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in ERASED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
-    before, after = result["layout_before"], result["layout_after"]
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
-    summary = _summary(after)
+    metadata, worst = upkeep_metadata(result, others, retention_hours, WORST_SHOWN)
     context.log_event(AssetObservation(
         asset_key=AssetKey(ENGAGEMENT_ACTIVITY.name),
-        metadata={"files": result["files_after"], **summary, "table_version": result["version_after"]},
+        metadata={"files": result["files_after"], **layout_summary(result["layout_after"]), "table_version": result["version_after"]},
     ))
-    return MaterializeResult(metadata={
-        "files_before": result["files_before"],
-        "files_after": result["files_after"],
-        "partitions_checked": result["partitions_checked"],
-        "partitions_compacted": len(result["partitions_compacted"]),
-        "partitions_conflicted": len(result["partitions_conflicted"]),
-        "conflicted_org_ids": ", ".join(result["partitions_conflicted"]) or "-",
-        "partitions_unsettled": len(result["partitions_unsettled"]),
-        "files_added": result["files_added"],
-        "files_removed": result["files_removed"],
-        "files_vacuumed": result["files_vacuumed"],
-        "files_vacuumed_erased_tables": sum(n for n in others.values() if n > 0),
-        "vacuum_retention_hours": retention_hours,
-        "max_overlap_ratio_before": _max(before, "overlap_ratio"),
-        **summary,
-        "table_version_before": result["version_before"],
-        "table_version_after": result["version_after"],
-        **{f"seconds_{phase}": round(s, 3) for phase, s in result["seconds"].items()},
-        "worst_partitions": MetadataValue.md(_markdown(after.slice(0, WORST_SHOWN))),
-    })
-
-
-def _summary(layout) -> dict:
-    files = sum(layout["files"].to_pylist())
-    total = sum(layout["total_bytes"].to_pylist())
-    return {
-        "mean_file_mb": round(total / files / 2**20, 3) if files else 0.0,
-        "max_overlap_ratio": _max(layout, "overlap_ratio"),
-        "max_files_per_partition": int(_max(layout, "files")),
-        "max_depth": int(_max(layout, "max_depth")),
-    }
-
-
-def _max(layout, column: str) -> float:
-    return round(max(layout[column].to_pylist(), default=0), 4)
-
-
-def _markdown(layout) -> str:
-    lines = ["| org_id | files | mean MB | overlap | depth | dates |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in layout.to_pylist():
-        lines.append(f"| {r['org_id']} | {r['files']} | {r['mean_file_bytes'] / 2**20:.2f} | {r['overlap_ratio']:.3f} "
-                     f"| {r['max_depth']} | {r['range_min']} .. {r['range_max']} |")
-    return "\n".join(lines)
+    return MaterializeResult(metadata={**metadata, "worst_partitions": MetadataValue.md(worst)})
 
 
 @asset_check(asset=UPKEEP_ASSET, name=DATE_RANGES_DO_NOT_OVERLAP, blocking=False,
@@ -148,11 +102,11 @@ def date_ranges_do_not_overlap(config: LayoutUpkeepConfig, lake: LakeResource) -
         passed=not over,
         severity=AssetCheckSeverity.WARN,
         metadata={
-            "max_overlap_ratio": _max(layout, "overlap_ratio"),
+            "max_overlap_ratio": max_of(layout, "overlap_ratio"),
             "threshold": config.max_overlap_ratio,
             "partitions_over_threshold": len(over),
             "partitions": layout.num_rows,
-            "worst_partitions": MetadataValue.md(_markdown(layout.slice(0, WORST_SHOWN))),
+            "worst_partitions": MetadataValue.md(layout_markdown(layout.slice(0, WORST_SHOWN))),
         },
     )
 
@@ -167,11 +121,11 @@ def file_count_under_limit(config: LayoutUpkeepConfig, lake: LakeResource) -> As
         passed=not over,
         severity=AssetCheckSeverity.WARN,
         metadata={
-            "max_files_per_partition": int(_max(layout, "files")),
+            "max_files_per_partition": int(max_of(layout, "files")),
             "threshold": config.max_files_per_partition,
             "partitions_over_limit": len(over),
             "small_files": sum(layout["small_files"].to_pylist()),
-            "worst_partitions": MetadataValue.md(_markdown(layout.slice(0, WORST_SHOWN))),
+            "worst_partitions": MetadataValue.md(layout_markdown(layout.slice(0, WORST_SHOWN))),
         },
     )
 
@@ -186,24 +140,14 @@ layout_upkeep_job = define_asset_job(
 
 
 def _in_flight(instance) -> bool:
-    return bool(instance.get_run_records(RunsFilter(job_name=layout_upkeep_job.name, statuses=UNFINISHED), limit=1))
-
-
-def completed_batches(store: CheckpointStore, stream: str) -> int:
-    """Id of the stream's last done batch (0 if none): batches finish strictly in id order."""
-    latest, done = store.latest(stream)
-    if latest is None:
-        return 0
-    return latest.batch_id if done else latest.batch_id - 1
+    return bool(instance.get_run_records(RunsFilter(job_name=layout_upkeep_job.name, statuses=list(UNFINISHED)), limit=1))
 
 
 @sensor(job=layout_upkeep_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def layout_upkeep_sensor(context: SensorEvaluationContext, lake: LakeResource):
     """Requests layout upkeep of engagement_activity after every UPKEEP_EVERY_BATCHES completed batches."""
     done = {stream: completed_batches(lake.checkpoints, stream) for stream in COUNTED_STREAMS}
-    seen = json.loads(context.cursor)["done"] if context.cursor else {}
-    # A stream whose checkpoints restarted below the cursor (a new lake) counts from zero.
-    new = sum(b - seen.get(s, 0) if b >= seen.get(s, 0) else b for s, b in done.items())
+    new = batches_since(done, json.loads(context.cursor)["done"] if context.cursor else {})
     if new < UPKEEP_EVERY_BATCHES:
         return SkipReason(f"{new} batches completed since the last upkeep request; upkeep every {UPKEEP_EVERY_BATCHES}")
     if _in_flight(context.instance):
@@ -230,3 +174,4 @@ UPKEEP_CHECKS = [date_ranges_do_not_overlap, file_count_under_limit]
 UPKEEP_JOBS = [layout_upkeep_job]
 UPKEEP_SCHEDULES = [layout_upkeep_schedule]
 UPKEEP_SENSORS = [layout_upkeep_sensor]
+UPKEEP = Parts(assets=UPKEEP_ASSETS, asset_checks=UPKEEP_CHECKS, jobs=UPKEEP_JOBS, sensors=UPKEEP_SENSORS, schedules=UPKEEP_SCHEDULES)

@@ -18,8 +18,8 @@ Caveat: a profile the processor already stored from changes newer than its snaps
 what those changes carried (the raw row keeps no per-key sequences). Backfill a tenant before its
 processor merges changes past the boundary.
 
-plan     stream `profile_backfill/<tenant>`, topic "<folder>?until=<iso>", one range per file
-         (index, 0, size): a re-run re-reads exactly the same files (a changed file is an error).
+plan     stream `profile_backfill/<tenant>`, a SnapshotSlice: the export's path, the boundary and
+         each file's name and size: a re-run re-reads exactly the same files (a changed file is an error).
 compute  Spark parses and validates, keeps the newest valid row per id, and builds the MERGE source
          with the processor's own plan (resolution.merge_source) against the raw rows read at
          version V, the snapshot's keys marked replaced (tombstone-like: the fold starts empty).
@@ -49,13 +49,14 @@ from engagement_platform.ingest.sources import INPUT, read_lines_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.profiles import snapshots
-from engagement_platform.profiles.processor.apply import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
+from engagement_platform.profiles.locks import tenant_lock_name
+from engagement_platform.profiles.processor.commit import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
 from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.processor.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
 from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
-from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
+from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
 QUARANTINE_PIPELINE = "profile_backfill"
@@ -90,42 +91,50 @@ def snapshot_files(path: str | Path) -> list[Path]:
     return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith((".", "_")))
 
 
-def plan_topic(path: str | Path, until: datetime) -> str:
-    return f"{Path(path).resolve()}?until={until.isoformat().replace('+00:00', 'Z')}"
+def _names_and_sizes(files: list[Path]) -> tuple[tuple[str, int], ...]:
+    return tuple((f.name, f.stat().st_size) for f in files)
 
 
-def plan_input(plan: BatchPlan) -> tuple[Path, datetime]:
-    folder, _, query = plan.topic.rpartition("?until=")
-    return Path(folder), parse_until(query)
+def snapshot_slice(path: str | Path, until: datetime) -> SnapshotSlice:
+    """The export as it is now: its resolved path, the boundary, each data file's name and size."""
+    return SnapshotSlice(str(Path(path).resolve()), until, _names_and_sizes(snapshot_files(path)))
 
 
 def plan_backfill(checkpoints: CheckpointStore, tenant: str, path: str | Path, until: datetime) -> tuple[BatchPlan, bool]:
     """(plan, already done). An unfinished plan of the tenant is resumed (it must be the same input);
     the same input as the last finished backfill is already done; anything else is a new batch."""
     stream = backfill_stream(tenant)
-    topic = plan_topic(path, until)
-    ranges = tuple(OffsetRange(i, 0, f.stat().st_size) for i, f in enumerate(snapshot_files(path)))
+    snapshot = snapshot_slice(path, until)
     latest, done = checkpoints.latest(stream)
-    same = latest is not None and (latest.topic, latest.ranges) == (topic, ranges)
+    same = latest is not None and latest.slice == snapshot
     if latest is not None and not done:
         if not same:
-            raise RuntimeError(f"{stream}: batch {latest.batch_id} ({latest.topic}) is unfinished; re-run it before a new backfill")
+            raise RuntimeError(f"{stream}: batch {latest.batch_id} ({latest.slice.key}) is unfinished; re-run it before a new backfill")
         return latest, False
     if same:
         return latest, True
-    plan = BatchPlan(stream, latest.batch_id + 1 if latest else 1, topic, ranges)
+    plan = BatchPlan(stream, latest.batch_id + 1 if latest else 1, snapshot)
     checkpoints.record_plan(plan)
     return plan, False
 
 
 def plan_files(plan: BatchPlan) -> list[Path]:
     """The plan's files, checked unchanged since it was planned."""
-    folder, _ = plan_input(plan)
-    files = snapshot_files(folder)
-    now = tuple(OffsetRange(i, 0, f.stat().st_size) for i, f in enumerate(files))
-    if now != plan.ranges:
-        raise RuntimeError(f"{folder} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable")
+    planned = plan.slice_as(SnapshotSlice)
+    files = snapshot_files(planned.path)
+    if _names_and_sizes(files) != planned.files:
+        raise RuntimeError(f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable")
     return files
+
+
+def backfill_spec(tenant: str) -> StreamSpec:
+    """The tenant's backfill as a stream: `run_batch` runs one stored plan (its slice names the export
+    and the boundary); whoever runs it holds the tenant lock."""
+
+    def run_batch(ctx: BatchContext, plan: BatchPlan) -> BackfillResult:
+        return run_backfill_plan(ctx.spark, ctx.lake, ctx.checkpoints, tenant, plan)
+
+    return StreamSpec(backfill_stream(tenant), backfill_app_id(tenant), run_batch, lock_name=tenant_lock_name(tenant))
 
 
 # ---- compute --------------------------------------------------------------------------------------
@@ -140,7 +149,8 @@ class SnapshotTenant(ColumnValidator):
     def errors(self) -> list[Column]:
         tenant = F.col("tenant")
         return [F.when(tenant.isNotNull() & (tenant != F.lit(self.params.tenant)),
-                       self.err("tenant", "tenant_mismatch", F.format_string(f"row of tenant %s in a backfill of {self.params.tenant}", tenant), tenant))]
+                       self.err("tenant", "tenant_mismatch",
+                                F.format_string(f"row of tenant %s in a backfill of {self.params.tenant}", tenant), tenant))]
 
 
 def snapshot_pipeline(tenant: str) -> Pipeline:
@@ -228,9 +238,9 @@ class BackfillResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def metadata(self) -> dict:
-        folder, until = plan_input(self.plan)
-        return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "path": str(folder), "until": until.isoformat(),
-                "files": len(self.plan.ranges), "already_done": self.already_done, "records_read": self.records_read,
+        snapshot = self.plan.slice_as(SnapshotSlice)
+        return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "path": snapshot.path, "until": snapshot.until.isoformat(),
+                "files": len(snapshot.files), "already_done": self.already_done, "records_read": self.records_read,
                 "rows_valid": self.rows_valid, "rows_beyond_boundary": self.rows_beyond_boundary,
                 "records_quarantined": self.records_quarantined, "rows_upserted": self.rows_upserted,
                 "rows_relinked": self.rows_relinked, **{f"{k}_version": v for k, v in self.versions.items()},
@@ -253,7 +263,7 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
                       before_commit: Callable[[], None] | None = None) -> BackfillResult:
     t0 = time.perf_counter()
     files = plan_files(plan)
-    _, until = plan_input(plan)
+    until = plan.slice_as(SnapshotSlice).until
     spec = raw_table_spec(tenant)
     read_version = lake.ensure(spec).version()
     pipeline = snapshot_pipeline(tenant)

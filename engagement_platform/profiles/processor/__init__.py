@@ -1,0 +1,1 @@
+"""Processor stream: per tenant, staged changes merged into the raw table under the tenant lock."""

@@ -3,15 +3,14 @@
 The processor's batch is a list of tenants, each with its staged files (the slice of profile_cdc_staging
 it merges) and its raw table's files. Each tenant is one input partition: an executor's Python worker
 reads the tenant's parquet files with pyarrow and runs tenant_merge.tenant_merge_source on them, so
-the rows go from storage straight into the fold. Measured against the same fold behind a Spark cogroup
-(parquet read in the JVM, shuffle and sort by tenant, Arrow to the worker: BENCHMARKS.md, issue 6),
-this skips the shuffle and one copy of every row.
+the rows go from storage straight into the fold. Compared with the same fold behind a Spark cogroup
+(parquet read in the JVM, shuffle and sort by tenant, Arrow to the worker), this skips the shuffle and
+one copy of every row.
 
 The task writes its tenant's MERGE source as an Arrow IPC file under the `handoff` directory and
 returns one row (tenant, file, rows); the driver reads the files for delta-rs's MERGE. This is how
 Spark's own writers work (tasks write files, the driver commits), and it spares the rows a trip
-through the JVM (Arrow -> rows -> Arrow) and the Spark Connect stream: about a fifth of the
-processor's compute phase at 1.7M changes (BENCHMARKS.md, issue 6).
+through the JVM (Arrow -> rows -> Arrow) and the Spark Connect stream (BENCHMARKS.md has the figures).
 
 Files are read as delta-rs wrote them (no deletion vectors, no column mapping: snapshots.py); staged
 files keep the tenant in their path, not in the rows. Files and the handoff directory go through

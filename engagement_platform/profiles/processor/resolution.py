@@ -12,9 +12,9 @@ promoted columns) in a Python worker:
 MERGE source rows carry `_action`: `upsert` (a whole new row, tombstones included) or `relink`
 (only related_ids / component_id of a row the batch did not change).
 
-Before, the fold ran as Spark column expressions (map<string,variant> per change and stored row,
-map_zip_with, to_json) and connected components as a second grouped job; on 2 cores that plan was
-most of a batch's time (BENCHMARKS.md, issue 6).
+Why not Spark column expressions: the fold needs a map<string,variant> per change and stored row
+(map_zip_with, to_json) and connected components a second grouped job; that plan costs most of a
+batch's time (BENCHMARKS.md).
 """
 
 from __future__ import annotations

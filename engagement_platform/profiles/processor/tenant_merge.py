@@ -15,8 +15,8 @@ the executors' cores. It does what the processor needs per tenant in one pass:
 
 Why Python here and not Spark columns: the field-level fold over schema-on-read JSON needs a map of
 variants per change and per stored row (from_json to map<string,variant>, map_zip_with, to_json), and
-on this 2-core machine that plan was the processor's whole cost (BENCHMARKS.md, issue 6); orjson
-parses and writes these small objects in about a microsecond each.
+that plan dominated the processor's cost (BENCHMARKS.md); orjson parses and writes these small objects
+cheaply.
 """
 
 from __future__ import annotations

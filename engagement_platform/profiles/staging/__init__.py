@@ -1,0 +1,1 @@
+"""CDC dumper stream: profile.cdc -> the append-only staging table and quarantine."""

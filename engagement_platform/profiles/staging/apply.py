@@ -1,7 +1,7 @@
 """CDC dumper: one planned slice of topic `profile.cdc` -> profile_cdc_staging + quarantine.
 
 compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses and
-         validates (profile_cdc_pipeline.yaml + records.JsonShape); one Arrow result comes back.
+         validates (pipeline.yaml + profiles/records.JsonShape); one Arrow result comes back.
 commit:  staging, then quarantine, each an append carrying the txn (app id, batch id); then the
          checkpoint says done. A re-run of the same plan skips tables that already hold the batch.
 
@@ -16,20 +16,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
-from engagement_platform.ingest.sources import read_kafka
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.profiles.records import profile_cdc_pipeline, validated_cdc
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_metadata
 
 STREAM = "profile_cdc"
 TENANTS_KEY = "tenants"  # staging commit metadata: comma-separated tenants of the commit
@@ -51,19 +52,15 @@ class StageResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def metadata(self) -> dict:
-        return {
-            "batch_id": self.plan.batch_id, "offset_ranges": self.plan.ranges_json(), "records_read": self.records_read,
-            "rows_staged": self.rows_staged, "records_quarantined": self.records_quarantined, "tenants": len(self.tenants),
-            **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
-        }
+        return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read, rows_staged=self.rows_staged,
+                              records_quarantined=self.records_quarantined, tenants=len(self.tenants))
 
 
 def validate_cdc_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, max_record_bytes: int | None = None,
                        kafka_config: dict | None = None) -> pa.Table:
     """The slice parsed and validated in Spark, with the staging columns; `_errors` says what is wrong."""
     config = profile_cdc_pipeline(plan.topic, max_record_bytes)
-    parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
-    return validated_cdc(config, parsed).toArrow()
+    return validate_kafka_slice(spark, config, bootstrap_servers, plan, kafka_config, transform=partial(validated_cdc, config))
 
 
 def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> tuple[pa.Table, pa.Table]:
@@ -104,3 +101,11 @@ def stage_cdc_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     seconds["commit"] = time.perf_counter() - t1
     bad = validated.num_rows - good.num_rows
     return StageResult(plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds)
+
+
+def run_batch(ctx: BatchContext, plan: BatchPlan) -> StageResult:
+    return stage_cdc_batch(ctx.spark, ctx.lake, ctx.checkpoints, ctx.kafka_servers, plan)
+
+
+# Staging is append-only: no lock (module docstring).
+SPEC = StreamSpec(name=STREAM, app_id=app_id(STREAM), run_batch=run_batch)

@@ -79,8 +79,7 @@ def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, 
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
     p = plan(kafka, checkpoints, topic)
 
-    command = ["-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(p.batch_id)]
-    crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
+    crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     assert_lake_equals_kafka(lake, expected, 1)
 
 
@@ -108,8 +107,7 @@ def test_a_key_sent_again_in_a_later_batch_is_quarantined_not_appended(spark, ka
     resent = produce_activities(kafka, topic, 5)  # the same generator seed: the first 5 ids again
     fresh = produce_activities(kafka, topic, 4, seed=9)
     p = plan(kafka, checkpoints, topic)
-    command = ["-m", "engagement_platform.cli", "ingest-batch", "--batch-id", str(p.batch_id)]
-    crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, QUARANTINE_ENGAGEMENT_INGESTION.name)
+    crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, QUARANTINE_ENGAGEMENT_INGESTION.name)
 
     assert_lake_equals_kafka(lake, {**expected, **fresh}, 5)
     q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()

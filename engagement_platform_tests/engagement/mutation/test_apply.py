@@ -11,18 +11,19 @@ from collections import Counter
 import pyarrow.compute as pc
 import pytest
 
-from engagement_platform.engagement.ingestion import apply as ingestion
 from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
 from engagement_platform.engagement.integrity import audit_notifications
 from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
-from engagement_platform.engagement.mutation.apply import APP_ID, STREAM, TARGET_NOT_FOUND, apply_mutation_batch, request_from_json
+from engagement_platform.engagement.mutation.apply import APP_ID, STREAM, TARGET_NOT_FOUND, apply_mutation_batch
+from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.crash import crash_then_rerun
-from engagement_platform_tests.support.activities import produce_activities
+from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests, req
 
 COMPARED = ("engagement_id", *OWNER_FIELDS, "engagement_date")
 
@@ -34,38 +35,8 @@ def mutation_topic(kafka) -> str:
     return name
 
 
-def ingest(spark, kafka, lake, checkpoints, topic):
-    p = plan_next_batch(ingestion.STREAM, topic, checkpoints.latest_plan(ingestion.STREAM), kafka.watermarks(topic), 10_000)
-    assert checkpoints.record_plan(p)
-    return ingestion.ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
-
-
-def produce_requests(kafka, topic, requests: list) -> None:
-    kafka.produce(topic, [(b"m", r if isinstance(r, bytes) else json.dumps(r).encode()) for r in requests])
-
-
-def plan_mutations(kafka, checkpoints, topic):
-    p = plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 10_000)
-    assert checkpoints.record_plan(p)
-    return p
-
-
-def mutate(spark, kafka, lake, checkpoints, topic, requests: list, **kwargs):
-    produce_requests(kafka, topic, requests)
-    return apply_mutation_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_mutations(kafka, checkpoints, topic), **kwargs)
-
-
-def rows_of(lake, org=None) -> list[dict]:
-    filters = [("org_id", "=", org)] if org else None
-    return lake.read(ENGAGEMENT_ACTIVITY.name, filters=filters).to_pylist()
-
-
 def projected(rows) -> dict:
     return {r["engagement_id"]: tuple(r.get(c) for c in COMPARED) for r in (rows.values() if isinstance(rows, dict) else rows)}
-
-
-def req(rid, org, minute, op, **fields) -> dict:
-    return {"request_id": rid, "org_id": org, "request_time": f"2026-02-01T10:{minute:02d}:00Z", "op": op, **fields}
 
 
 def pick(records: dict, org: str, column: str, count: int = 1) -> list[str]:
@@ -211,10 +182,6 @@ def test_expired_pending_and_malformed_requests_are_quarantined(spark, kafka, to
     assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["ghost"]
 
 
-def mutation_command(batch_id: int) -> list[str]:
-    return ["-m", "engagement_platform.engagement.mutation.apply", "--batch-id", str(batch_id)]
-
-
 @pytest.mark.parametrize("crash_after", [ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
 def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
     records = produce_activities(kafka, topic, 40)
@@ -231,7 +198,7 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     produce_requests(kafka, mutation_topic, requests)
     p = plan_mutations(kafka, checkpoints, mutation_topic)
 
-    rerun = crash_then_rerun(mutation_command(p.batch_id), lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
+    rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert (meta["requests_applied"], meta["pending_added"]) == (2, 1), "the re-run reaches the first attempt's decisions"
 
@@ -352,7 +319,7 @@ def test_spark_and_driver_reducers_give_the_same_tables(spark, kafka, topic, mut
 
 
 def test_reducer_setting(monkeypatch):
-    from engagement_platform.engagement.mutation.apply import mutation_reducer
+    from engagement_platform.engagement.mutation.reducer import mutation_reducer
 
     monkeypatch.delenv("EP_MUTATION_REDUCER", raising=False)
     monkeypatch.delenv("EP_MUTATION_SPARK_THRESHOLD", raising=False)

@@ -7,12 +7,10 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context, materia
 
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.engagement.mutation import apply as mutations
-from engagement_platform.engagement.assets import engagement_mutation
-from engagement_platform.engagement.partitions import mutation_batches
-from engagement_platform.engagement.sensors import engagement_mutation_sensor
+from engagement_platform.engagement.mutation.assets import engagement_mutation, engagement_mutation_sensor, mutation_batches
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
-from engagement_platform_tests.engagement.mutation.test_apply import ingest, produce_requests, rows_of
-from engagement_platform_tests.support.activities import produce_activities
+from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
+from engagement_platform_tests.support.mutations import mutate, produce_requests, req
 
 
 def test_sensor_plans_and_the_asset_applies_a_mutation_batch_with_checks(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch):
@@ -61,8 +59,7 @@ def test_sensor_retries_pending_requests_after_ingestion_without_new_requests(sp
     from dagster import SkipReason
 
     from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING, ENGAGEMENT_MUTATION_REQUESTS
-    from engagement_platform.engagement.sensors import RETRY_TAG
-    from engagement_platform_tests.engagement.mutation.test_apply import mutate, req
+    from engagement_platform.engagement.mutation.assets import RETRY_TAG
 
     mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutation_topic: 3})

@@ -13,7 +13,7 @@ from engagement_platform.engagement.mutation.hold_back import hold_back, request
 from engagement_platform.engagement.mutation.requests import in_date_range
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
-from engagement_platform_tests.engagement.mutation.reduction.test_fold import requests, tables
+from engagement_platform_tests.support.reduction import requests, tables
 
 
 def canonical_rows(batch) -> list[dict]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engagement_platform.engagement.mutation.apply import request_from_json
+from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.engagement.mutation.request_columns import (
     CANONICAL_SCHEMA, check_requests, mutation_requests, request_json,
 )

@@ -19,25 +19,24 @@ from hypothesis import strategies as st
 
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.engagement.mutation import apply as mutations
-from engagement_platform.engagement.assets import engagement_retention
 from engagement_platform.engagement.retention.erasure import ERASED_TABLES, subject_rows_remaining
 from engagement_platform.engagement.integrity import audit_notifications
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
-from engagement_platform.engagement.partitions import retention_batches
 from engagement_platform.engagement.retention.apply import APP_ID, STREAM, apply_retention_batch
 from engagement_platform.engagement.retention.requests import (
     ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, keyed_predicate, mentions,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.sensors import engagement_retention_sensor
+from engagement_platform.engagement.retention.assets import engagement_retention, engagement_retention_sensor, retention_batches
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.planning import plan_next_batch
-from engagement_platform_tests.support.crash import crash_then_rerun, run_batch_process
-from engagement_platform_tests.engagement.mutation.test_apply import ingest, mutate, rows_of
+from engagement_platform_tests.support.activities import ingest, rows_of
+from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
+from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests
 
 A, B = "00D000001", "00D000002"
 SUBJECT, CONTACT = "00QERASE01", "003ERASE02"
@@ -257,8 +256,7 @@ def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, top
     produce(kafka, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT), gdpr("t1", A, RETENTION, retention_days=30), b"{broken"])
     p = plan_retention(kafka, checkpoints, gdpr_topic)
 
-    command = ["-m", "engagement_platform.engagement.retention.apply", "--batch-id", str(p.batch_id)]
-    rerun = crash_then_rerun(command, lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
+    rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert (meta["requests_applied"], meta["requests_quarantined"]) == (2, 1)
 
@@ -387,9 +385,6 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
 ):
     """The mutation batch re-runs against its pinned pending version; an erasure committed after the pin
     must stay done: neither the carried pending request nor the batch's new one comes back."""
-    from engagement_platform_tests.engagement.mutation.test_apply import plan_mutations, produce_requests
-    from engagement_platform_tests.engagement.mutation.test_apply import mutation_command
-
     produce(kafka, topic, [activity("a1", A, date(2026, 1, 10), lead="00QKEEP")])
     ingest(spark, kafka, lake, checkpoints, topic)
 
@@ -400,14 +395,14 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     mutate(spark, kafka, lake, checkpoints, mutation_topic, [pending("m1", "00QNOTYET", to_id=SUBJECT), pending("m2", "00QOTHER")])
     produce_requests(kafka, mutation_topic, [pending("m3", "00QNOTYET2", to_id=SUBJECT), pending("m4", "00QOTHER2")])
     p = plan_mutations(kafka, checkpoints, mutation_topic)
-    crashed = run_batch_process(mutation_command(p.batch_id), lake_root, failpoint=f"{mutations.STREAM}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    crashed = run_batch(mutations.STREAM, lake_root, p.batch_id, failpoint=after_commit(mutations.STREAM, ENGAGEMENT_MUTATION_REQUESTS.name))
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
 
     result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT)])
     assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["m2"]
     assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["m2", "m4"]
 
-    rerun = run_batch_process(mutation_command(p.batch_id), lake_root)
+    rerun = run_batch(mutations.STREAM, lake_root, p.batch_id)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert checkpoints.is_done(mutations.STREAM, p.batch_id)
     assert sorted(lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist()) == ["m2", "m4"]

@@ -42,7 +42,7 @@ from engagement_platform.engagement.upkeep.assets import (
 from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.resources import LakeResource
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, KafkaSlice
 
 ORGS = ("00D000001", "00D000002", "00D000003")
 D0 = date(2026, 1, 5)
@@ -148,7 +148,7 @@ def test_upkeep_limited_to_one_org_leaves_the_others_overlapping(lake_root, lake
 
 def finish_batches(checkpoints, first: int, last: int, done: bool = True) -> None:
     for batch_id in range(first, last + 1):
-        plan = BatchPlan(STREAM, batch_id, "t", (OffsetRange(0, batch_id * 10, batch_id * 10 + 10),))
+        plan = BatchPlan(STREAM, batch_id, KafkaSlice("t", (OffsetRange(0, batch_id * 10, batch_id * 10 + 10),)))
         checkpoints.record_plan(plan)
         if done:
             checkpoints.mark_done(plan)

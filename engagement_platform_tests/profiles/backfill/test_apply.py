@@ -2,49 +2,15 @@
 tenant's raw table, its order against CDC changes, quarantine positions, and exactly-once re-runs."""
 
 import json
-import os
-import subprocess
-import sys
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from engagement_platform.profiles.backfill.apply import QUARANTINE_PIPELINE, backfill_app_id, backfill_stream, backfill_tenant
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
 from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_name
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
-
-UNTIL = "2026-01-05T12:00:00Z"
-
-
-def snap(pid, seq, fields=None, related=None, ts="2026-01-05T09:00:00Z", **extra) -> dict:
-    row = {"primary_id": pid, "record_type": "person", "cdc_seq": seq, "cdc_ts": ts, **extra}
-    if fields is not None:
-        row["fields"] = fields
-    if related is not None:
-        row["related_ids"] = related
-    return row
-
-
-def write_jsonl(path, rows) -> None:
-    path.write_bytes(b"".join((r if isinstance(r, bytes) else json.dumps(r).encode()) + b"\n" for r in rows))
-
-
-def write_parquet(path, rows) -> None:
-    """The hot store's Parquet layout: fields as JSON text, related ids as a list, a real timestamp."""
-    from datetime import datetime
-
-    table = pa.table({
-        "primary_id": [r["primary_id"] for r in rows],
-        "record_type": [r["record_type"] for r in rows],
-        "related_ids": pa.array([r.get("related_ids") for r in rows], pa.list_(pa.string())),
-        "cdc_seq": pa.array([r["cdc_seq"] for r in rows], pa.int64()),
-        "cdc_ts": pa.array([datetime.fromisoformat(r["cdc_ts"].replace("Z", "+00:00")) for r in rows], pa.timestamp("us", tz="UTC")),
-        "fields": [json.dumps(r["fields"]) if "fields" in r else None for r in rows],
-    })
-    pq.write_table(table, path)
+from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
+from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl, write_parquet
 
 
 def profiles(lake, tenant, include_deleted=False):
@@ -117,32 +83,15 @@ def test_snapshot_rows_order_against_cdc_changes_by_sequence(spark, kafka, lake,
     assert json.loads(profiles(lake, "acme")["1"]["fields"]) == {"a": 2, "c": 3}
 
 
-RUNNER = """
-import sys
-from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.profiles.backfill.apply import backfill_tenant
-from engagement_platform.spark.session import build_session
-lake = DeltaLake(sys.argv[1])
-backfill_tenant(build_session({"spark.remote": sys.argv[2]}), lake, CheckpointStore(lake), "acme", sys.argv[3], sys.argv[4])
-"""
-
-
 def test_backfill_killed_after_the_merge_then_rerun_is_exactly_once(stack, lake, lake_root, checkpoints, export):
-    def run(failpoint=None):
-        env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-        if failpoint:
-            env[FAILPOINT_ENV] = failpoint
-        return subprocess.run([sys.executable, "-c", RUNNER, lake_root, stack["SPARK_REMOTE"], str(export), UNTIL], env=env,
-                              capture_output=True, text=True, timeout=300)
-
+    stream, options = backfill_stream("acme"), ("--path", str(export), "--until", UNTIL)
     raw = raw_table_name("acme")
-    crashed = run(f"{backfill_stream('acme')}:after:{raw}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    crashed = run_batch(stream, lake_root, None, *options, failpoint=after_commit(stream, raw))
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
     assert lake.committed_version(raw, backfill_app_id("acme")) == 1
     assert not lake.exists(QUARANTINE_PROFILE_CDC.name)
     version = lake.table(raw).version()
-    rerun = run()
+    rerun = run_batch(stream, lake_root, 1, *options)  # resumes the unfinished batch 1
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert lake.table(raw).version() == version, "the re-run skipped the MERGE already committed"
     assert checkpoints.is_done(backfill_stream("acme"), 1)

@@ -2,9 +2,6 @@
 and across batches, exactly-once re-runs, and the sensor's question (unprocessed tenants)."""
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,8 +13,8 @@ from engagement_platform.profiles.processor.apply import (
 from engagement_platform.profiles.processor.progress import latest_progress
 from engagement_platform.profiles.tables import PROFILE_PROGRESS, raw_table_name
 from engagement_platform.profiles.processor.tenant_merge import new_handoff
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
+from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
 
 
 @pytest.fixture
@@ -125,37 +122,19 @@ def test_tenants_are_separate_and_found_by_the_sensor_question(spark, kafka, lak
     assert set(profiles(lake, "acme")) == {"1", "2"}
 
 
-RUNNER = """
-import sys
-from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.profiles.processor.apply import process_tenant
-from engagement_platform.spark.session import build_session
-lake = DeltaLake(sys.argv[1])
-process_tenant(build_session({"spark.remote": sys.argv[2]}), lake, CheckpointStore(lake), sys.argv[3])
-"""
-
-
 def test_processor_killed_after_the_merge_then_rerun_is_exactly_once(spark, kafka, stack, lake, lake_root, checkpoints, cdc_topic):
     stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "1", 1, {"n": 1}, related=["2"])], "acme")
     stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "1", 2, {"m": 2}), record("acme", "3", 3, {}, related=["2"])])
 
-    def run(failpoint=None):
-        env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-        if failpoint:
-            env[FAILPOINT_ENV] = failpoint
-        return subprocess.run([sys.executable, "-c", RUNNER, lake_root, stack["SPARK_REMOTE"], "acme"], env=env,
-                              capture_output=True, text=True, timeout=300)
-
-    raw = raw_table_name("acme")
-    crashed = run(f"{processor_stream('acme')}:after:{raw}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    stream, raw = processor_stream("acme"), raw_table_name("acme")
+    crashed = run_batch(stream, lake_root, failpoint=after_commit(stream, raw))  # plans batch 2 itself
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
     assert lake.committed_version(raw, processor_app_id("acme")) == 2
     assert latest_progress(lake)["acme"]["batch_id"] == 1
     version = lake.table(raw).version()
     # More staged meanwhile: the re-run still finishes exactly its planned slice.
     stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "9", 9, {})])
-    rerun = run()
+    rerun = run_batch(stream, lake_root, 2)  # resumes the unfinished batch 2
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert lake.table(raw).version() == version
     assert latest_progress(lake)["acme"]["batch_id"] == 2

@@ -1,9 +1,6 @@
 """The CDC dumper on the real broker, Spark Connect and Delta: validation, quarantine, exactly-once."""
 
 import json
-import os
-import subprocess
-import sys
 import threading
 
 import pyarrow.compute as pc
@@ -12,10 +9,10 @@ import pytest
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
 from engagement_platform.profiles.staging.apply import STREAM, app_id, stage_cdc_batch
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, bucket_of
-from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.planning import BatchPlan, KafkaSlice
 from engagement_platform_tests.support.cdc import encode, new_topic, plan_all, record, stage
+from engagement_platform_tests.support.crash import crash_then_rerun
 
 BAD = {
     "not_json": (b'{"tenant": "acme", "primary_id": ', {"malformed_record"}),
@@ -93,42 +90,13 @@ def test_rerun_of_a_staged_batch_changes_nothing(spark, kafka, lake, checkpoints
     assert lake.read(PROFILE_CDC_STAGING.name).num_rows == 10
 
 
-RUNNER = """
-import sys
-from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
-from engagement_platform.profiles.staging.apply import STREAM, stage_cdc_batch
-from engagement_platform.spark.session import build_session
-lake_root, bootstrap, remote, batch_id = sys.argv[1:5]
-lake = DeltaLake(lake_root)
-checkpoints = CheckpointStore(lake)
-spark = build_session({"spark.remote": remote})
-stage_cdc_batch(spark, lake, checkpoints, bootstrap, checkpoints.plan(STREAM, int(batch_id)))
-"""
-
-
 @pytest.mark.parametrize("crash_after", [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name])
 def test_dumper_killed_between_commits_then_rerun_is_exactly_once(spark, kafka, stack, lake, lake_root, checkpoints, crash_after):
     topic = new_topic(kafka)
     kafka.produce(topic, encode(good_records(12) + [BAD["missing_id"][0]]))
     plan = plan_all(kafka, checkpoints, topic)
 
-    def run(failpoint=None):
-        env = {k: v for k, v in os.environ.items() if k != FAILPOINT_ENV}
-        if failpoint:
-            env[FAILPOINT_ENV] = failpoint
-        args = [lake_root, kafka.bootstrap_servers, stack["SPARK_REMOTE"], str(plan.batch_id)]
-        return subprocess.run([sys.executable, "-c", RUNNER, *args], env=env, capture_output=True, text=True, timeout=300)
-
-    crashed = run(f"{STREAM}:after:{crash_after}")
-    assert crashed.returncode == 137, crashed.stderr[-2000:]
-    assert not checkpoints.is_done(STREAM, plan.batch_id)
-    assert lake.committed_version(crash_after, app_id(STREAM)) == plan.batch_id
-    rerun = run()
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert checkpoints.is_done(STREAM, plan.batch_id)
-    assert checkpoints.states(STREAM, plan.batch_id)[crash_after] == "already_committed"
+    crash_then_rerun(lake_root, lake, checkpoints, STREAM, app_id(STREAM), plan.batch_id, crash_after)
     assert lake.read(PROFILE_CDC_STAGING.name).num_rows == 12
     assert pc.count_distinct(lake.read(QUARANTINE_PROFILE_CDC.name)["row_id"]).as_py() == 1
 
@@ -139,7 +107,7 @@ def test_concurrent_dumpers_on_disjoint_partitions_never_conflict(spark, kafka, 
     for i, r in enumerate(records):
         kafka.produce(topic, encode([r]), partition=i % 2)
     marks = kafka.watermarks(topic)
-    plans = [BatchPlan(f"{STREAM}/p{p}", 1, topic, (OffsetRange(p, marks[p][0], marks[p][1]),)) for p in (0, 1)]
+    plans = [BatchPlan(f"{STREAM}/p{p}", 1, KafkaSlice(topic, (OffsetRange(p, marks[p][0], marks[p][1]),))) for p in (0, 1)]
     for p in plans:
         checkpoints.record_plan(p)
     lake.ensure(PROFILE_CDC_STAGING)

@@ -116,7 +116,7 @@ def reduction_table(org_id: str | None, reduction: Reduction, with_external_targ
 
 
 def reduction_from_rows(owner_rows, engagement_rows) -> Reduction:
-    """Rebuild one org's Reduction from its action rows (dicts), e.g. to apply it with cascade.apply_reduction."""
+    """Rebuild one org's Reduction from its action rows (dicts), e.g. to apply it with row_outcome.apply_reduction."""
     owner_actions = sorted(
         (
             OwnerAction(

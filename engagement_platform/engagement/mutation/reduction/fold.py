@@ -1,8 +1,10 @@
 """Exact cascade reduction of one org's batch of ID mutation requests (pure Python, no Spark).
+Long by design: the fold is one algorithm, and the proof below and the node, slot and fold classes
+that implement it are read together.
 
-Semantics (`cascade_reference.apply_one_by_one`): apply the requests one at a time in the order of
+Semantics (`reference.apply_one_by_one`): apply the requests one at a time in the order of
 (request_time, request_id). `reduce_requests` turns the batch into two small lookup tables
-(reduction.Reduction) that one Delta MERGE applies row by row (`row_outcome.reduced_row` is that
+(model.Reduction) that one Delta MERGE applies row by row (`row_outcome.reduced_row` is that
 per-row function, `outcome_table` the same computed column-wise for the stream), with the same
 result as the reference on any table.
 

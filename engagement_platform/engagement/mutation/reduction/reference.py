@@ -3,21 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable
 
-from engagement_platform.engagement.mutation.requests import OWNER_FIELDS, MutationRequest, Row, full_record, in_date_range
-
-
-def as_table(rows: Iterable[Mapping[str, Any]] | Mapping[str, Mapping[str, Any]]) -> dict[str, Row]:
-    """engagement_id -> row copy with every owner column and the date present."""
-    values = rows.values() if isinstance(rows, Mapping) else rows
-    table = {}
-    for row in values:
-        copy = dict(row)
-        for name in (*OWNER_FIELDS, "engagement_date"):
-            copy.setdefault(name, None)
-        table[copy["engagement_id"]] = copy
-    return table
+from engagement_platform.engagement.mutation.requests import MutationRequest, Row, as_table, full_record, in_date_range
 
 
 def apply_one_by_one(rows, requests: Iterable[MutationRequest]) -> dict[str, Row]:

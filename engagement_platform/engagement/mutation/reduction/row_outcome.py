@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from engagement_platform.engagement.mutation.reduction.reference import as_table
-from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, Row, day_key
+from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, Row, as_table, day_key
 from engagement_platform.engagement.mutation.reduction.model import OwnerFate, Reduction
 
 

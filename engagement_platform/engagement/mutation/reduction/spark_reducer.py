@@ -1,11 +1,11 @@
-"""The cascade reduction on Spark: one group per org, each reduced by the pure fold (cascade_fold).
+"""The cascade reduction on Spark: one group per org, each reduced by the pure fold (fold.py).
 
 `groupBy("org_id").applyInArrow` hands every org's requests to a Python worker on the server (the
-package is installed there), which runs `reduce_requests` and returns flat rows (reduction_arrow's
+package is installed there), which runs `reduce_requests` and returns flat rows (arrow.py's
 union schema, a `kind` column says which table a row belongs to). The grouped pass is checkpointed
 once and split, so the fold never runs twice.
 
-`reduce_to_arrow` is what the mutation stream calls (EP_MUTATION_REDUCER=spark|auto, see mutations.py):
+`reduce_to_arrow` is what the mutation stream calls (mutation/reducer.py, EP_MUTATION_REDUCER=spark|auto):
 the driver's checked requests go up as one Arrow relation, one grouped job reduces every org, and
 the union rows come back as one Arrow table, in the same per-org order as the driver's fold.
 """

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import date
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,17 +15,7 @@ from engagement_platform.engagement.mutation.reduction.model import OwnerFate
 from engagement_platform.engagement.mutation.reduction.arrow import reduction_table
 from engagement_platform.engagement.mutation.reduction.row_outcome import apply_reduction
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
-
-ORG = "00D000001"
-D1, D2, D3, D4 = (date(2026, 1, day) for day in (1, 2, 3, 4))
-
-
-def row(eid, day=D1, **owners):
-    return {"org_id": ORG, "engagement_id": eid, "engagement_date": day, "subject": f"s-{eid}", **owners}
-
-
-def rename(rid, time, old, new, field="lead_id", **dates):
-    return R.convert(rid, ORG, time, field, old, field, new, **dates)
+from engagement_platform_tests.support.reduction import D1, D2, D3, D4, EIDS, ORG, rename, requests, row, tables
 
 
 def assert_exact(rows, requests):
@@ -190,58 +178,7 @@ def test_stats_count_requests_and_actions():
     assert (stats.requests_in, stats.owner_actions, stats.engagement_actions, stats.reduction_ratio) == (10, 1, 0, 10.0)
 
 
-# ---------------------------------------------------------------- random batches
-
-# Small pools so that random requests keep hitting the same ids, rows and dates.
-POOLS = {name: [f"{name[0].upper()}{i}" for i in range(1, 3)] for name in OWNER_FIELDS}
-DAYS = [D1, D2, D3]
-EIDS = [f"e{i}" for i in range(4)]
-maybe_day = st.one_of(st.none(), st.sampled_from(DAYS))
-owner_field = st.sampled_from(OWNER_FIELDS)
-
-
-@st.composite
-def owners(draw):
-    return {name: draw(st.one_of(st.none(), st.sampled_from(POOLS[name]))) for name in OWNER_FIELDS}
-
-
-@st.composite
-def tables(draw):
-    eids = draw(st.lists(st.sampled_from(EIDS), unique=True, min_size=1, max_size=4))
-    return [row(eid, draw(maybe_day), **draw(owners())) for eid in eids]
-
-
-MIXED = ("rename", "rename", "convert", "convert", "merge", "delete_owner", "delete_engagement", "update")
-
-
-@st.composite
-def requests(draw, kinds=MIXED, fields=OWNER_FIELDS, eids=EIDS):
-    out = []
-    for i in range(draw(st.integers(1, 16))):
-        if out and draw(st.integers(0, 9)) == 0:
-            out.append(draw(st.sampled_from(out)))  # a redelivered duplicate
-            continue
-        rid, time = f"r{draw(st.integers(0, 99)):02d}-{i}", draw(st.integers(0, 3))  # equal times are common
-        dates = {}
-        if draw(st.booleans()):
-            dates = {"date_from": draw(maybe_day), "date_to": draw(maybe_day)}
-        kind, field, to_field = draw(st.sampled_from(kinds)), draw(st.sampled_from(fields)), draw(st.sampled_from(fields))
-        owner_id, to_id = draw(st.sampled_from(POOLS[field])), draw(st.sampled_from(POOLS[to_field]))
-        if kind == "rename":
-            out.append(rename(rid, time, owner_id, draw(st.sampled_from(POOLS[field])), field, **dates))
-        elif kind == "convert":
-            out.append(R.convert(rid, ORG, time, field, owner_id, to_field, to_id, **dates))
-        elif kind == "merge":
-            ids = draw(st.lists(st.sampled_from(POOLS[field]), min_size=1, max_size=3))
-            out.append(R.merge(rid, ORG, time, field, ids, draw(st.sampled_from(POOLS[field])), **dates))
-        elif kind == "delete_owner":
-            out.append(R.delete_owner(rid, ORG, time, field, owner_id, **dates))
-        elif kind == "delete_engagement":
-            out.append(R.delete_engagement(rid, ORG, time, draw(st.sampled_from(eids)), **dates))
-        else:
-            record = {"engagement_date": draw(maybe_day), "subject": f"u{i}", **draw(owners())}
-            out.append(R.update(rid, ORG, time, draw(st.sampled_from(eids)), record, **dates))
-    return out
+# ---------------------------------------------------------------- random batches (support/reduction.py)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

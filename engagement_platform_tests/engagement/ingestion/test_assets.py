@@ -1,14 +1,10 @@
 from dagster import AssetKey, DagsterInstance, materialize
 
-from engagement_platform.engagement.assets import INGESTION_ASSET, engagement_ingestion
-from engagement_platform.engagement.checks import (
-    NO_DUPLICATE_ENGAGEMENT_IDS,
-    NOTIFICATIONS_MATCH_CHANGES,
-    OFFSET_RANGES_CONTIGUOUS,
-    RECORDS_CONSERVED,
-)
+from engagement_platform.engagement.assets import INGESTION_ASSET
 from engagement_platform.engagement.ingestion.apply import STREAM
-from engagement_platform.engagement.partitions import ingestion_batches
+from engagement_platform.engagement.ingestion.assets import engagement_ingestion, ingestion_batches
+from engagement_platform.engagement.ingestion.checks import NO_DUPLICATE_ENGAGEMENT_IDS
+from engagement_platform.orchestration.checks import NOTIFICATIONS_MATCH_CHANGES, OFFSET_RANGES_CONTIGUOUS, RECORDS_CONSERVED
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource

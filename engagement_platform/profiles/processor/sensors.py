@@ -1,51 +1,24 @@
-"""Sensors of the profile CDC lake: the dumper (plans Kafka slices), the processor (one run per tenant
-with unmerged staged changes) and the lag monitor (the replication lag check, every minute)."""
-
-from __future__ import annotations
+"""Sensors of the profile processor: one run per tenant with unmerged staged changes, and the lag
+monitor (the replication lag check of every tenant and the topic's CDC lag, every minute)."""
 
 import json
 
-from dagster import (
-    AssetCheckEvaluation,
-    AssetObservation,
-    DefaultSensorStatus,
-    RunRequest,
-    RunsFilter,
-    SensorEvaluationContext,
-    SensorResult,
-    SkipReason,
-    sensor,
-)
+from dagster import AssetCheckEvaluation, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
+from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED
-from engagement_platform.engagement.assets import watermark_metadata
-from engagement_platform.engagement.sensors import kafka_stream_tick
-from engagement_platform.profiles.assets import RAW_ASSET, TOPIC_ASSET, cdc_lag_metadata
-from engagement_platform.profiles.checks import lag_check
-from engagement_platform.profiles.jobs import profile_cdc_staging_job, profile_processor_job
-from engagement_platform.profiles.lag import profile_cdc_topic, staged_offsets, tenant_lags
-from engagement_platform.profiles.partitions import profile_cdc_batches, profile_tenants
+from engagement_platform.orchestration.topics import topic_observation
+from engagement_platform.profiles.assets import RAW_ASSET, TOPIC_ASSET, cdc_observation_metadata, profile_tenants
+from engagement_platform.profiles.lag import tenant_lags
 from engagement_platform.profiles.processor.apply import processor_stream
+from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
+from engagement_platform.profiles.processor.checks import lag_check
 from engagement_platform.profiles.processor.progress import latest_progress, unprocessed_tenants
-from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
 from engagement_platform.resources import KafkaResource, LakeResource
+from engagement_platform.settings import load_settings
 
 STAGING_RANGE_TAG = "profile/staging_versions"  # "<after>-<up to>" as the sensor saw them
-
-
-@sensor(job=profile_cdc_staging_job, minimum_interval_seconds=5, default_status=DefaultSensorStatus.RUNNING)
-def profile_cdc_dumper_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-    """Plans the next offset slice of profile.cdc when the previous dumper batch is done."""
-    topic = profile_cdc_topic()
-    staged = staged_offsets(lake.checkpoints)  # before this tick's plan: what is really staged
-    result = kafka_stream_tick(context, kafka, lake, STREAM, topic, profile_cdc_batches, TOPIC_ASSET)
-    if isinstance(result, SensorResult) and result.asset_events:  # the topic observation, plus its lag
-        marks = kafka.client.watermarks(topic)
-        observed = AssetObservation(asset_key=TOPIC_ASSET, metadata={**watermark_metadata(marks), **cdc_lag_metadata(marks, staged)})
-        return SensorResult(run_requests=result.run_requests, skip_reason=result.skip_reason, cursor=result.cursor,
-                            dynamic_partitions_requests=result.dynamic_partitions_requests, asset_events=[observed])
-    return result
 
 
 def processor_run_key(tenant: str, after: int, up_to: int, attempt: int) -> str:
@@ -82,6 +55,8 @@ def profile_processor_sensor(context: SensorEvaluationContext, lake: LakeResourc
                                    tags={STREAM_TAG: processor_stream(tenant), STAGING_RANGE_TAG: span}))
     known = set(instance.get_dynamic_partitions(profile_tenants.name))
     new = [t for t in tenants if t not in known]
+    # Progress (in the lake) decides what runs, so a lost cursor never skips a tenant; the cursor records
+    # what this tick saw, for the UI.
     cursor = json.dumps({"staging_version": current, "tenants": {t: progress.get(t, -1) for t in tenants}})
     return SensorResult(
         run_requests=requests,
@@ -97,7 +72,10 @@ def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, l
     profile_raw partition (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
     lags = tenant_lags(lake.lake, tenants)
-    marks = kafka.client.watermarks(profile_cdc_topic())
-    events = [AssetObservation(asset_key=TOPIC_ASSET, metadata={**watermark_metadata(marks), **cdc_lag_metadata(marks, staged_offsets(lake.checkpoints))})]
+    marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
+    events = [topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))]
     events += [AssetCheckEvaluation(asset_key=RAW_ASSET, partition=t, **lag_check(lag)) for t, lag in lags.items()]
     return SensorResult(asset_events=events, skip_reason=None if tenants else "no tenant partitions yet")
+
+
+PROCESSOR = Parts(assets=[profile_raw], jobs=[profile_processor_job], sensors=[profile_processor_sensor, profile_lag_sensor])

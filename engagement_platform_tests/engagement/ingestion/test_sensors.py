@@ -3,11 +3,9 @@ import json
 import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
 
-from engagement_platform.engagement.assets import engagement_ingestion
 from engagement_platform.engagement.ingestion.apply import STREAM
+from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.orchestration.runs import MAX_ATTEMPTS, STREAM_TAG
-from engagement_platform.engagement.partitions import ingestion_batches
-from engagement_platform.engagement.sensors import engagement_ingestion_sensor
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.support.activities import produce_activities
 
