@@ -24,6 +24,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: the benchmarks package
 from _stack import bench_stack, machine  # noqa: E402
 
 from engagement_platform.streams.coordinator import Coordinator, JobSpec  # noqa: E402
