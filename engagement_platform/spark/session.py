@@ -133,7 +133,7 @@ def connect_shared(remote: str) -> SparkSession:
         if _CLOSED not in str(e):
             raise
         # Close the refused client now: left to SparkSession.__del__ at interpreter exit, a refused
-        # client's channel hung the process (pyspark 4.2, grpcio; measured, killed after 12 min).
+        # client's channel hung the process (pyspark 4.2, grpcio: it never exited).
         spark.client.close()
         spark.client.close = lambda: None
         raise SharedSessionClosed(

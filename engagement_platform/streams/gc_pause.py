@@ -2,7 +2,7 @@
 
 The collector's full passes scan every live container, so a loop that builds hundreds of thousands
 of dicts and lists (none of them in a reference cycle) pays for scanning them again and again:
-measured at a quarter to 40% of the profile fold, the cascade fold and the Kafka fetch loop.
+a large share of the profile fold, the cascade fold and the Kafka fetch loop (BENCHMARKS.md).
 Reference counting still frees everything; only cyclic garbage waits until the collector is back.
 """
 
