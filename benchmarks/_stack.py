@@ -68,3 +68,25 @@ def wait_for_broker_idle(state_dir: str, quiet_seconds: float = 3.0, timeout: fl
         if time.monotonic() - quiet_since >= quiet_seconds:
             break
     return time.monotonic() - start
+
+
+def restart_spark(master: str) -> None:
+    """Restart the bench stack's Spark Connect server on another master (e.g. local[1]), same ports."""
+    env = {**os.environ, **PORTS, "SPARK_MASTER": master}
+    env.pop("SPARK_REMOTE", None)
+    for action in ("stop", "start"):
+        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), action, "spark"], env=env, check=True, capture_output=True)
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every process on the machine has used since boot (all cores, idle and iowait left out)."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process (the driver: the client that plans and commits)."""
+    times = os.times()
+    return times.user + times.system

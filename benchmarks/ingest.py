@@ -5,18 +5,22 @@
 Produces the events to a fresh local broker, then ingests them in planned batches exactly as the
 sensor-launched runs do (plan -> read -> validate -> data + quarantine + notifications + checkpoint).
 Prints events/s from the first read to the last commit; the Spark Connect server start is reported
-separately. Baseline in the same run: reading the same offsets with confluent-kafka alone.
+separately. Baseline in the same run: reading the same offsets with confluent-kafka alone. Then the
+same offsets again into a fresh lake with the Spark server on one core (local[1]): the speedup of the
+second core, and the driver's share of all CPU the machine spent (the driver only plans and commits).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+from dataclasses import dataclass
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stack import bench_stack, machine, wait_for_broker_idle  # noqa: E402
+from _stack import bench_stack, machine, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
 from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
@@ -29,14 +33,48 @@ from engagement_platform.streams.planning import plan_next_batch  # noqa: E402
 TOPIC = "bench.engagement.activities"
 
 
+@dataclass
+class IngestRun:
+    batches: int
+    appended: int
+    rejected: int
+    files: int
+    seconds: float
+    phases: dict[str, float]
+    driver_cpu: float
+    machine_cpu: float
+
+
+def ingest_all(spark, env: dict, marks: dict, per_partition: int, lake_dir: str) -> IngestRun:
+    """Every planned batch of the topic into a fresh lake, as the sensor-launched runs do."""
+    lake = DeltaLake(str(Path(env["EP_STATE_DIR"]) / lake_dir))
+    store = CheckpointStore(lake)
+    appended = rejected = batches = 0
+    phases: dict[str, float] = {}
+    cpu0, busy0, t = own_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
+    while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, per_partition)) is not None:
+        store.record_plan(plan)
+        result = ingest_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan)
+        appended += result.rows_appended
+        rejected += result.rows_rejected
+        batches += 1
+        for k, v in result.seconds.items():
+            phases[k] = phases.get(k, 0.0) + v
+    seconds = time.perf_counter() - t
+    driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
+    return IngestRun(batches, appended, rejected, len(lake.file_stats("engagement_activity")), seconds, phases, driver, busy)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=2_000_000)
     parser.add_argument("--per-partition", type=int, default=250_000, help="batch bound per Kafka partition")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--orgs", type=int, default=1000)
+    parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()
     with bench_stack("ingest") as env:
         kafka = KafkaClient(env["KAFKA_BOOTSTRAP_SERVERS"])
         kafka.create_topics({TOPIC: args.partitions})
@@ -63,34 +101,32 @@ def main() -> None:
         spark.range(1).count()
         connect_s = time.perf_counter() - t
 
-        lake = DeltaLake(env["EP_LAKE_ROOT"])
-        store = CheckpointStore(lake)
-        appended = rejected = batches = 0
-        phases = {"read_validate": 0.0, "commit": 0.0}
-        t = time.perf_counter()
-        while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, args.per_partition)) is not None:
-            store.record_plan(plan)
-            result = ingest_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan)
-            appended += result.rows_appended
-            rejected += result.rows_rejected
-            batches += 1
-            for k in phases:
-                phases[k] += result.seconds[k]
-        ingest_s = time.perf_counter() - t
-        files = len(lake.file_stats("engagement_activity"))
+        run = ingest_all(spark, env, marks, args.per_partition, "lake")
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
-
+        scaled = None
+        if not args.no_scaling:  # the same offsets again with Spark on one core: what a second executor core buys
+            restart_spark("local[1]")
+            one = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
+            one.range(1).count()
+            scaled = ingest_all(one, env, marks, args.per_partition, "lake-local1")
+            one.stop()
     print(f"machine: {machine()}")
+    print(f"load average before: {load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}")
     print(f"input: {total:,} events ({avg_bytes:.0f} B avg) on {args.partitions} partitions, {args.orgs} orgs; batches of <= {args.per_partition:,}/partition")
     print(f"stack start (ZooKeeper not needed; broker + Spark Connect server JVM): {env['stack_start_seconds']:.1f} s")
     print(f"produce: {produce_s:.1f} s ({total / produce_s:,.0f} events/s); then {settle_s:.0f} s until the broker finished persisting")
     print(f"spark connect session + first job: {connect_s:.2f} s")
-    print(f"ingest: {batches} batches, {appended:,} appended, {rejected:,} quarantined, {files} data files")
-    print(f"ingest: {ingest_s:.1f} s first read -> last commit = {total / ingest_s:,.0f} events/s "
-          f"(read+validate {phases['read_validate']:.1f} s, commits {phases['commit']:.1f} s)")
+    print(f"ingest: {run.batches} batches, {run.appended:,} appended, {run.rejected:,} quarantined, {run.files} data files")
+    print(f"ingest: {run.seconds:.1f} s first read -> last commit = {total / run.seconds:,.0f} events/s "
+          "(" + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items()) + ")")
+    print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the ingest "
+          f"= {run.driver_cpu / run.machine_cpu:.0%}")
+    if scaled is not None:
+        print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
+              f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})")
     print(f"baseline (confluent-kafka exact-range read only, no parse/write): {baseline_s:.1f} s = {total / baseline_s:,.0f} events/s")
-    print(f"ratio ingest/baseline throughput: {baseline_s / ingest_s:.2f}")
-    assert appended + rejected == total, "every event is appended or quarantined"
+    print(f"ratio ingest/baseline throughput: {baseline_s / run.seconds:.2f}")
+    assert run.appended + run.rejected == total, "every event is appended or quarantined"
 
 
 if __name__ == "__main__":

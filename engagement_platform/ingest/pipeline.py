@@ -166,8 +166,14 @@ def validate_kafka_slice(spark: SparkSession, config: PipelineConfig, bootstrap_
     """One planned Kafka slice (the plan's topic and exact offset ranges) read, parsed and validated in Spark,
     back as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame (default: the
     config's Pipeline), for a stream that adds checks of its own."""
+    return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config, transform).toArrow()
+
+
+def validated_kafka_frame(spark: SparkSession, config: PipelineConfig, bootstrap_servers: str, plan: BatchPlan,
+                          kafka_config: dict | None = None, transform: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
+    """validate_kafka_slice's frame, for a stream whose Spark tasks go on to write the rows themselves."""
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
-    return (transform or Pipeline.from_config(config).transform)(parsed).toArrow()
+    return (transform or Pipeline.from_config(config).transform)(parsed)
 
 
 def reject_on_driver(validated: pa.Table, errors: list, flagged: list[int], bootstrap_servers: str, topic: str,

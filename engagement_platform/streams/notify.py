@@ -18,17 +18,20 @@ if TYPE_CHECKING:
 
 
 def notification_step(lake: DeltaLake, notifications: TableSpec, table: str, app_id: str, plan: BatchPlan, at: datetime,
-                      appended: pa.Table | None = None) -> CommitStep:
+                      appended: pa.Table | None = None, appended_counts: dict[str, dict[str, int]] | None = None) -> CommitStep:
     """Commit step of `notifications` for the batch's commit of `table` (an earlier step of the same batch).
 
     Counts come from `appended`, the rows this attempt appended to `table` (an append's change feed holds
-    exactly them), or, when None, from the commit's change data feed. When the step of `table` committed
+    exactly them), or `appended_counts` (org -> counts, when the rows never reached this process), or,
+    when both are None, from the commit's change data feed. When the step of `table` committed
     nothing in this attempt, an earlier attempt may have: that commit is found by its txn and counted from
     its change feed; with no commit at all (nothing to change) the step commits no rows, only its txn."""
 
     def commit(txn: BatchTxn, done: Outcomes) -> int | None:
         version = done.get(table)
-        counts = inserted_counts(appended) if version is not None and appended is not None else None
+        counts = None
+        if version is not None:
+            counts = inserted_counts(appended) if appended is not None else appended_counts
         if version is None:
             version = lake.find_batch_commit(table, app_id, plan.batch_id)
         if version is None:

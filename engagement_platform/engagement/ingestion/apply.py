@@ -1,12 +1,15 @@
 """Ingestion stream: one planned Kafka slice -> engagement_activity + quarantine + notifications.
 
 compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses
-         and validates (pipeline.yaml); one Arrow result comes back, split into good rows and
-         quarantine rows. Keys engagement_activity already holds are checked at the version pinned
-         in the data commit's metadata (streams/pin.py), so a re-run marks the same rows.
-commit:  data table, then quarantine, then notifications (counts from the appended rows, or from the
-         data commit's change feed when an earlier attempt made it), each with the txn (app id,
-         batch id); then the checkpoint says done.
+         and validates (pipeline.yaml); each Spark task writes its valid rows as Parquet files into
+         engagement_activity's folder (write_task.py) and hands back file actions, keys and rejected
+         rows. On the driver, later copies of a key within the slice and keys engagement_activity
+         already holds (at the version pinned in the data commit's metadata, streams/pin.py, so a
+         re-run marks the same rows) are quarantined, and the rare file holding one is rewritten.
+commit:  the data files in one commit, then quarantine, then notifications (counts from the files,
+         or from the data commit's change feed when an earlier attempt made it), each with the txn
+         (app id, batch id); then the checkpoint says done. Files an attempt wrote but never
+         committed are deleted by the next attempt of the batch (lake/file_writes.py).
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_NOTIFICATIONS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validate_kafka_slice
+from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, write_task
+from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validated_kafka_frame
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, rewrite_files, writer_tag
+from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
+from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform.streams.notify import notification_step
 from engagement_platform.streams.pin import Pin, pin_batch
@@ -41,6 +47,7 @@ from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_met
 
 STREAM = "ingestion"
 APP_ID = "engagement.ingestion"
+DATA_FILES = "data_files"  # the failpoint step after the executors wrote the batch's files
 
 
 @dataclass
@@ -57,25 +64,6 @@ class IngestResult:
     def metadata(self) -> dict:
         return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read,
                               rows_appended=self.rows_appended, rows_rejected=self.rows_rejected)
-
-
-def validate_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, lake: DeltaLake, activity_version: int,
-                   kafka_config: dict | None = None) -> pa.Table:
-    """The ingest framework parses and validates the slice in Spark; on the driver, later copies of a key
-    within the slice and keys engagement_activity already holds at `activity_version` are marked, and their
-    raw bytes (which Spark returns only for rows it rejected) are read back from Kafka by offset."""
-    validated = validate_kafka_slice(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan, kafka_config)
-    validated, in_batch = mark_duplicates_in_batch(validated)
-    validated, in_table = mark_already_in_table(validated, existing_keys(lake, activity_version, validated, plan.batch_id))
-    flagged = in_batch + in_table
-    if flagged:
-        wanted = {(validated[SOURCE_PARTITION][i].as_py(), validated[SOURCE_OFFSET][i].as_py()): i for i in flagged}
-        raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), plan.topic, set(wanted))
-        values = validated[RAW].to_pylist()
-        for position, i in wanted.items():
-            values[i] = raw[position]
-        validated = validated.set_column(validated.schema.get_field_index(RAW), RAW, pa.array(values, pa.binary()))
-    return validated
 
 
 EXISTING_SCHEMA = pa.schema([("org_id", pa.string()), ("engagement_id", pa.string()), ("batch_id", pa.int64())])
@@ -103,19 +91,53 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     return pin_batch(lake, ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name])
 
 
-def split_rows(validated: pa.Table, plan: BatchPlan, ingested_at: datetime) -> tuple[pa.Table, pa.Table]:
-    """(rows for engagement_activity, one quarantine row per error of each bad record)."""
-    n_errors = pc.list_value_length(validated[ERRORS])
-    good = validated.filter(pc.equal(n_errors, 0))
-    n = good.num_rows
-    good = (
-        good.drop_columns([ERRORS, RAW, INPUT, ROW_ID])
-        .rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
-        .append_column("ingestion_time", pa.array([ingested_at] * n, pa.timestamp("us", tz="UTC")))
-        .append_column("batch_id", pa.array([plan.batch_id] * n, pa.int64()))
-    )
-    context = QuarantineContext(STREAM, plan.batch_id, plan.topic, ingested_at, kafka=True)
-    return good, quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context)
+def flag_duplicates(keys: pa.Table, lake: DeltaLake, activity_version: int, batch_id: int) -> pa.Table:
+    """The valid rows (their keys) that must not be appended, each with its one error: later copies of a key
+    within the slice, then keys engagement_activity already holds at `activity_version`."""
+    error_type = pa.list_(pa.struct([(name, pa.string()) for name in ERROR_FIELDS]))
+    checked = keys.append_column(ERRORS, pa.array([[]] * keys.num_rows, error_type))
+    checked, in_batch = mark_duplicates_in_batch(checked)
+    checked, in_table = mark_already_in_table(checked, existing_keys(lake, activity_version, checked, batch_id))
+    return checked.take(pa.array(sorted(in_batch + in_table), pa.int64()))
+
+
+def with_raw_bytes(flagged: pa.Table, bootstrap_servers: str, topic: str, kafka_config: dict | None = None) -> pa.Table:
+    """`flagged` with each record's raw bytes, read back from Kafka by offset (the executors kept them)."""
+    positions = list(zip(flagged[SOURCE_PARTITION].to_pylist(), flagged[SOURCE_OFFSET].to_pylist()))
+    raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), topic, set(positions)) if positions else {}
+    return (flagged.append_column(RAW, pa.array([raw.get(p) for p in positions], pa.binary()))
+            .append_column(INPUT, pa.nulls(flagged.num_rows, pa.string())))
+
+
+QUARANTINED_COLUMNS = [ERRORS, SOURCE_PARTITION, SOURCE_OFFSET, "org_id", RAW, INPUT]
+
+
+def quarantine_of(rejected: pa.Table | None, flagged: pa.Table, plan: BatchPlan, at: datetime) -> pa.Table:
+    """One quarantine row per error: of the records Spark rejected, then of the duplicates the driver found."""
+    parts = [t.select(QUARANTINED_COLUMNS).cast(flagged.select(QUARANTINED_COLUMNS).schema) for t in (rejected, flagged)
+             if t is not None and t.num_rows]
+    bad = pa.concat_tables(parts) if parts else flagged.select(QUARANTINED_COLUMNS)
+    return quarantine_rows(bad, QuarantineContext(STREAM, plan.batch_id, plan.topic, at, kafka=True))
+
+
+def positions(rows: pa.Table, partition: str = SOURCE_PARTITION, offset: str = SOURCE_OFFSET) -> pa.ChunkedArray:
+    """Each row's Kafka position as one comparable value ("partition:offset")."""
+    return pc.binary_join_element_wise(pc.cast(rows[partition], pa.string()), pc.cast(rows[offset], pa.string()), ":")
+
+
+def drop_flagged(lake: DeltaLake, files: list[WrittenFile], flagged: pa.Table, tag: str) -> list[WrittenFile]:
+    """The batch's files without the flagged rows: only the files of orgs that hold one are rewritten."""
+    if flagged.num_rows == 0:
+        return files
+    orgs = set(flagged["org_id"].to_pylist())
+    dropped = positions(flagged)
+
+    def keep(rows: pa.Table) -> pa.Array:
+        return pc.invert(pc.is_in(positions(rows, "source_partition", "source_offset"), value_set=dropped))
+
+    touched = [f for f in files if f.partition_values.get("org_id") in orgs]
+    rewritten = rewrite_files(lake.uri(ENGAGEMENT_ACTIVITY.name), ENGAGEMENT_ACTIVITY, touched, keep, tag, lake.storage_options)
+    return [f for f in files if f.partition_values.get("org_id") not in orgs] + rewritten
 
 
 def ingest_batch(
@@ -125,32 +147,61 @@ def ingest_batch(
     bootstrap_servers: str,
     plan: BatchPlan,
 ) -> IngestResult:
+    """Spark tasks parse, validate and write the valid rows as data files (written_files.py); the driver
+    checks the keys for duplicates, rewrites the rare file holding one, then commits the files, the
+    quarantine and the notifications, each once."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     pin = batch_pin(lake, plan.batch_id)
-    validated = validate_slice(spark, bootstrap_servers, plan, lake, pin.versions[ENGAGEMENT_ACTIVITY.name])
-    seconds["read_validate"] = time.perf_counter() - t0
-
+    tag = writer_tag(APP_ID, plan.batch_id)
+    written = not (lake.exists(ENGAGEMENT_ACTIVITY.name) and lake.already_committed(ENGAGEMENT_ACTIVITY.name, BatchTxn(APP_ID, plan.batch_id)))
+    if written:
+        delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
+        lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
     ingested_at = datetime.now(timezone.utc)  # this attempt's clock: the pin fixes what the keys are checked against
-    good, errors = split_rows(validated, plan, ingested_at)
-    bad_records = validated.num_rows - good.num_rows
+    frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
+    task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options)
+    handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
+    failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
+    files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
+    keys = handed.get(KEYS, pa.table({c: pa.array([], t) for c, t in KEY_TYPES.items()}))
+    rejected = handed.get(REJECTED)
+    seconds["read_validate_write"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    flagged = with_raw_bytes(flag_duplicates(keys, lake, pin.versions[ENGAGEMENT_ACTIVITY.name], plan.batch_id),
+                             bootstrap_servers, plan.topic)
+    files = drop_flagged(lake, files, flagged, tag) if written else files
+    errors = quarantine_of(rejected, flagged, plan, ingested_at)
+    appended = {}
+    for f in files:
+        counts = appended.setdefault(f.partition_values["org_id"], {"inserted": 0, "updated": 0, "deleted": 0})
+        counts["inserted"] += f.rows
+    seconds["duplicates"] = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
     versions = commit_batch(
         plan,
         APP_ID,
         [
-            CommitStep(ENGAGEMENT_ACTIVITY.name, lambda txn, _: lake.append(ENGAGEMENT_ACTIVITY, good, txn)),
+            CommitStep(ENGAGEMENT_ACTIVITY.name, lambda txn, _: commit_files(lake, ENGAGEMENT_ACTIVITY, files, txn)),
             CommitStep(QUARANTINE_ENGAGEMENT_INGESTION.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_INGESTION, errors, txn)),
-            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, ingested_at, appended=good),
+            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, ingested_at, appended_counts=appended),
         ],
         checkpoints,
         ranges=plan.ranges_json(),
         **pin.metadata(),  # read back by a re-run (batch_pin)
     )
-    seconds["commit"] = time.perf_counter() - t1
-    org_ids = sorted(pc.unique(good["org_id"]).to_pylist())
-    return IngestResult(plan, validated.num_rows, good.num_rows, bad_records, errors.num_rows, versions, org_ids, seconds)
+    seconds["commit"] = time.perf_counter() - t2
+    valid = keys.num_rows
+    bad_records = (rejected.num_rows if rejected is not None else 0) + flagged.num_rows
+    kept = pc.invert(pc.is_in(positions(keys), value_set=positions(flagged)))
+    org_ids = sorted(pc.unique(keys.filter(kept)["org_id"]).to_pylist()) if valid else []
+    return IngestResult(plan, valid + (rejected.num_rows if rejected is not None else 0), valid - flagged.num_rows, bad_records,
+                        errors.num_rows, versions, org_ids, seconds)
+
+
+KEY_TYPES = {"org_id": pa.string(), "engagement_id": pa.string(), SOURCE_PARTITION: pa.int32(), SOURCE_OFFSET: pa.int64()}
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> IngestResult:

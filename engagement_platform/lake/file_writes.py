@@ -1,0 +1,245 @@
+"""Data files written where the rows are (a Spark task, or any process), committed by one driver commit.
+
+A writer turns Arrow rows into Parquet files inside a table's folder, one per partition value, with the
+Delta statistics data skipping needs (`numRecords`, `minValues`, `maxValues`, `nullCount`), and returns
+what a Delta `add` action records (`WrittenFile`). The driver collects them and commits all of a batch's
+adds and removes in ONE commit with the batch's txn (`commit_files`), so readers see all of the batch or
+none of it.
+
+A file no commit references is invisible to every reader. The files an attempt wrote but never committed
+carry the writer's app id and batch id in their names, so the batch's next attempt deletes them
+(`delete_uncommitted`) before it writes its own; a full vacuum also removes them after the retention.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from urllib.parse import quote
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from deltalake.transaction import AddAction, RemoveAction
+
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
+MAX_STAT_CHARS = 256  # longer string bounds are left out of the stats (the column is then not skipped on)
+DEFAULT_STATS_COLUMNS = 32  # Delta's default: statistics on the first 32 columns
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """One Parquet file in a table's folder, as its Delta `add` action records it."""
+
+    path: str  # relative to the table root, '/'-separated
+    size: int
+    partition_values: dict[str, str | None]
+    stats: str  # Delta statistics JSON
+    modification_time: int  # ms since the epoch
+    rows: int = 0
+    extra: dict = field(default_factory=dict)  # what the writer wants the driver to know (e.g. an org's key range)
+
+    def add_action(self) -> AddAction:
+        return AddAction(self.path, self.size, self.partition_values, self.modification_time, True, self.stats)
+
+    def remove_action(self) -> RemoveAction:
+        # A remove without its size and partition values makes change-feed reads fail later.
+        return RemoveAction(self.path, True, int(time.time() * 1000), self.size, self.partition_values)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> WrittenFile:
+        return WrittenFile(**json.loads(text))
+
+
+def writer_tag(app_id: str, batch_id: int) -> str:
+    """The part of a file name that says which writer and batch wrote it (file names of other writers differ)."""
+    return f"{re.sub(r'[^A-Za-z0-9]+', '_', app_id)}-b{batch_id:010d}"
+
+
+def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
+    """(pyarrow file system, path in it) of a table folder: a local path or an object-store URI."""
+    if "://" not in uri:
+        import os
+
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    return pafs.FileSystem.from_uri(uri)
+
+
+def stats_columns(spec: TableSpec) -> list[str]:
+    data = [n for n in spec.schema.names if n not in spec.partition_by]
+    return [c for c in spec.stats_columns if c in data] if spec.stats_columns else data[:DEFAULT_STATS_COLUMNS]
+
+
+def delta_stats(rows: pa.Table, columns: Iterable[str]) -> str:
+    """Delta's per-file statistics of `rows` for `columns` (dates as YYYY-MM-DD, timestamps as UTC ISO with
+    milliseconds: the minimum floored and the maximum rounded up, so a bound never excludes a row)."""
+    mins, maxs, nulls = {}, {}, {}
+    for name in columns:
+        column = rows[name]
+        nulls[name] = column.null_count
+        if column.null_count == len(column) or not _has_bounds(column.type):
+            continue
+        bounds = pc.min_max(column)
+        low, high = _json_bound(bounds["min"], column.type, up=False), _json_bound(bounds["max"], column.type, up=True)
+        if low is not None and high is not None:
+            mins[name], maxs[name] = low, high
+    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+                      separators=(",", ":"))
+
+
+def _has_bounds(type_: pa.DataType) -> bool:
+    return (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_string(type_)
+            or pa.types.is_large_string(type_) or pa.types.is_date32(type_) or pa.types.is_timestamp(type_))
+
+
+def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool):
+    value = scalar.as_py()
+    if value is None:
+        return None
+    if pa.types.is_floating(type_):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        return value if len(value) <= MAX_STAT_CHARS else None
+    if pa.types.is_date32(type_):
+        return value.isoformat()
+    if pa.types.is_timestamp(type_):
+        stamp = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        stamp = stamp.astimezone(timezone.utc)
+        floored = stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
+        if up and floored != stamp:
+            floored += timedelta(milliseconds=1)
+        return floored.strftime("%Y-%m-%dT%H:%M:%S.") + f"{floored.microsecond // 1000:03d}Z"
+    return value
+
+
+def partition_slices(rows: pa.Table, partition_by: Iterable[str]) -> list[tuple[dict[str, str | None], pa.Table]]:
+    """`rows` split by their partition values: (partition values as Delta writes them, the rows)."""
+    partition_by = list(partition_by)
+    if not partition_by:
+        return [({}, rows)] if rows.num_rows else []
+    if rows.num_rows == 0:
+        return []
+    rows = rows.sort_by([(c, "ascending") for c in partition_by])
+    change = np.zeros(rows.num_rows, dtype=bool)
+    change[0] = True
+    for name in partition_by:
+        codes = pc.fill_null(pc.dictionary_encode(rows[name]).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
+        change[1:] |= codes[1:] != codes[:-1]
+    starts = np.flatnonzero(change).tolist() + [rows.num_rows]
+    out = []
+    for start, end in zip(starts, starts[1:]):
+        part = rows.slice(start, end - start)
+        values = {c: _partition_value(part[c][0].as_py()) for c in partition_by}
+        out.append((values, part))
+    return out
+
+
+def _partition_value(value) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)
+
+
+def _partition_dir(values: Mapping[str, str | None]) -> str:
+    return "/".join(f"{k}={HIVE_NULL if v is None else quote(v, safe='')}" for k, v in values.items())
+
+
+def write_files(table_uri: str, spec: TableSpec, rows: pa.Table, tag: str,
+                storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+    """Write `rows` (the table's columns) into the table's folder: one Parquet file per partition value,
+    named after `tag` (writer_tag), without the partition columns (Delta keeps them in the log)."""
+    fs, root = filesystem(table_uri, storage_options)
+    rows = rows.select(spec.schema.names).cast(spec.schema)
+    columns = stats_columns(spec)
+    written = []
+    for values, part in partition_slices(rows, spec.partition_by):
+        data = part.drop_columns(list(spec.partition_by))
+        folder = _partition_dir(values)
+        relative = f"{folder}/part-{tag}-{uuid.uuid4().hex}.snappy.parquet" if folder else f"part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(data, sink, compression="snappy")
+        payload = sink.getvalue()
+        if folder:
+            fs.create_dir(f"{root}/{folder}", recursive=True)
+        with fs.open_output_stream(f"{root}/{relative}") as out:
+            out.write(payload)
+        written.append(WrittenFile(relative, payload.size, values, delta_stats(part, columns), int(time.time() * 1000), part.num_rows))
+    return written
+
+
+def commit_files(lake: DeltaLake, spec: TableSpec, adds: list[WrittenFile], txn: BatchTxn,
+                 removes: list[WrittenFile] = ()) -> int | None:
+    """One commit of the batch's adds and removes with its txn; None when the batch was already committed
+    (its files from this attempt are then orphans: `delete_uncommitted` removes them)."""
+    table = lake.ensure(spec)
+    if lake.already_committed(spec.name, txn):
+        return None
+    actions = [f.add_action() for f in adds] + [f.remove_action() for f in removes]
+    table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
+                                   commit_properties=txn.commit_properties())
+    table.update_incremental()
+    return table.version()
+
+
+def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:
+    """Delete the files named with `tag` that the table's current version does not reference: what an
+    attempt of that writer's batch wrote before it died. Returns how many were deleted."""
+    fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
+    live = {p.rsplit("/", 1)[-1] for p in lake.table(spec.name).file_uris()} if lake.exists(spec.name) else set()
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    stale = [i.path for i in infos if i.is_file and f"part-{tag}-" in i.base_name and i.base_name not in live
+             and "/_delta_log/" not in i.path]
+    for path in stale:
+        fs.delete_file(path)
+    return len(stale)
+
+
+def read_file(table_uri: str, spec: TableSpec, written: WrittenFile, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """A written file's rows with its partition columns put back, in the table's column order."""
+    fs, root = filesystem(table_uri, storage_options)
+    with fs.open_input_file(f"{root}/{written.path}") as source:
+        data = pq.read_table(source)
+    for name in spec.partition_by:
+        value = written.partition_values.get(name)
+        data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type))
+    return data.select(spec.schema.names).cast(spec.schema)
+
+
+def rewrite_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], keep, tag: str,
+                  storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+    """Files of an uncommitted batch without the rows `keep(rows) -> boolean mask` rejects: each file is read,
+    filtered and written anew, then deleted (nothing references it yet). Returns the new files."""
+    fs, root = filesystem(table_uri, storage_options)
+    out = []
+    for written in files:
+        rows = read_file(table_uri, spec, written, storage_options)
+        kept = rows.filter(keep(rows))
+        if kept.num_rows:
+            out.extend(write_files(table_uri, spec, kept, tag, storage_options))
+        fs.delete_file(f"{root}/{written.path}")
+    return out
+
+
+def unreferenced_files(lake: DeltaLake, spec: TableSpec) -> list[str]:
+    """Data files in the table's folder that its current version does not reference (orphans and files
+    removed but not vacuumed yet), relative to the table root."""
+    fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
+    live = {p.rsplit("/", 1)[-1] for p in lake.table(spec.name).file_uris()} if lake.exists(spec.name) else set()
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sorted(i.path[len(root) + 1:] for i in infos if i.is_file and i.base_name.endswith(".parquet")
+                  and "/_delta_log/" not in i.path and i.base_name not in live)
