@@ -25,7 +25,8 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "subject_erased_everywhere", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted")} | {
         ("ingest_rewards_members", n) for n in ("records_conserved", "error_rate_under_threshold")} | {
         ("engagement_layout_upkeep", n) for n in ("date_ranges_do_not_overlap", "file_count_under_limit")} | {
-        ("profile_cdc_staging", "records_accounted"), ("profile_cdc_staging", "offset_ranges_contiguous"), ("profile_raw", "replication_lag_under_threshold"), ("profile_raw", "no_duplicate_primary_ids")}
+        ("profile_cdc_staging", "records_accounted"), ("profile_cdc_staging", "offset_ranges_contiguous"), ("profile_raw", "replication_lag_under_threshold"), ("profile_raw", "no_duplicate_primary_ids"),
+            ("profile_progress", "every_tenant_replication_lag_under_threshold")}
     # Checks run after the batch's tables are committed: audits, so none is declared blocking.
     assert not [(a.key, c.name) for a in set(repo.assets_defs_by_key.values()) for c in a.check_specs if c.blocking]
     assert {s.name for s in repo.sensor_defs} == {

@@ -5,7 +5,7 @@ lock, and the lag sensor's freshness-style check."""
 import json
 
 import pytest
-from dagster import AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
+from dagster import AssetCheckKey, AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.orchestration.checks import OFFSET_RANGES_CONTIGUOUS
@@ -13,7 +13,7 @@ from engagement_platform.profiles.assets import profile_tenants
 from engagement_platform.profiles.backfill.assets import profile_backfill
 from engagement_platform.profiles.processor.apply import processor_stream, read_profiles
 from engagement_platform.profiles.processor.assets import profile_raw
-from engagement_platform.profiles.processor.checks import NO_DUPLICATE_PRIMARY_IDS, REPLICATION_LAG_UNDER_THRESHOLD
+from engagement_platform.profiles.processor.checks import EVERY_TENANT_LAG_UNDER_THRESHOLD, NO_DUPLICATE_PRIMARY_IDS, REPLICATION_LAG_UNDER_THRESHOLD
 from engagement_platform.profiles.processor.sensors import profile_lag_sensor, profile_processor_sensor
 from engagement_platform.profiles.staging.assets import profile_cdc_batches, profile_cdc_dumper_sensor, profile_cdc_staging
 from engagement_platform.profiles.staging.checks import RECORDS_ACCOUNTED
@@ -146,10 +146,27 @@ def test_lag_sensor_fails_the_check_of_a_tenant_past_the_threshold(kafka, cdc_to
     instance.add_dynamic_partitions(profile_tenants.name, ["acme", "globex"])
     result = tick(profile_lag_sensor, instance, resources)
     assert isinstance(result, SensorResult)
-    observation, *evaluations = result.asset_events
+    observation, evaluation = result.asset_events
     assert values(observation.metadata)["cdc_lag_messages"] == 1
-    by_tenant = {e.partition: e for e in evaluations}
-    assert not by_tenant["acme"].passed and by_tenant["globex"].passed
-    assert by_tenant["acme"].check_name == REPLICATION_LAG_UNDER_THRESHOLD
-    acme = values(by_tenant["acme"].metadata)
-    assert (acme["replication_lag_seconds"], acme["max_lag_seconds"], acme["staged_unprocessed_records"]) == (1200.0, 600.0, 2)
+    assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and evaluation.asset_key == AssetKey("profile_progress")
+    assert evaluation.partition is None, "one check for every tenant: a partition's check can be reported outside a run only once"
+    assert not evaluation.passed
+    figures = values(evaluation.metadata)
+    assert (figures["tenants"], figures["tenants_over_threshold"], figures["worst_tenant"], figures["over_threshold"]) == (2, 1, "acme", "acme")
+    assert (figures["acme_replication_lag_seconds"], figures["max_lag_seconds"], figures["acme_staged_unprocessed_records"]) == (1200.0, 600.0, 2)
+    assert figures["globex_replication_lag_seconds"] <= 600.0
+
+
+def test_lag_sensor_ticks_again_and_again_on_an_instance_that_holds_its_evaluations(kafka, cdc_topic, instance, resources):
+    """The daemon stores what each tick reports; a second tick's report of the same check must not fail
+    (it did, with a UNIQUE constraint error on asset_check_executions, while the check was per partition)."""
+    kafka.produce(cdc_topic, encode([record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("globex", "1", 1, {})]))
+    stage_via_dagster(instance, resources)
+    instance.add_dynamic_partitions(profile_tenants.name, ["acme", "globex"])
+    for _ in range(3):
+        result = tick(profile_lag_sensor, instance, resources)
+        for event in result.asset_events:
+            instance.report_runless_asset_event(event)  # what the sensor daemon does with them
+    stored = instance.event_log_storage.get_asset_check_execution_history(
+        AssetCheckKey(AssetKey("profile_progress"), EVERY_TENANT_LAG_UNDER_THRESHOLD), limit=10)
+    assert len(stored) == 3

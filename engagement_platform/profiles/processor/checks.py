@@ -1,17 +1,30 @@
-"""Checks of a tenant's raw table: replication lag under the threshold (also evaluated every minute by
-the lag sensor, freshness-style) and no duplicate primary ids. Each emits the numbers it measured."""
+"""Checks of a tenant's raw table: replication lag under the threshold and no duplicate primary ids, after
+each merge; and the replication lag of every tenant, evaluated every minute by the lag sensor
+(freshness-style: it fails while no run happens too). Each emits the numbers it measured.
+
+The minute-by-minute check is one check of `profile_progress` (unpartitioned), not the tenant partitions'
+check: Dagster stores an evaluation reported outside a run once per check and partition, so a second
+sensor-reported evaluation of a partition's check fails the whole tick (a unique index of
+asset_check_executions), while unpartitioned ones accumulate like any history."""
 
 from __future__ import annotations
 
-from dagster import AssetCheckResult, AssetCheckSpec, AssetKey
+from collections.abc import Mapping
+
+from dagster import AssetCheckEvaluation, AssetCheckResult, AssetCheckSpec, AssetKey, asset_check
 
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.profiles.assets import profile_tenants
 from engagement_platform.profiles.integrity import duplicate_primary_ids
-from engagement_platform.profiles.lag import TenantLag
+from engagement_platform.profiles.lag import TenantLag, tenant_lags
+from engagement_platform.profiles.tables import PROFILE_PROGRESS
+from engagement_platform.resources import LakeResource
 from engagement_platform.settings import load_settings
 
 REPLICATION_LAG_UNDER_THRESHOLD = "replication_lag_under_threshold"
 NO_DUPLICATE_PRIMARY_IDS = "no_duplicate_primary_ids"
+EVERY_TENANT_LAG_UNDER_THRESHOLD = "every_tenant_replication_lag_under_threshold"
+PROGRESS_ASSET = AssetKey(PROFILE_PROGRESS.name)
 
 
 def raw_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
@@ -37,3 +50,30 @@ def evaluate_raw_checks(lake: DeltaLake, tenant: str, lag: TenantLag) -> list[As
         AssetCheckResult(**lag_check(lag)),
         AssetCheckResult(check_name=NO_DUPLICATE_PRIMARY_IDS, passed=duplicates == 0, metadata={"duplicate_rows": duplicates, "rows": rows}),
     ]
+
+
+def every_tenant_lag(lags: Mapping[str, TenantLag], threshold: float | None = None) -> dict:
+    """The every-tenant lag check's outcome as AssetCheckResult / AssetCheckEvaluation keyword arguments:
+    passed while no tenant lags more than the threshold; the worst lag and each tenant's figures as metadata."""
+    threshold = load_settings().profiles.max_lag_seconds if threshold is None else threshold
+    over = sorted(t for t, lag in lags.items() if lag.replication_lag_seconds > threshold)
+    worst = max(lags.values(), key=lambda lag: lag.replication_lag_seconds, default=None)
+    metadata = {"tenants": len(lags), "tenants_over_threshold": len(over), "max_lag_seconds": threshold,
+                "worst_replication_lag_seconds": worst.replication_lag_seconds if worst else 0.0,
+                "worst_tenant": worst.tenant if worst else "", "over_threshold": ", ".join(over)}
+    for tenant, lag in sorted(lags.items()):
+        metadata.update({f"{tenant}_{k}": v for k, v in lag.metadata().items()})
+    return {"check_name": EVERY_TENANT_LAG_UNDER_THRESHOLD, "passed": not over, "metadata": metadata}
+
+
+@asset_check(asset=PROGRESS_ASSET, name=EVERY_TENANT_LAG_UNDER_THRESHOLD,
+             description="No tenant's newest staged CDC time is more than EP_PROFILE_MAX_LAG_SECONDS ahead of its newest merged "
+                         "one; evaluated every minute by profile_lag_sensor, and on demand.")
+def every_tenant_lag_check(context, lake: LakeResource) -> AssetCheckResult:  # context: AssetCheckExecutionContext
+    tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
+    return AssetCheckResult(**every_tenant_lag(tenant_lags(lake.lake, tenants)))
+
+
+def every_tenant_lag_evaluation(lags: Mapping[str, TenantLag]) -> AssetCheckEvaluation:
+    """What the lag sensor reports each minute (outside any run)."""
+    return AssetCheckEvaluation(asset_key=PROGRESS_ASSET, **every_tenant_lag(lags))

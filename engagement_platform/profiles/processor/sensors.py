@@ -1,18 +1,18 @@
 """Sensors of the profile processor: one run per tenant with unmerged staged changes, and the lag
-monitor (the replication lag check of every tenant and the topic's CDC lag, every minute)."""
+monitor (the replication lag of every tenant as one check, and the topic's CDC lag, every minute)."""
 
 import json
 
-from dagster import AssetCheckEvaluation, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED
 from engagement_platform.orchestration.topics import topic_observation
-from engagement_platform.profiles.assets import RAW_ASSET, TOPIC_ASSET, cdc_observation_metadata, profile_tenants
+from engagement_platform.profiles.assets import TOPIC_ASSET, cdc_observation_metadata, profile_tenants
 from engagement_platform.profiles.lag import tenant_lags
 from engagement_platform.profiles.processor.apply import processor_stream
 from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
-from engagement_platform.profiles.processor.checks import lag_check
+from engagement_platform.profiles.processor.checks import every_tenant_lag_check, every_tenant_lag_evaluation
 from engagement_platform.profiles.processor.progress import latest_progress, unprocessed_tenants
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
 from engagement_platform.resources import KafkaResource, LakeResource
@@ -68,14 +68,16 @@ def profile_processor_sensor(context: SensorEvaluationContext, lake: LakeResourc
 
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-    """Every minute, per tenant: replication lag as the `replication_lag_under_threshold` check of its
-    profile_raw partition (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
+    """Every minute: the replication lag of every tenant as the `every_tenant_replication_lag_under_threshold`
+    check of profile_progress (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
     lags = tenant_lags(lake.lake, tenants)
     marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
     events = [topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))]
-    events += [AssetCheckEvaluation(asset_key=RAW_ASSET, partition=t, **lag_check(lag)) for t, lag in lags.items()]
+    if tenants:
+        events.append(every_tenant_lag_evaluation(lags))
     return SensorResult(asset_events=events, skip_reason=None if tenants else "no tenant partitions yet")
 
 
-PROCESSOR = Parts(assets=[profile_raw], jobs=[profile_processor_job], sensors=[profile_processor_sensor, profile_lag_sensor])
+PROCESSOR = Parts(assets=[profile_raw], asset_checks=[every_tenant_lag_check], jobs=[profile_processor_job],
+                  sensors=[profile_processor_sensor, profile_lag_sensor])
