@@ -14,6 +14,7 @@ from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform.lake.file_writes import unreferenced_files
 from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
 from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
+from engagement_platform_tests.support.duckdb_reader import read_delta, same_rows
 
 
 def plan(kafka, checkpoints, topic, max_per_partition=10_000):
@@ -52,6 +53,16 @@ def test_batch_appends_good_rows_quarantines_bad_ones_and_notifies(spark, kafka,
     assert checkpoints.is_done(STREAM, p.batch_id)
     audit = audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, result.versions[ENGAGEMENT_ACTIVITY.name], APP_ID, p.batch_id)
     assert audit.orgs_mismatched == 0 and audit.rows_changed == 400
+
+
+def test_an_independent_reader_reads_the_files_the_executors_wrote(spark, kafka, topic, lake, checkpoints):
+    """engagement_activity's data files come from Spark tasks, not delta-rs: DuckDB's delta extension (on
+    delta-kernel-rs) reads the same rows, and skips files by the statistics the tasks wrote."""
+    produce_activities(kafka, topic, 300)
+    ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan(kafka, checkpoints, topic))
+    columns = ["org_id", "engagement_id", "engagement_date", "event_time", "batch_id", "source_offset"]
+    assert same_rows(lake.read(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY.name), columns)
+    assert read_delta(lake.uri(ENGAGEMENT_ACTIVITY.name), columns).num_rows == 300
 
 
 def test_rerunning_a_committed_batch_changes_nothing(spark, kafka, topic, lake, checkpoints):
