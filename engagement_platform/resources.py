@@ -8,20 +8,32 @@ field empty, and then it takes the value settings.py reads at run time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Optional
 
 from dagster import Config, ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
 from pydantic import PrivateAttr
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.session import build_session, session_config
-from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator, JobSpec, Lease, allowed
+from engagement_platform.streams.coordinator import (
+    CoordinationGaveUp,
+    Coordinator,
+    JobSpec,
+    Lease,
+    LockBusy,
+    allowed,
+    is_bounded,
+    run_liveness_info,
+    wait_ends,
+)
 from engagement_platform.streams.kafka import KafkaClient
 
 
@@ -81,8 +93,17 @@ class JobConfig(Config):
     job_name: str
     predecessors: list[str] = []
 
-    def spec(self) -> JobSpec:
-        return JobSpec(self.lock_name, self.job_name, frozenset(self.predecessors))
+    def spec(self, max_predecessor_wait_s: float | None = None) -> JobSpec:
+        return JobSpec(self.lock_name, self.job_name, frozenset(self.predecessors), max_predecessor_wait_s)
+
+
+def holder_owner(identity: str) -> str:
+    """The owner ("mutation/7") in a lock contender's identity (JSON {owner, host, pid}), else the identity."""
+    try:
+        parsed = json.loads(identity)
+    except ValueError:
+        return identity
+    return str(parsed.get("owner") or identity) if isinstance(parsed, dict) else identity
 
 
 class CoordinatorResource(ConfigurableResource):
@@ -98,6 +119,19 @@ class CoordinatorResource(ConfigurableResource):
         ingestion  any of ingestion, mutation, retention   appends need no order
         mutation   ingestion or mutation                   an ID rewrite runs after fresh activities
         retention  any of ingestion, mutation, retention   a daily stream must not wait on the others' timing
+
+    The predecessor wait is bounded: a last registered job outside the set counts as allowed once it
+    registered `max_predecessor_wait_s` ago (ZooKeeper's clock; None = EP_MAX_PREDECESSOR_WAIT_SECONDS,
+    default 120 s; infinity = strict order), so a quiet predecessor never holds a stream back for good.
+
+    The lock: a run waits for it in rounds of `lock_timeout_s`, logging the holder after each, up to
+    `max_lock_wait_s` in all, and only then gives up (a failure tagged engagement/coordination=gave_up).
+
+    Run liveness: setup also registers the run's ephemeral node `<root>/runs/<run id>` on the session
+    (host, pid, process start, stream, partition); teardown, or the death of the process, removes it.
+    A sensor that finds a run of its stream STARTED without that node, and without a sign of life for
+    `orphan_after_s` (None = EP_ORPHAN_AFTER_SECONDS, default 60 s), marks it failed (orchestration/orphans.py).
+    A ZooKeeper that is down at setup does not fail the run: its node appears once the session connects.
     """
 
     lake: LakeResource
@@ -106,7 +140,10 @@ class CoordinatorResource(ConfigurableResource):
     enabled: Optional[bool] = None  # None = EP_COORDINATOR
     session_timeout_s: float = 10.0
     connect_timeout_s: float = 5.0
-    lock_timeout_s: float = 30.0
+    lock_timeout_s: float = 30.0  # one round of waiting for the lock (the tenant locks of profiles: the whole wait)
+    max_lock_wait_s: float = 600.0  # a stream run's whole wait for the lock before it gives up
+    max_predecessor_wait_s: Optional[float] = None  # None = EP_MAX_PREDECESSOR_WAIT_SECONDS
+    orphan_after_s: Optional[float] = None  # None = EP_ORPHAN_AFTER_SECONDS
     ingestion: JobConfig = JobConfig(job_name="ingestion", predecessors=["ingestion", "mutation", "retention"])
     mutation: JobConfig = JobConfig(job_name="mutation", predecessors=["ingestion", "mutation"])
     retention: JobConfig = JobConfig(job_name="retention", predecessors=["ingestion", "mutation", "retention"])
@@ -121,11 +158,19 @@ class CoordinatorResource(ConfigurableResource):
     def is_enabled(self) -> bool:
         return load_settings().coordinator_enabled if self.enabled is None else self.enabled
 
+    @property
+    def predecessor_wait_bound_s(self) -> float:
+        return load_settings().max_predecessor_wait_seconds if self.max_predecessor_wait_s is None else self.max_predecessor_wait_s
+
+    @property
+    def orphan_bound_s(self) -> float:
+        return load_settings().orphan_after_seconds if self.orphan_after_s is None else self.orphan_after_s
+
     def job_spec(self, stream: str, lock_name: str | None = None) -> JobSpec:
         """The configured spec of ingestion / mutation / retention; any other stream (an ingest
         pipeline) locks `lock_name` (default: its own name) and accepts any predecessor."""
         if stream in ("ingestion", "mutation", "retention"):
-            return getattr(self, stream).spec()
+            return getattr(self, stream).spec(self.predecessor_wait_bound_s)
         return JobSpec(lock_name or stream, stream)
 
     def coordinator(self) -> Coordinator:
@@ -143,17 +188,65 @@ class CoordinatorResource(ConfigurableResource):
         except CoordinationGaveUp as e:
             if context.log:
                 context.log.warning(f"{e}; the batch will give up at acquire")
+        run = context.dagster_run
+        if run is not None:  # a run (a sensor's resources have none): hold its liveness node
+            self.register_run(run.run_id, run_labels(run.job_name, run.tags), context.log)
 
     def teardown_after_execution(self, context: InitResourceContext) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the session: its lock znodes and the run's liveness node go with it."""
         if self._coordinator is not None:
             self._coordinator.close()
             self._coordinator = None
 
+    def register_run(self, run_id: str, labels: dict[str, str], log: Any = None, connect_in_background: bool = False) -> bool:
+        """Hold the run's liveness node on this resource's session until `close` (see the class docstring).
+        `connect_in_background`: open the session without waiting (a run that uses no lock). False, with a
+        warning, while ZooKeeper is not connected: the node is created once it is."""
+        if not self.is_enabled:
+            return False
+        zk = self.coordinator()
+        registered = zk.register_run(run_id, run_liveness_info(run_id, labels))
+        if connect_in_background:
+            zk.start_in_background()  # after register_run: the node is created as soon as the session connects
+            return registered
+        if not registered and log is not None:
+            log.warning(f"run {run_id}: no liveness node in ZooKeeper yet (not connected); it is created once the session "
+                        f"connects, and until then a sensor may judge this run gone {self.orphan_bound_s:g}s after its last event")
+        return registered
+
+    def live_runs(self) -> frozenset[str] | None:
+        """The ids of the runs whose process holds its liveness node now; None with the coordinator off (no
+        run has a node); CoordinationGaveUp when ZooKeeper is unreachable (nothing can be said then)."""
+        if not self.is_enabled:
+            return None
+        settings = load_settings()
+        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s)
+        try:
+            probe.start(self.connect_timeout_s)
+            return probe.live_runs()
+        except (KazooException, KazooTimeoutError) as e:
+            raise CoordinationGaveUp(f"ZooKeeper unreachable: {str(e) or type(e).__name__}") from e
+        finally:
+            probe.close()
+
     def predecessor_wait(self, stream: str, batch_id: int, lock_name: str | None = None) -> str | None:
-        """Why a run of this batch would give up at register right now (the last registered job is
-        not an allowed predecessor, or ZooKeeper is unreachable); None if it may go. A sensor asks
-        this before re-requesting a batch whose run gave up, so a stream waiting for its turn skips
-        ticks instead of launching a run per tick that waits and fails."""
+        """Why a run of this batch would wait right now: the lock is held ("lock <name> held by
+        <owner>"), the last registered job is not an allowed predecessor yet (saying when the bounded
+        wait ends), or ZooKeeper is unreachable; None if it may go. A sensor asks this before
+        re-requesting a batch whose run gave up, so a stream waiting for its turn skips ticks instead
+        of launching a run per tick that waits and gives up."""
+        return self._turn_wait(stream, batch_id, lock_name, predecessor=True)
+
+    def lock_wait(self, stream: str, batch_id: int, lock_name: str | None = None) -> str | None:
+        """Why a run of this batch would wait for the lock right now ("lock <name> held by <owner>",
+        or ZooKeeper unreachable); None if the lock is free. A sensor asks this before requesting a
+        new batch's run or a retry: a run launched now would only wait."""
+        return self._turn_wait(stream, batch_id, lock_name, predecessor=False)
+
+    def _turn_wait(self, stream: str, batch_id: int, lock_name: str | None, predecessor: bool) -> str | None:
         if not self.is_enabled:
             return None
         settings = load_settings()
@@ -161,24 +254,42 @@ class CoordinatorResource(ConfigurableResource):
         probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s)
         try:
             probe.start(self.connect_timeout_s)
-            current = probe.last_registered(job.lock_name)
-        except (CoordinationGaveUp, KazooException) as e:
-            return f"ZooKeeper unreachable: {e}"
+            holder = probe.holder(job.lock_name)  # the first contender holds the lock
+            if holder is not None:
+                return f"lock {job.lock_name} held by {holder_owner(holder)}"
+            if not predecessor:
+                return None
+            current, registered_at = probe.registration(job.lock_name)
+            owner, bound = f"{stream}/{batch_id}", job.max_predecessor_wait_s
+            if allowed(current, job.job_name, owner, job.predecessors):
+                return None
+            age = probe.seconds_since(registered_at) if is_bounded(bound) and registered_at is not None else None
+            if allowed(current, job.job_name, owner, job.predecessors, age, bound):
+                return None
+        except (CoordinationGaveUp, KazooException, KazooTimeoutError) as e:
+            return f"ZooKeeper unreachable: {str(e) or type(e).__name__}"
         finally:
             probe.close()
-        if allowed(current, job.job_name, f"{stream}/{batch_id}", job.predecessors):
-            return None
-        return f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only {sorted(job.predecessors)}"
+        return (f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only "
+                f"{sorted(job.predecessors)}{wait_ends(age, bound)}")
 
     @contextmanager
-    def batch(self, stream: str, batch_id: int, lock_name: str | None = None) -> Iterator[Lease | None]:
+    def batch(self, stream: str, batch_id: int, lock_name: str | None = None,
+              on_lock_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease | None]:
         """Acquire (lock + register) for one batch, yield the lease, release; None when disabled.
-        The owner is the batch ("<stream>/<batch id>"), so a retry of it is its own predecessor."""
+        The owner is the batch ("<stream>/<batch id>"), so a retry of it is its own predecessor.
+        The lock is awaited up to `max_lock_wait_s`, with `on_lock_wait(busy, seconds)` after each round."""
         if not self.is_enabled:
             yield None
             return
-        with self.coordinator().batch(self.job_spec(stream, lock_name), f"{stream}/{batch_id}", self.lock_timeout_s) as lease:
+        with self.coordinator().batch(self.job_spec(stream, lock_name), f"{stream}/{batch_id}", self.lock_timeout_s,
+                                      self.max_lock_wait_s, on_lock_wait) as lease:
             yield lease
+
+
+def run_labels(job_name: str, tags: Mapping[str, str]) -> dict[str, str]:
+    """What a liveness node names about its run: the job, the stream and the partition (batch or tenant)."""
+    return {"job": job_name, "stream": tags.get("engagement/stream", ""), "partition": tags.get("dagster/partition", "")}
 
 
 def platform_resources() -> dict[str, ConfigurableResource]:

@@ -51,6 +51,8 @@ class Settings:
     zookeeper_hosts: str
     zookeeper_root: str
     coordinator_enabled: bool
+    max_predecessor_wait_seconds: float  # EP_MAX_PREDECESSOR_WAIT_SECONDS: bound of the coordinator's predecessor wait
+    orphan_after_seconds: float  # EP_ORPHAN_AFTER_SECONDS: a run with no liveness node this long after its last sign of life is failed
     spark_remote: str
     spark_master: str
     spark_session_mode: str  # EP_SPARK_SESSION: shared | per-run
@@ -82,6 +84,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
         zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),
         coordinator_enabled=_flag(env.get("EP_COORDINATOR", "on")),
+        # A last registered job that is not an allowed predecessor stops blocking a stream this long after
+        # it registered (the allowed ones are idle then); "inf" keeps the order strictly, at liveness' cost.
+        max_predecessor_wait_seconds=float(env.get("EP_MAX_PREDECESSOR_WAIT_SECONDS") or 120),
+        # A STARTED run whose process is gone (no liveness node in ZooKeeper) is marked failed by its stream's
+        # sensor once its start and its last event are this old: the time a batch stays stranded after a host crash.
+        orphan_after_seconds=float(env.get("EP_ORPHAN_AFTER_SECONDS") or 60),
         # Empty SPARK_REMOTE means an in-process classic session on SPARK_MASTER.
         spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
         spark_master=env.get("SPARK_MASTER", "local[2]"),

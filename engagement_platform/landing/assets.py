@@ -10,6 +10,7 @@ from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.landing.apply import quarantine_spec, run_file_batch, stream_name, target_spec
 from engagement_platform.landing.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.landing.partitions import pipeline_batches
+from engagement_platform.orchestration.orphans import stranded_metadata
 from engagement_platform.orchestration.runs import coordinated_batch, report_table_commits
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 from engagement_platform.streams.planning import FileSlice
@@ -48,7 +49,7 @@ def pipeline_assets(config: PipelineConfig) -> list:
         with coordinated_batch(context, coordinator, stream, lock_name=target.name):  # the lock is the target table
             result = run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan)
         report_table_commits(context, stream, plan.batch_id, result.versions, file=plan.slice_as(FileSlice).path)
-        return MaterializeResult(metadata=result.metadata(), check_results=evaluate_pipeline_checks(lake.lake, config, result))
+        return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_pipeline_checks(lake.lake, config, result))
 
     landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},
                         description=f"Landing folder of pipeline {config.name}: files matching {config.source.path} ({config.source.format}).")

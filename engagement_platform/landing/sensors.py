@@ -3,7 +3,8 @@
 A file is identified by path and size; files must be complete when they appear in the landing
 folder (write elsewhere, then rename in). The checkpoint store, not the cursor, says which files
 are already planned, so a lost cursor cannot ingest a file twice; the cursor is read only to catch a
-lake that is not the one it planned in (runs.cursor_ahead_of_store).
+lake that is not the one it planned in (runs.cursor_ahead_of_store). A run in flight whose process is
+gone (no liveness node in ZooKeeper) is marked failed and its file requested again (orchestration/orphans.py).
 """
 
 import json
@@ -15,7 +16,7 @@ from engagement_platform.landing.apply import file_plan, landing_files, stream_n
 from engagement_platform.landing.assets import landing_key
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.orchestration.runs import cursor_ahead_of_store, resume_unfinished, run_request
-from engagement_platform.resources import LakeResource
+from engagement_platform.resources import CoordinatorResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan, FileSlice
 
@@ -36,14 +37,14 @@ def landing_sensor(config: PipelineConfig, job):
 
     @sensor(name=f"ingest_{config.name}_landing_sensor", job=job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING,
             description=f"New files under the landing root matching {config.source.path} -> one batch of pipeline {config.name} each.")
-    def _sensor(context: SensorEvaluationContext, lake: LakeResource):
-        store = lake.checkpoints
+    def _sensor(context: SensorEvaluationContext, coordinator: CoordinatorResource):
+        store = coordinator.checkpoints
         latest, done = store.latest(stream)
         ahead = cursor_ahead_of_store(context.cursor, stream, latest)
         if ahead:
             return SkipReason(ahead)
         if latest is not None and not done:
-            return resume_unfinished(context, latest, partitions, _tags, _cursor(latest))
+            return resume_unfinished(context, latest, partitions, _tags, _cursor(latest), liveness=coordinator)
         files = landing_files(load_settings().landing_root, config)
         planned = {(f.path, f.size) for f in (p.slice_as(FileSlice) for p in store.plans(stream))}
         waiting = [f for f in files if (str(f), f.stat().st_size) not in planned]

@@ -6,7 +6,9 @@ notifications match changes, its own). Adding a stream is one `build_kafka_strea
 The stream's run: the planned slice of its partition -> `spec.run_batch` (inside the coordinator's lock and
 predecessor rule when the spec names a lock) -> a materialization of each table it committed -> its
 metadata and check results. The sensor: resume the unfinished batch (runs.resume_unfinished), else plan the
-next slice up to the high watermarks, record it and request its run (run key = the slice).
+next slice up to the high watermarks, record it and request its run (run key = the slice). A stream with a
+lock requests no run while the lock is held: the tick skips saying who holds it, and plans on a later tick.
+Every run holds a liveness node in ZooKeeper; the sensor fails a run in flight whose node is gone (orphans.py).
 """
 
 import json
@@ -34,7 +36,17 @@ from dagster import (
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.checks import BatchChecks, check_specs, evaluate_checks, offset_ranges_contiguous
-from engagement_platform.orchestration.runs import STREAM_TAG, coordinated_batch, cursor_ahead_of_store, report_table_commits, resume_unfinished, run_request
+from engagement_platform.orchestration.orphans import liveness_probe, run_liveness, stranded_metadata
+from engagement_platform.orchestration.runs import (
+    STREAM_TAG,
+    TurnWait,
+    coordinated_batch,
+    cursor_ahead_of_store,
+    report_table_commits,
+    resume_unfinished,
+    run_request,
+    waits_for_its_turn,
+)
 from engagement_platform.orchestration.topics import ObservationMetadata, Watermarks, topic_asset, topic_observation
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
@@ -154,17 +166,19 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
         plan = checkpoints.plan(spec.name, int(context.partition_key))
         if coordinator is None:
             result = spec.run_batch(batch, plan)
-        else:
-            with coordinated_batch(context, coordinator, spec.name, spec.lock_name):  # lock + predecessor, fenced commits, unlock
+        else:  # lock (waiting its turn, the wait in the metadata) + predecessor, fenced commits, unlock
+            with coordinated_batch(context, coordinator, spec.name, spec.lock_name):
                 result = spec.run_batch(batch, plan)
         report_table_commits(context, spec.name, plan.batch_id, {t: v for t, v in result.versions.items() if t != own_table})
-        return MaterializeResult(metadata=result.metadata(), check_results=evaluate_checks(checks, lake.lake, checkpoints, result))
+        return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_checks(checks, lake.lake, checkpoints, result))
 
     if definition.spec.lock_name is None:
         # No lock (an append-only stream: delta-rs never fails a blind append on a concurrent commit), so
         # no coordinator either; exactly-once comes from the batch's txn, order from one run per stream.
+        # Its run's liveness node is held on a session of its own (the run takes no CoordinatorResource).
         def unlocked(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
-            return run(context, spark, lake, kafka, lake.checkpoints, None)
+            with run_liveness(context, lake):
+                return run(context, spark, lake, kafka, lake.checkpoints, None)
 
         return decorate(unlocked)
 
@@ -184,15 +198,19 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
         description=definition.sensor_description or None,
     )
     if definition.spec.lock_name is None:
-        # Only the checkpoint store is needed: a stream without a lock never gives up on coordination.
+        # Only the checkpoint store is needed: a stream without a lock never gives up on coordination
+        # (its runs' liveness is asked of ZooKeeper as the settings name it).
         def unlocked(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-            return kafka_stream_tick(context, definition, partitions, kafka, lake.checkpoints, None)
+            return kafka_stream_tick(context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake))
 
         return decorate(unlocked)
 
     def locked(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
-        return kafka_stream_tick(context, definition, partitions, kafka, coordinator.checkpoints,
-                                 lambda plan: coordinator.predecessor_wait(plan.stream, plan.batch_id, definition.spec.lock_name))
+        def turn_wait(plan: BatchPlan, after_give_up: bool) -> str | None:
+            ask = coordinator.predecessor_wait if after_give_up else coordinator.lock_wait
+            return ask(plan.stream, plan.batch_id, definition.spec.lock_name)
+
+        return kafka_stream_tick(context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator)
 
     return decorate(locked)
 
@@ -207,9 +225,11 @@ def batch_cursor(plan: BatchPlan) -> str:
 
 
 def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamDefinition, partitions: DynamicPartitionsDefinition,
-                      kafka: KafkaResource, store: CheckpointStore, predecessor_wait: Callable[[BatchPlan], str | None] | None):
-    """One tick: the gate, the cursor against the store, then resume the unfinished batch, or plan the next
-    slice (or, with no new messages, what `idle_plan` asks for)."""
+                      kafka: KafkaResource, store: CheckpointStore, turn_wait: TurnWait | None, liveness: CoordinatorResource | None = None):
+    """One tick: the gate, the cursor against the store, then resume the unfinished batch (failing its run
+    if `liveness` finds the run's process gone), or plan the next
+    slice (or, with no new messages, what `idle_plan` asks for) unless `turn_wait` says its run would wait:
+    then nothing is recorded, and a later tick plans the slice up to the watermarks it sees then."""
     stream = definition.spec.name
     if definition.tick_gate is not None:
         reason = definition.tick_gate(store)
@@ -222,7 +242,7 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
     if ahead:
         return SkipReason(ahead)
     if latest is not None and not done:
-        return resume_unfinished(context, latest, partitions, _tags, batch_cursor(latest), predecessor_wait)
+        return resume_unfinished(context, latest, partitions, _tags, batch_cursor(latest), turn_wait, liveness)
     topic = definition.topic()
     watermarks = kafka.client.watermarks(topic)
     extra = definition.observation_metadata(store, watermarks) if definition.observation_metadata is not None else None
@@ -235,6 +255,9 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
             skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
             asset_events=observed,
         )
+    reason = turn_wait(plan, False) if turn_wait is not None else None
+    if reason:
+        return SensorResult(skip_reason=waits_for_its_turn(plan, reason), asset_events=observed)
     store.record_plan(plan)
     request = run_request(plan, 1, {**_tags(plan), **(idle.tags if idle is not None else {})})
     if idle is not None and idle.run_key_suffix:

@@ -6,11 +6,20 @@ plans the next batch only once the latest is done. Until then it waits for the r
 requests the same plan again after a failure, up to MAX_ATTEMPTS; then the stream pauses with a
 SkipReason until someone re-executes that partition.
 
-A run first acquires the job coordinator (`coordinated_batch`). When the coordinator gives up (lock
-timeout, predecessor mismatch, ZooKeeper unreachable) or the lease is lost before a commit, the run
-fails without committing anything more and is tagged COORDINATION_TAG; such runs do not count
-towards MAX_ATTEMPTS (the batch is not at fault, it waits its turn), so the sensor keeps requesting
-the same plan on later ticks. They still number the attempts, so every retry has a new run key.
+Waiting one's turn is normal operation, not a failure. The sensor launches no run while the stream's
+lock is held (`TurnWait`: it skips the tick saying who holds it), nor a retry of a batch that gave
+up while the predecessor rule would refuse it again. A run that finds the lock held anyway keeps
+waiting (`coordinated_batch`: rounds of the lock timeout, each logged, up to the resource's
+`max_lock_wait_s`); the time it waited is the materialization's `seconds_waiting_for_lock`.
+
+When the coordinator gives up all the same (the lock still held after that bound, predecessor
+mismatch, ZooKeeper unreachable) or the lease is lost before a commit, the run fails without
+committing anything more and is tagged COORDINATION_TAG; such runs do not count towards
+MAX_ATTEMPTS (the batch is not at fault), so the sensor keeps requesting the same plan on later
+ticks. They still number the attempts, so every retry has a new run key.
+
+A run in flight whose process is gone (a crash of the Dagster host: no liveness node in ZooKeeper) is
+marked failed by the sensor and retried the same way, without counting as an attempt (orphans.py).
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from contextlib import contextmanager
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
+    DagsterRun,
     DagsterRunStatus,
     DynamicPartitionsDefinition,
     Failure,
@@ -32,9 +42,10 @@ from dagster import (
     SkipReason,
 )
 
-from engagement_platform.resources import CoordinatorResource
+from engagement_platform.orchestration.orphans import ORPHANED_TAG, reap_orphans, retry_tags
+from engagement_platform.resources import CoordinatorResource, holder_owner
 from engagement_platform.streams.batch import fenced
-from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM_TAG = "engagement/stream"  # dagster.yaml limits runs to one per value of this tag
@@ -45,6 +56,12 @@ UNFINISHED = {
 }
 FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 COORDINATION_TAG = "engagement/coordination"  # "gave_up" | "lease_lost" on runs that ended that way
+LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
+
+# Why a run of the batch would wait for its turn right now, or None: (plan, after a coordination give-up).
+# Called with False before a new batch's run or any retry (the lock), with True after a give-up (the lock
+# and the predecessor rule). A factory sensor builds it from CoordinatorResource.lock_wait/predecessor_wait.
+TurnWait = Callable[[BatchPlan, bool], str | None]
 
 
 def run_request(plan: BatchPlan, attempt: int, tags: dict[str, str]) -> RunRequest:
@@ -57,35 +74,54 @@ def run_request(plan: BatchPlan, attempt: int, tags: dict[str, str]) -> RunReque
     )
 
 
+def counts_as_attempt(run: DagsterRun) -> bool:
+    """A failed run counts towards MAX_ATTEMPTS unless the batch was not at fault: a coordination
+    give-up, or a process that died with its host (ORPHANED_TAG)."""
+    return COORDINATION_TAG not in run.tags and ORPHANED_TAG not in run.tags
+
+
 def resume_unfinished(
     context: SensorEvaluationContext,
     latest: BatchPlan,
     partitions: DynamicPartitionsDefinition,
     tags: Callable[[BatchPlan], dict[str, str]],
     cursor: str,
-    predecessor_wait: Callable[[BatchPlan], str | None] | None = None,
+    turn_wait: TurnWait | None = None,
+    liveness: CoordinatorResource | None = None,
 ) -> SensorResult | SkipReason:
-    """The sensor's answer while `latest` is planned but not done. After a coordination give-up,
-    `predecessor_wait` (CoordinatorResource.predecessor_wait) holds the retry while it would give up
-    again, so a stream waiting for its turn skips ticks instead of launching failing runs."""
-    runs = context.instance.get_runs(filters=RunsFilter(tags={"dagster/partition": latest.partition_key, STREAM_TAG: latest.stream}))
-    if any(r.status in UNFINISHED for r in runs):
-        return SkipReason(f"{latest.stream} batch {latest.batch_id} is in flight")
+    """The sensor's answer while `latest` is planned but not done. A run of it in flight whose process
+    is gone (asked of `liveness`: no liveness node) is marked failed first, and retried. Before a
+    (re)request, `turn_wait` holds it while the lock is held, and after a coordination give-up also
+    while the predecessor rule would refuse it, so a stream waiting for its turn skips ticks instead of
+    launching runs that wait."""
+    filters = RunsFilter(tags={"dagster/partition": latest.partition_key, STREAM_TAG: latest.stream})
+    runs = context.instance.get_runs(filters=filters)
+    unfinished = [r for r in runs if r.status in UNFINISHED]
+    if unfinished:
+        in_flight, note = reap_orphans(context.instance, unfinished, liveness)
+        if in_flight:
+            return SkipReason(f"{latest.stream} batch {latest.batch_id} is in flight" + (f" ({note})" if note else ""))
+        runs = context.instance.get_runs(filters=filters)  # the orphans are failed now
     ended = [r for r in runs if r.status in FAILED]
-    failed = sum(COORDINATION_TAG not in r.tags for r in ended)  # coordination give-ups are not attempts
+    failed = sum(counts_as_attempt(r) for r in ended)  # coordination give-ups and orphans are not attempts
     if failed >= MAX_ATTEMPTS:
         return SkipReason(f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
                           f"stream paused until partition {latest.partition_key} is re-executed")
     last = ended[0] if ended else None  # get_runs lists the newest first
-    if last is not None and last.tags.get(COORDINATION_TAG) == "gave_up" and predecessor_wait is not None:
-        reason = predecessor_wait(latest)
+    if turn_wait is not None:
+        reason = turn_wait(latest, last is not None and last.tags.get(COORDINATION_TAG) == "gave_up")
         if reason:
-            return SkipReason(f"{latest.stream} batch {latest.batch_id} waits for its turn: {reason}")
+            return SkipReason(waits_for_its_turn(latest, reason))
     return SensorResult(
-        run_requests=[run_request(latest, len(ended) + 1, tags(latest))],
+        run_requests=[run_request(latest, len(ended) + 1, {**tags(latest), **retry_tags(last)})],
         dynamic_partitions_requests=[partitions.build_add_request([latest.partition_key])],
         cursor=cursor,
     )
+
+
+def waits_for_its_turn(plan: BatchPlan, reason: str) -> str:
+    """A sensor's skip reason while a batch waits for its turn (the lock, the predecessor rule)."""
+    return f"{plan.stream} batch {plan.batch_id} waits for its turn: {reason}"
 
 
 def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra) -> None:
@@ -117,14 +153,25 @@ def coordination_failures(context: AssetExecutionContext, what: str, then: str, 
 def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str,
                       lock_name: str | None = None) -> Iterator[Lease | None]:
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
-    partition (= batch id). A give-up or a lost lease ends the run as a Failure tagged
-    COORDINATION_TAG: nothing (more) is committed and a later tick retries the same plan."""
+    partition (= batch id). While the lock is held by someone else the run waits (a log line per
+    round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited
+    become the materialization's LOCK_WAIT_METADATA. A give-up (after that bound, or the predecessor
+    rule, or ZooKeeper away) or a lost lease ends the run as a Failure tagged COORDINATION_TAG:
+    nothing (more) is committed and a later tick retries the same plan."""
     batch_id = int(context.partition_key)
+
+    def waiting(busy: LockBusy, waited_s: float) -> None:
+        context.log.info(f"{stream} batch {batch_id} waits for its turn: lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
+                         f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
+
     with coordination_failures(context, f"{stream} batch {batch_id}: coordinator", "; a later tick retries the batch from its plan",
                                batch_id=batch_id):
-        with coordinator.batch(stream, batch_id, lock_name) as lease, fenced(lease):
+        with coordinator.batch(stream, batch_id, lock_name, on_lock_wait=waiting) as lease, fenced(lease):
             if lease is not None:
-                context.log.info(f"{stream} batch {batch_id}: holding {lease}")
+                context.log.info(f"{stream} batch {batch_id}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
+                # The asset's output (its check results are outputs too, so the name is needed).
+                context.add_output_metadata({LOCK_WAIT_METADATA: round(lease.waited_s, 3)},
+                                            output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
             yield lease
 
 

@@ -6,13 +6,29 @@ predecessor and register this job (compare-and-swap on the znode version) or giv
 process and commit; release. A give-up commits nothing: the batch is retried on a later tick from
 its stored plan.
 
+The predecessor wait is bounded (`JobSpec.max_predecessor_wait_s`): a last registered job that is
+not an allowed predecessor stops blocking once it registered that long ago, by ZooKeeper's clock.
+Waiting one's turn for the lock may also be long: `wait_for_lock` keeps waiting, in rounds of the
+lock timeout, up to a longer bound (`patience_s`), calling back after each round.
+
 ZooKeeper layout under `root`:
     locks/<lock_name>/<uuid>__lock__<seq>   kazoo's Lock recipe: ephemeral sequential, lowest holds it
-    predecessors/<lock_name>                JSON {job, owner, token, at}: the last registered job
+    predecessors/<lock_name>                JSON {job, owner, token, at}: the last registered job; its
+                                            mtime (ZooKeeper's clock) is when it registered
+    clock                                   written to read ZooKeeper's current time (its mtime)
+    runs/<run_id>                           ephemeral, JSON {host, pid, started_at, run tags}: the run's
+                                            process is alive (its session holds the node; a crash or a
+                                            kill ends the session, and ZooKeeper deletes the node)
 
 Fencing: the lock znode's sequence number is the lease's token; it only grows per lock. A writer
 calls `Lease.check()` right before each commit (LeaseLost once the session is not connected, was
 replaced after expiry, or the znode is gone) and writes the token into the commit's metadata.
+
+Run liveness (`register_run`, `live_runs`): any process can tell whether a run's process still exists,
+whatever launched it. The node lives on the same session as the run's leases, so a run that lost its
+lease has also, for the time of the outage, no proof of life; the node is re-created on every new session.
+
+Long by design: the lock, the predecessor rule and run liveness share one session and its reconnect handling.
 
 Retries of the same batch: `owner` names the batch (e.g. "mutation/7"), not the process. A batch
 that registered and then crashed finds its own record on the predecessor znode when it is retried;
@@ -23,11 +39,12 @@ is never blocked by its own earlier registration.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -46,10 +63,21 @@ class JobSpec:
     lock_name: str  # the shared resource, e.g. "engagement_activity"
     job_name: str  # e.g. "ingestion"
     predecessors: frozenset[str] = frozenset()  # allowed last-registered jobs; empty = any
+    # Seconds after which any last-registered job counts as an allowed predecessor; None = wait forever.
+    max_predecessor_wait_s: float | None = None
 
 
 class CoordinationGaveUp(Exception):
     """Lock timeout, predecessor mismatch or ZooKeeper unreachable: nothing committed, retry next tick."""
+
+
+class LockBusy(CoordinationGaveUp):
+    """The lock stayed held by someone else for the whole timeout while ZooKeeper answered: the
+    batch's turn has not come yet (as opposed to ZooKeeper being away or the rule forbidding it)."""
+
+    def __init__(self, message: str, lock_name: str = "", holder: str | None = None):  # defaults: picklable
+        super().__init__(message)
+        self.lock_name, self.holder = lock_name, holder
 
 
 class LeaseLost(Exception):
@@ -63,6 +91,7 @@ class Lease:
         self._coordinator = coordinator
         self.lock_name, self.owner, self.token = lock_name, owner, token
         self.path, self.session_id = path, session_id
+        self.waited_s = 0.0  # seconds spent waiting for the lock before it was obtained (set by wait_for_lock)
 
     def check(self) -> None:
         """Raise LeaseLost unless the session is connected and our znode is still the lock holder."""
@@ -72,14 +101,52 @@ class Lease:
         return f"Lease({self.lock_name!r}, owner={self.owner!r}, token={self.token})"
 
 
-def allowed(current: dict | None, job_name: str, owner: str, predecessors: frozenset[str]) -> bool:
+def allowed(current: dict | None, job_name: str, owner: str, predecessors: frozenset[str],
+            registered_s_ago: float | None = None, max_wait_s: float | None = None) -> bool:
     """The predecessor rule (pure): nobody registered yet, a retry of the same batch, any job when
-    the set is empty, else the last registered job must be in the set."""
+    the set is empty, the last registered job in the set, or (bounded wait) any last registered job
+    once it registered at least `max_wait_s` ago.
+
+    The bound exists for liveness: the allowed predecessors have not registered for that long, so
+    they are idle, and waiting longer cannot bring the order the rule exists for (a job between the
+    two); it would only hold this batch back until something unrelated happens to run."""
     if not current:
         return True
     if current.get("job") == job_name and current.get("owner") == owner:
         return True
-    return not predecessors or current.get("job") in predecessors
+    if not predecessors or current.get("job") in predecessors:
+        return True
+    return registered_s_ago is not None and max_wait_s is not None and registered_s_ago >= max_wait_s
+
+
+def is_bounded(max_wait_s: float | None) -> bool:
+    """A finite predecessor wait (None or infinity: wait for an allowed predecessor, however long)."""
+    return max_wait_s is not None and math.isfinite(max_wait_s)
+
+
+def wait_ends(registered_s_ago: float | None, max_wait_s: float | None) -> str:
+    """When a bounded predecessor wait ends, for give-up messages and sensor skip reasons ("" if unbounded)."""
+    if registered_s_ago is None or not is_bounded(max_wait_s):
+        return ""
+    return f"; it registered {registered_s_ago:.0f}s ago, so the wait ends in {max(max_wait_s - registered_s_ago, 0):.0f}s (bound {max_wait_s:g}s)"
+
+
+def process_started_at() -> float:
+    """This process's start time (epoch seconds) from /proc on Linux; elsewhere, now."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/stat") as system:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22: start time in clock ticks after boot
+            boot = next(int(line.split()[1]) for line in system if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def run_liveness_info(run_id: str, labels: dict[str, str]) -> dict:
+    """What a run's liveness node says about it: host, process, when the process started, and `labels`
+    (stream, batch or partition) so a person reading ZooKeeper knows which run it is."""
+    return {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "process_started_at": round(process_started_at(), 3),
+            "registered_at": datetime.now(timezone.utc).isoformat(), **labels}
 
 
 class Coordinator:
@@ -91,6 +158,7 @@ class Coordinator:
                                   connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0})
         self._stale: set[tuple[str, int]] = set()  # lock znodes an unlock could not delete (server away)
         self._started = False  # once started, kazoo reconnects by itself: never restart a suspended client
+        self._runs: dict[str, bytes] = {}  # run id -> liveness data this session holds (re-created on a new session)
 
     # ---- session ------------------------------------------------------------------------------
 
@@ -147,8 +215,10 @@ class Coordinator:
         finally:
             watchdog.cancel()
         if not acquired:
-            holder = self.holder(lock_name) if self.client.connected else "unknown: ZooKeeper unreachable"
-            raise CoordinationGaveUp(f"lock {lock_name} not obtained within {timeout_s:g}s (held by {holder})")
+            if not self.client.connected:
+                raise CoordinationGaveUp(f"lock {lock_name} not obtained within {timeout_s:g}s (held by unknown: ZooKeeper unreachable)")
+            holder = self.holder(lock_name)
+            raise LockBusy(f"lock {lock_name} not obtained within {timeout_s:g}s (held by {holder})", lock_name, holder)
         path = f"{recipe.path}/{recipe.node}"
         lease = Lease(self, lock_name, owner, int(recipe.node[-10:]), path, self._session_id() or 0)
         try:
@@ -157,6 +227,30 @@ class Coordinator:
             self.unlock(lease)
             raise CoordinationGaveUp(str(e)) from e
         return lease
+
+    def wait_for_lock(self, lock_name: str, owner: str, timeout_s: float, patience_s: float | None = None,
+                      on_wait: Callable[[LockBusy, float], None] | None = None) -> Lease:
+        """`lock` in rounds of `timeout_s` while the lock is busy (LockBusy), up to `patience_s` in all
+        (default: one round), calling `on_wait(busy, seconds waited so far)` after each round; then the
+        last LockBusy, naming the whole wait. Other give-ups (ZooKeeper away) end the wait at once.
+        A new round queues behind contenders that arrived meanwhile; rounds keep the per-round
+        ZooKeeper watchdog of `lock`, and let the caller report progress from its own thread."""
+        started = time.monotonic()
+        deadline = started + max(patience_s or 0.0, timeout_s)
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                lease = self.lock(lock_name, owner, min(timeout_s, remaining))
+            except LockBusy as busy:
+                waited = time.monotonic() - started
+                if deadline - time.monotonic() < 0.05:
+                    raise LockBusy(f"lock {lock_name} not obtained within {round(waited, 1):g}s (held by {busy.holder})",
+                                   lock_name, busy.holder) from busy
+                if on_wait is not None:
+                    on_wait(busy, waited)
+                continue
+            lease.waited_s = time.monotonic() - started
+            return lease
 
     def holder(self, lock_name: str) -> str | None:
         """Identity (JSON) written by the current lock holder, for messages; None if free or unknown."""
@@ -208,16 +302,36 @@ class Coordinator:
         return f"{self.root}/predecessors/{lock_name}"
 
     def last_registered(self, lock_name: str) -> dict | None:
-        try:
-            data, _ = self.client.get(self.predecessor_path(lock_name))
-        except NoNodeError:
-            return None
-        return json.loads(data) if data else None
+        return self.registration(lock_name)[0]
 
-    def register(self, lease: Lease, job_name: str, predecessors: frozenset[str]) -> None:
+    def registration(self, lock_name: str) -> tuple[dict | None, int | None]:
+        """The last registered job's record and its registration time (the znode's mtime: ms on
+        ZooKeeper's clock); (None, None) if nobody registered yet."""
+        try:
+            data, stat = self.client.get(self.predecessor_path(lock_name))
+        except NoNodeError:
+            return None, None
+        return (json.loads(data) if data else None), stat.mtime
+
+    def server_time_ms(self) -> int:
+        """ZooKeeper's current time (ms): the mtime of a write to `<root>/clock`. Registration times
+        are mtimes too, so an age is measured on one clock (the ensemble leader's), whatever the
+        clocks of the hosts running the streams say."""
+        path = f"{self.root}/clock"
+        try:
+            stat = self.client.set_async(path, b"").get(timeout=OP_TIMEOUT_S)
+        except NoNodeError:
+            self.client.ensure_path_async(path).get(timeout=OP_TIMEOUT_S)
+            stat = self.client.set_async(path, b"").get(timeout=OP_TIMEOUT_S)
+        return stat.mtime
+
+    def seconds_since(self, mtime_ms: int) -> float:
+        return max(self.server_time_ms() - mtime_ms, 0) / 1000
+
+    def register(self, lease: Lease, job_name: str, predecessors: frozenset[str], max_predecessor_wait_s: float | None = None) -> None:
         """Register `job_name` as the last job on the lease's lock if the last registered job is an
-        allowed predecessor (see `allowed`); a compare-and-swap on the znode's version, so a
-        registration that raced ours (a fencing failure) makes this one give up."""
+        allowed predecessor (see `allowed`; its age only read when the set says no); a compare-and-swap
+        on the znode's version, so a registration that raced ours (a fencing failure) makes this one give up."""
         lease.check()
         path = self.predecessor_path(lease.lock_name)
         record = json.dumps({"job": job_name, "owner": lease.owner, "token": lease.token,
@@ -226,12 +340,16 @@ class Coordinator:
             try:
                 data, stat = self.client.get_async(path).get(timeout=OP_TIMEOUT_S)
             except NoNodeError:
-                current, version = None, None
+                current, version, mtime = None, None, None
             else:
-                current, version = (json.loads(data) if data else None), stat.version
+                current, version, mtime = (json.loads(data) if data else None), stat.version, stat.mtime
             if not allowed(current, job_name, lease.owner, predecessors):
-                raise CoordinationGaveUp(f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
-                                         f"({current.get('owner')}), expected one of {sorted(predecessors)}")
+                # The age costs a write (ZooKeeper's clock), so it is read only when the set says no.
+                age = self.seconds_since(mtime) if is_bounded(max_predecessor_wait_s) and mtime is not None else None
+                if not allowed(current, job_name, lease.owner, predecessors, age, max_predecessor_wait_s):
+                    raise CoordinationGaveUp(f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
+                                             f"({current.get('owner')}), expected one of {sorted(predecessors)}"
+                                             f"{wait_ends(age, max_predecessor_wait_s)}")
             if version is None:
                 self.client.create_async(path, record, makepath=True).get(timeout=OP_TIMEOUT_S)
             else:
@@ -241,14 +359,81 @@ class Coordinator:
         except (KazooException, KazooTimeoutError) as e:
             raise CoordinationGaveUp(f"{job_name} on {lease.lock_name}: ZooKeeper error {type(e).__name__}") from e
 
+    # ---- run liveness ---------------------------------------------------------------------------
+
+    def run_path(self, run_id: str) -> str:
+        return f"{self.root}/runs/{run_id}"
+
+    def register_run(self, run_id: str, info: dict) -> bool:
+        """Hold the ephemeral node runs/<run_id> (data: `info` as JSON) for as long as this session
+        lives, and again on every later session of this client (after an expiry, or a restart by a
+        lock watchdog). True once the node exists; False while ZooKeeper is not connected: the node is
+        created when the session connects, which this call does not wait for."""
+        if not self._runs:
+            self.client.add_listener(self._on_state)
+        self._runs[run_id] = json.dumps(info).encode()
+        return self.client.connected and self._ensure_run_node(run_id)
+
+    def start_in_background(self) -> None:
+        """Open the session without waiting (kazoo keeps trying): for a process that only holds liveness."""
+        if not self._started:
+            self.client.start_async()
+            self._started = True
+
+    def unregister_run(self, run_id: str) -> None:
+        """Delete the run's liveness node (closing the session deletes it as well)."""
+        if self._runs.pop(run_id, None) is None or not self.client.connected:
+            return
+        try:
+            self.client.delete_async(self.run_path(run_id)).get(timeout=OP_TIMEOUT_S)
+        except (KazooException, KazooTimeoutError):
+            pass  # gone already, or goes with the session
+
+    def live_runs(self) -> frozenset[str]:
+        """The ids of the runs whose liveness node exists now. KazooException or KazooTimeoutError when
+        ZooKeeper does not answer: then nothing can be said about any run."""
+        try:
+            return frozenset(self.client.get_children_async(f"{self.root}/runs").get(timeout=OP_TIMEOUT_S))
+        except NoNodeError:
+            return frozenset()
+
+    def _on_state(self, state: str) -> None:
+        # Called on kazoo's connection thread, which must not block: create the nodes from another one.
+        if state == KazooState.CONNECTED and self._runs:
+            self.client.handler.spawn(self._ensure_run_nodes)
+
+    def _ensure_run_nodes(self) -> None:
+        for run_id in list(self._runs):
+            self._ensure_run_node(run_id)
+
+    def _ensure_run_node(self, run_id: str) -> bool:
+        data = self._runs.get(run_id)
+        if data is None:
+            return False
+        path, session = self.run_path(run_id), self._session_id()
+        try:
+            stat = self.client.exists_async(path).get(timeout=OP_TIMEOUT_S)
+            if stat is not None and stat.ephemeralOwner == session:
+                return True
+            if stat is not None:  # held by an earlier session of ours that the server has not expired yet
+                self.client.delete_async(path).get(timeout=OP_TIMEOUT_S)
+            self.client.create_async(path, data, ephemeral=True, makepath=True).get(timeout=OP_TIMEOUT_S)
+            return True
+        except NodeExistsError:
+            return True  # created meanwhile by the listener's thread
+        except (KazooException, KazooTimeoutError):
+            return False  # not connected after all: the next CONNECTED creates it
+
     # ---- one batch ------------------------------------------------------------------------------
 
     @contextmanager
-    def batch(self, job: JobSpec, owner: str, timeout_s: float) -> Iterator[Lease]:
-        """lock -> register -> yield the lease -> unlock (also on error, and when register gives up)."""
-        lease = self.lock(job.lock_name, owner, timeout_s)
+    def batch(self, job: JobSpec, owner: str, timeout_s: float, patience_s: float | None = None,
+              on_lock_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease]:
+        """lock (`wait_for_lock`: rounds of `timeout_s` up to `patience_s`) -> register (with the job's
+        bounded predecessor wait) -> yield the lease -> unlock (also on error, and when register gives up)."""
+        lease = self.wait_for_lock(job.lock_name, owner, timeout_s, patience_s, on_lock_wait)
         try:
-            self.register(lease, job.job_name, job.predecessors)
+            self.register(lease, job.job_name, job.predecessors, job.max_predecessor_wait_s)
             yield lease
         finally:
             self.unlock(lease)

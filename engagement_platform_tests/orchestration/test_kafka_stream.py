@@ -1,9 +1,10 @@
 """The Kafka stream factory without servers: a fourth stream is one call (asset, job, sensor, common
-checks, loadable Definitions), its run goes plan -> run_batch -> table reports -> checks, and the
-sensor's gates skip with a reason before Kafka is read."""
+checks, loadable Definitions), its run goes plan -> run_batch -> table reports -> checks, the sensor's
+gates skip with a reason before Kafka is read, and a batch whose run would wait its turn is not requested."""
 
 import json
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from dagster import AssetCheckResult, AssetKey, DagsterInstance, Definitions, SkipReason, build_sensor_context, materialize
 
@@ -15,7 +16,7 @@ from engagement_platform.orchestration.checks import (
     conservation,
     notifications_match_changes,
 )
-from engagement_platform.orchestration.kafka_stream import KafkaStreamDefinition, build_kafka_stream
+from engagement_platform.orchestration.kafka_stream import KafkaStreamDefinition, build_kafka_stream, kafka_stream_tick
 from engagement_platform.orchestration.parts import combine
 from engagement_platform.orchestration.runs import STREAM_TAG, cursor_ahead_of_store
 from engagement_platform.lake.checkpoints import CheckpointStore
@@ -157,3 +158,45 @@ def test_conservation_warns_on_unread_offsets_and_fails_on_unaccounted_records()
     assert conservation("c", ("records_read", 9), {"rows": 9}, planned=10, unread_warns=False).severity.value == "ERROR"
     lost = conservation("c", ("records_read", 10), {"rows": 8}, planned=10)
     assert not lost.passed and lost.severity.value == "ERROR" and lost.metadata["unaccounted"].value == 2
+
+
+class FiveMessages(KafkaResource):
+    """Kafka answering every watermark question with 5 messages in partition 0 (no broker needed)."""
+
+    @property
+    def client(self):
+        return SimpleNamespace(watermarks=lambda topic: {0: (0, 5)})
+
+
+def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_requested(tmp_path):
+    """The tick asks `turn_wait` before a new batch's run (nothing is recorded while it says wait) and
+    before re-requesting a planned batch; only after a coordination give-up does it ask about the
+    predecessor rule as well (after_give_up=True)."""
+    stream = clicks_stream(lock_name="demo_clicks_table")
+    store = LakeResource(root=str(tmp_path / "lake")).checkpoints
+    asked: list[tuple[int, bool]] = []
+    answer = {"reason": "lock demo_clicks_table held by backfill/1"}
+
+    def turn_wait(plan, after_give_up):
+        asked.append((plan.batch_id, after_give_up))
+        return answer["reason"]
+
+    with DagsterInstance.ephemeral() as instance:
+        def tick():
+            with build_sensor_context(instance=instance) as ctx:
+                return kafka_stream_tick(ctx, stream.definition, stream.partitions, FiveMessages(bootstrap_servers="unused:9092"),
+                                         store, turn_wait)
+
+        held = tick()
+        assert not held.run_requests and held.skip_reason.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/1"
+        assert held.cursor is None and store.latest_plan("clicks") is None
+        assert held.asset_events, "the topic is still observed"
+
+        answer["reason"] = None
+        first = tick()
+        assert first.run_requests[0].partition_key == "00000001" and store.latest_plan("clicks").batch_id == 1
+
+        answer["reason"] = "lock demo_clicks_table held by backfill/2"
+        again = tick()  # planned, no run yet: the re-request waits too
+        assert isinstance(again, SkipReason) and again.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/2"
+        assert asked == [(1, False), (1, False), (1, False)]

@@ -1,8 +1,10 @@
 """The ZooKeeper job coordinator against the real ZooKeeper, and its fencing of real Delta commits.
 
-Lock, give-up and predecessor tests use the shared test ZooKeeper under a fresh root per test. The
-faults that stop ZooKeeper run against this module's own server (port OWN_ZK_PORT, own state folder),
-started with scripts/stack.sh and stopped at the end, so other tests' ZooKeeper is never touched.
+Lock, give-up and predecessor tests use the shared test ZooKeeper under a fresh root per test, as do
+the tests of waiting one's turn (the bounded predecessor wait, the sensor's question about the lock, a
+run that waits for the lock instead of failing). The faults that stop ZooKeeper run against this
+module's own server (port OWN_ZK_PORT, own state folder), started with scripts/stack.sh and stopped at
+the end, so other tests' ZooKeeper is never touched.
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
 from kazoo.client import KazooClient
 
-from engagement_platform.orchestration.runs import COORDINATION_TAG
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.batch import CommitStep, commit_batch, fenced
-from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost
+from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
+from engagement_platform_tests.orchestration.test_kafka_stream import FiveMessages, NoSpark, clicks_stream, count_clicks
 from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.mutations import produce_requests
 from engagement_platform_tests.support.stack import REPO
@@ -90,6 +95,13 @@ def wait_for(predicate, timeout_s: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def skipped(result) -> str | None:
+    """A sensor tick's skip message (a SkipReason, or a SensorResult's skip_reason), else None."""
+    if isinstance(result, SkipReason):
+        return result.skip_message
+    return result.skip_reason.skip_message if isinstance(result, SensorResult) and result.skip_reason else None
+
+
 # ---- lock, register, unlock ---------------------------------------------------------------------
 
 def test_lock_waits_up_to_the_timeout_then_gives_up_and_unlock_hands_it_over(coordinators):
@@ -100,6 +112,11 @@ def test_lock_waits_up_to_the_timeout_then_gives_up_and_unlock_hands_it_over(coo
     with pytest.raises(CoordinationGaveUp, match="not obtained within"):
         b.lock(LOCK, "mutation/1", timeout_s=0.5)
     assert 0.45 <= time.monotonic() - started < 3
+
+    # A busy lock (ZooKeeper answered) is told apart from ZooKeeper being away: it is the batch's turn that has not come.
+    with pytest.raises(LockBusy) as busy:
+        b.lock(LOCK, "mutation/1", timeout_s=0.2)
+    assert '"owner": "ingestion/1"' in busy.value.holder
 
     # A waiter gets the lock as soon as the holder releases it, with a larger fencing token.
     waiter = threading.Timer(0.3, a.unlock, [held])
@@ -356,7 +373,8 @@ def test_zookeeper_going_away_while_waiting_for_the_lock_is_a_bounded_give_up(ow
 def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, stack, kafka, topic, lake_root, checkpoints, root):
     produce_activities(kafka, topic, 20)
     lake = LakeResource(root=lake_root)
-    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=0.5, session_timeout_s=SESSION_S)
+    # The run waits for the lock at most max_lock_wait_s in all (a short bound here), then gives up.
+    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=0.5, max_lock_wait_s=0.5, session_timeout_s=SESSION_S)
     resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
                  "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
     holder = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
@@ -367,18 +385,20 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
 
         request = tick().run_requests[0]
         instance.add_dynamic_partitions(ingestion_batches.name, [request.partition_key])
-        held = holder.lock(LOCK, "mutation/1", timeout_s=2)
         for _ in range(4):  # more give-ups than MAX_ATTEMPTS: the stream must not pause
+            held = holder.lock(LOCK, "mutation/1", timeout_s=2)
             out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
                               tags=request.tags, resources=resources, raise_on_error=False)
             assert not out.success
             assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
+            # While the lock is held the sensor launches no retry (it would only wait): it says who holds it.
+            assert f"lock {LOCK} held by mutation/1" in skipped(tick())
+            holder.unlock(held)
             retry = tick()
             assert isinstance(retry, SensorResult) and retry.run_requests, retry
             request = retry.run_requests[0]
         assert request.run_key.endswith("#attempt5")
         assert not os.path.exists(os.path.join(lake_root, "engagement_activity"))
-        holder.unlock(held)
         holder.close()
 
         out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
@@ -401,7 +421,9 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
          "from_field": "lead_id", "from_id": "00QNOTYET", "to_field": "contact_id", "to_id": "003LATER"},
     ])
     lake = LakeResource(root=lake_root)
-    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S)
+    # A bound far beyond the test's duration: here the wait ends because ingestion registers.
+    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S,
+                                      max_predecessor_wait_s=3600)
     resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
                  "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
     other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
@@ -430,3 +452,118 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
                           tags=retry.tags, resources=resources)
         assert out.success
     other.close()
+
+
+# ---- waiting one's turn: bounded predecessor wait, no run while the lock is held, a run waits for the lock ----
+
+def test_allowed_counts_any_last_job_as_a_predecessor_once_the_bounded_wait_has_passed():
+    retention = {"job": "retention", "owner": "retention/1"}
+    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors)
+    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=119.9, max_wait_s=120)
+    assert allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=120, max_wait_s=120)
+    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=float("inf"))
+    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=None)
+
+
+def resource(stack, root, tmp_path, **fields) -> CoordinatorResource:
+    return CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=stack["ZOOKEEPER_HOSTS"], root=root,
+                               enabled=True, session_timeout_s=SESSION_S, **fields)
+
+
+def test_a_job_refused_by_the_predecessor_rule_registers_once_the_bounded_wait_has_passed(coordinators, stack, root, tmp_path):
+    """After a retention batch, with no ingestion batch coming, a mutation batch waits for its turn
+    only `max_predecessor_wait_s` (by ZooKeeper's clock), then registers; the sensor's question says
+    how long the wait still lasts, then lets the batch go."""
+    bound = 3.0
+    c = coordinators()
+    bounded = JobSpec(LOCK, "mutation", MUTATION.predecessors, max_predecessor_wait_s=bound)
+    coordinator = resource(stack, root, tmp_path, max_predecessor_wait_s=bound)
+    with c.batch(RETENTION, "retention/1", timeout_s=2):
+        pass
+    registered = time.monotonic()
+
+    with pytest.raises(CoordinationGaveUp, match="last registered job is 'retention'.*the wait ends in"):
+        with c.batch(bounded, "mutation/3", timeout_s=2):
+            pass
+    waiting = coordinator.predecessor_wait("mutation", 3)
+    assert waiting is not None and "'retention'" in waiting and "the wait ends in" in waiting and f"bound {bound:g}s" in waiting, waiting
+    assert coordinator.lock_wait("mutation", 3) is None  # the lock itself is free
+
+    wait_for(lambda: coordinator.predecessor_wait("mutation", 3) is None, timeout_s=bound + 10)
+    assert time.monotonic() - registered >= bound - 0.5  # not before the bound
+    with pytest.raises(CoordinationGaveUp, match="last registered job is 'retention'"):
+        with c.batch(MUTATION, "mutation/3", timeout_s=2):
+            pass  # without a bound the rule stays strict
+    with c.batch(bounded, "mutation/3", timeout_s=2):
+        pass
+    assert c.last_registered(LOCK)["owner"] == "mutation/3"
+
+
+def test_the_sensor_question_reports_the_lock_holder_until_it_releases(coordinators, stack, root, tmp_path):
+    coordinator = resource(stack, root, tmp_path)
+    assert coordinator.lock_wait("mutation", 1) is None and coordinator.predecessor_wait("mutation", 1) is None
+    holder = coordinators()
+    held = holder.lock(LOCK, "ingestion/4", timeout_s=2)
+    assert coordinator.lock_wait("mutation", 1) == f"lock {LOCK} held by ingestion/4"
+    assert coordinator.predecessor_wait("mutation", 1) == f"lock {LOCK} held by ingestion/4"
+    holder.unlock(held)
+    assert coordinator.lock_wait("mutation", 1) is None and coordinator.predecessor_wait("mutation", 1) is None
+
+
+CLICKS_LOCK = "demo_clicks_table"
+
+
+def test_a_stream_sensor_requests_no_run_while_the_lock_is_held(coordinators, stack, root, tmp_path):
+    stream = clicks_stream(lock_name=CLICKS_LOCK)
+    lake = LakeResource(root=str(tmp_path / "lake"))
+    resources = {"kafka": FiveMessages(bootstrap_servers="unused:9092"), "coordinator": resource(stack, root, tmp_path)}
+    holder = coordinators()
+    with DagsterInstance.ephemeral() as instance:
+        def tick():
+            with build_sensor_context(instance=instance, resources=resources) as ctx:
+                return stream.sensor(ctx)
+
+        held = holder.lock(CLICKS_LOCK, "backfill/1", timeout_s=2)
+        waiting = tick()  # a new batch: nothing planned while the lock is held
+        assert not getattr(waiting, "run_requests", None), waiting
+        assert skipped(waiting) == f"clicks batch 1 waits for its turn: lock {CLICKS_LOCK} held by backfill/1"
+        assert lake.checkpoints.latest_plan("clicks") is None
+        holder.unlock(held)
+
+        first = tick()
+        assert first.run_requests and first.run_requests[0].partition_key == "00000001"
+        held = holder.lock(CLICKS_LOCK, "backfill/2", timeout_s=2)
+        assert skipped(tick()) == f"clicks batch 1 waits for its turn: lock {CLICKS_LOCK} held by backfill/2"  # nor a re-request
+        holder.unlock(held)
+        assert tick().run_requests[0].run_key == first.run_requests[0].run_key
+
+
+def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait_in_its_metadata(coordinators, stack, root, tmp_path):
+    """Lock timeout 0.5 s, lock held 3 s by another client: the run does not fail, it waits (logging each
+    round), commits, and its materialization says how long it waited."""
+    stream = clicks_stream(lock_name=CLICKS_LOCK, run_batch=count_clicks)
+    lake_root = str(tmp_path / "lake")
+    plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
+    CheckpointStore(DeltaLake(lake_root)).record_plan(plan)
+    lake = LakeResource(root=lake_root)
+    coordinator = CoordinatorResource(lake=lake, hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True, session_timeout_s=SESSION_S,
+                                      lock_timeout_s=0.5, max_lock_wait_s=60)
+    holder = coordinators()
+    held = holder.lock(CLICKS_LOCK, "backfill/1", timeout_s=2)
+    release = threading.Timer(3.0, holder.unlock, [held])
+    release.start()
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
+        out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
+                          resources={"spark": NoSpark(), "lake": lake, "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                                     "coordinator": coordinator})
+        logs = [e.user_message for e in instance.all_logs(out.run_id)]
+        tags = instance.get_run_by_id(out.run_id).tags
+    release.join()
+    assert out.success, logs
+    assert COORDINATION_TAG not in tags
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    assert 2.5 <= metadata[LOCK_WAIT_METADATA].value < 60
+    assert metadata["records_read"].value == 5
+    waits = [m for m in logs if f"waits for its turn: lock {CLICKS_LOCK} held by" in m]
+    assert len(waits) >= 2 and "backfill/1" in waits[0], logs

@@ -3,6 +3,7 @@ each run merges everything staged for the tenant since its last run, under the t
 
 from dagster import AllPartitionMapping, AssetDep, AssetExecutionContext, AssetSelection, MaterializeResult, asset, define_asset_job, in_process_executor
 
+from engagement_platform.orchestration.orphans import stranded_metadata
 from engagement_platform.orchestration.runs import report_table_commits
 from engagement_platform.profiles.assets import BACKFILL_ASSET, GROUP, RAW_ASSET, STAGING_ASSET, cdc_lag_metadata, profile_tenants, tenant_locked
 from engagement_platform.profiles.lag import staged_offsets, tenant_lags
@@ -28,7 +29,8 @@ def profile_raw(context: AssetExecutionContext, spark: SparkResource, lake: Lake
                              {k: v for k, v in result.versions.items() if k == PROFILE_PROGRESS.name})
     lag = tenant_lags(lake.lake, [tenant])[tenant]
     marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
-    return MaterializeResult(metadata={**meta, **lag.metadata(), **cdc_lag_metadata(marks, staged_offsets(lake.checkpoints))},
+    return MaterializeResult(metadata={**meta, **lag.metadata(), **cdc_lag_metadata(marks, staged_offsets(lake.checkpoints)),
+                                       **stranded_metadata(context)},
                              check_results=evaluate_raw_checks(lake.lake, tenant, lag))
 
 

@@ -1,12 +1,16 @@
 """Sensors of the profile processor: one run per tenant with unmerged staged changes, and the lag
-monitor (the replication lag of every tenant as one check, and the topic's CDC lag, every minute)."""
+monitor (the replication lag of every tenant as one check, and the topic's CDC lag, every minute).
+
+A tenant's run in flight whose process is gone (no liveness node in ZooKeeper: a crash of the Dagster
+host) is marked failed and the tenant requested again; such attempts do not count towards the pause."""
 
 import json
 
 from dagster import DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from engagement_platform.orchestration.parts import Parts
-from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED
+from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
+from engagement_platform.orchestration.runs import FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, counts_as_attempt
 from engagement_platform.orchestration.topics import topic_observation
 from engagement_platform.profiles.assets import TOPIC_ASSET, cdc_observation_metadata, profile_tenants
 from engagement_platform.profiles.lag import tenant_lags
@@ -15,7 +19,7 @@ from engagement_platform.profiles.processor.assets import profile_processor_job,
 from engagement_platform.profiles.processor.checks import every_tenant_lag_check, every_tenant_lag_evaluation
 from engagement_platform.profiles.processor.progress import latest_progress, unprocessed_tenants
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
-from engagement_platform.resources import KafkaResource, LakeResource
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 
 STAGING_RANGE_TAG = "profile/staging_versions"  # "<after>-<up to>" as the sensor saw them
@@ -28,9 +32,9 @@ def processor_run_key(tenant: str, after: int, up_to: int, attempt: int) -> str:
 
 
 @sensor(job=profile_processor_job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING)
-def profile_processor_sensor(context: SensorEvaluationContext, lake: LakeResource):
+def profile_processor_sensor(context: SensorEvaluationContext, coordinator: CoordinatorResource):
     """Requests one processor run per tenant whose staged changes are not all merged into its raw table."""
-    store = lake.lake
+    store = coordinator.lake.lake
     tenants = unprocessed_tenants(store)
     if not tenants:
         return SkipReason("every tenant's staged changes are merged")
@@ -38,21 +42,23 @@ def profile_processor_sensor(context: SensorEvaluationContext, lake: LakeResourc
     progress = {t: r["staging_version"] for t, r in latest_progress(store).items()}
     instance = context.instance
     running = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(UNFINISHED)))
+    running, note = reap_orphans(instance, running, coordinator)  # runs whose process is gone are failed here
     in_flight = {r.tags.get("dagster/partition") for r in running}
     requests, waiting = [], []
     for tenant in tenants:
         if tenant in in_flight:
-            waiting.append(f"{tenant}: in flight")
+            waiting.append(f"{tenant}: in flight" + (f" ({note})" if note else ""))
             continue
         after = progress.get(tenant, -1)
         span = f"{after}-{current}"
         ended = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(FAILED),
                                                      tags={"dagster/partition": tenant, STAGING_RANGE_TAG: span}))
-        if sum(COORDINATION_TAG not in r.tags for r in ended) >= MAX_ATTEMPTS:  # lock give-ups are not the batch's fault
+        if sum(counts_as_attempt(r) for r in ended) >= MAX_ATTEMPTS:  # lock give-ups and orphans are not the batch's fault
             waiting.append(f"{tenant}: failed {MAX_ATTEMPTS} times on staging versions {span}, paused until re-executed")
             continue
+        last = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}), limit=1)
         requests.append(RunRequest(run_key=processor_run_key(tenant, after, current, len(ended) + 1), partition_key=tenant,
-                                   tags={STREAM_TAG: processor_stream(tenant), STAGING_RANGE_TAG: span}))
+                                   tags={STREAM_TAG: processor_stream(tenant), STAGING_RANGE_TAG: span, **retry_tags(last[0] if last else None)}))
     known = set(instance.get_dynamic_partitions(profile_tenants.name))
     new = [t for t in tenants if t not in known]
     # Progress (in the lake) decides what runs, so a lost cursor never skips a tenant; the cursor records

@@ -1,0 +1,188 @@
+"""A run orphaned by a crash of the Dagster host (STARTED, its process gone) is failed by its stream's
+sensor and its batch requested again, without counting as an attempt; a run whose process holds its
+liveness node in ZooKeeper, a run younger than the bound and a queued run are left alone, and with
+ZooKeeper unreachable nothing is judged. The retry reports how long the batch was stranded.
+
+The tests without `stack` answer liveness from a stand-in; those with it use the real ZooKeeper: the
+run's node is registered by another kazoo session, as a run's process does in its resource setup."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Optional
+
+import pytest
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, build_sensor_context, materialize
+
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA, STRANDED_SINCE_TAG
+from engagement_platform.orchestration.runs import COORDINATION_TAG, STREAM_TAG
+from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
+from engagement_platform.settings import load_settings
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator
+from engagement_platform.streams.kafka import OffsetRange
+from engagement_platform.streams.planning import BatchPlan, KafkaSlice
+from engagement_platform_tests.orchestration.test_kafka_stream import FiveMessages, NoSpark, clicks_stream, count_clicks
+
+PLAN = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
+BOUND_S = 1.5
+
+
+class Liveness(CoordinatorResource):
+    """The coordinator's liveness answer without ZooKeeper: `alive` lists the runs holding a node;
+    `unreachable` makes it raise as with ZooKeeper down."""
+
+    enabled: Optional[bool] = False  # no session is opened in setup
+    alive: list[str] = []
+    unreachable: bool = False
+
+    def live_runs(self):
+        if self.unreachable:
+            raise CoordinationGaveUp("ZooKeeper unreachable: test")
+        return frozenset(self.alive)
+
+    def lock_wait(self, stream, batch_id, lock_name=None):
+        return None
+
+
+def add_run(instance: DagsterInstance, status: DagsterRunStatus, **tags: str) -> DagsterRun:
+    run = DagsterRun(job_name="demo_clicks_job", run_id=str(uuid.uuid4()), status=status,
+                     tags={"dagster/partition": PLAN.partition_key, STREAM_TAG: "clicks", **tags})
+    return instance.add_run(run)
+
+
+def status(instance: DagsterInstance, run: DagsterRun) -> DagsterRunStatus:
+    return instance.get_run_by_id(run.run_id).status
+
+
+@pytest.fixture
+def planned(tmp_path) -> str:
+    root = str(tmp_path / "lake")
+    CheckpointStore(DeltaLake(root)).record_plan(PLAN)
+    return root
+
+
+def tick(instance, root: str, coordinator: CoordinatorResource):
+    stream = clicks_stream(lock_name="demo_clicks_table")
+    with build_sensor_context(instance=instance, resources={"kafka": FiveMessages(bootstrap_servers="unused:9092"),
+                                                            "coordinator": coordinator}) as ctx:
+        return stream.sensor(ctx)
+
+
+def test_a_started_run_without_liveness_past_the_bound_is_failed_and_retried_without_counting(planned):
+    liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+    with DagsterInstance.ephemeral() as instance:
+        add_run(instance, DagsterRunStatus.FAILURE)  # two real failures: a third would pause the stream
+        add_run(instance, DagsterRunStatus.FAILURE)
+        orphan = add_run(instance, DagsterRunStatus.STARTED)
+
+        young = tick(instance, planned, liveness)
+        assert isinstance(young, SkipReason) and young.skip_message == "clicks batch 1 is in flight"
+        assert status(instance, orphan) == DagsterRunStatus.STARTED, "younger than the bound: not judged"
+
+        time.sleep(BOUND_S + 0.5)
+        result = tick(instance, planned, liveness)
+        marked = instance.get_run_by_id(orphan.run_id)
+        assert marked.status == DagsterRunStatus.FAILURE and marked.tags[ORPHANED_TAG] == "true"
+        started = instance.get_run_record_by_id(orphan.run_id).create_timestamp.timestamp()
+        assert float(marked.tags[STRANDED_SINCE_TAG]) == pytest.approx(started, abs=0.01)
+        failure = instance.get_records_for_run(orphan.run_id, limit=1, ascending=False).records[0].event_log_entry
+        assert "no liveness node in ZooKeeper" in failure.dagster_event.message and "process group" in failure.dagster_event.message
+
+        (request,) = result.run_requests  # 3 ended runs, the orphan not counted: attempt 4, not a pause
+        assert request.run_key == f"{PLAN.run_key}#attempt4" and request.partition_key == PLAN.partition_key
+        assert request.tags[STRANDED_SINCE_TAG] == marked.tags[STRANDED_SINCE_TAG]
+
+
+def test_a_run_holding_its_liveness_node_a_run_not_started_and_an_unreachable_zookeeper_leave_runs_alone(planned):
+    with DagsterInstance.ephemeral() as instance:
+        started = add_run(instance, DagsterRunStatus.STARTED)
+        waiting = add_run(instance, DagsterRunStatus.NOT_STARTED)  # QUEUED needs a code location: the same rule
+        time.sleep(BOUND_S + 0.5)
+
+        alive = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S, alive=[started.run_id])
+        assert tick(instance, planned, alive).skip_message == "clicks batch 1 is in flight"
+
+        away = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S, unreachable=True)
+        skipped = tick(instance, planned, away)
+        assert skipped.skip_message == "clicks batch 1 is in flight (run liveness not checked: ZooKeeper unreachable: test)"
+        assert status(instance, started) == DagsterRunStatus.STARTED
+
+        instance.report_run_failed(started, "test: a real failure")  # only the run not started is left
+        gone = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+        assert tick(instance, planned, gone).skip_message == "clicks batch 1 is in flight"
+        assert status(instance, waiting) == DagsterRunStatus.NOT_STARTED, "the queue owns runs not started"
+
+
+def test_orphaned_attempts_never_pause_the_stream_but_real_failures_still_do(planned):
+    with DagsterInstance.ephemeral() as instance:
+        for _ in range(3):
+            add_run(instance, DagsterRunStatus.FAILURE, **{ORPHANED_TAG: "true"})
+        add_run(instance, DagsterRunStatus.FAILURE, **{COORDINATION_TAG: "gave_up"})
+        liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+        (request,) = tick(instance, planned, liveness).run_requests
+        assert request.run_key == f"{PLAN.run_key}#attempt5"
+        for _ in range(3):
+            add_run(instance, DagsterRunStatus.FAILURE)
+        paused = tick(instance, planned, liveness)
+        assert isinstance(paused, SkipReason) and "failed 3 times" in paused.skip_message
+
+
+def test_the_retry_of_an_orphaned_run_reports_how_long_the_batch_was_stranded(planned, monkeypatch):
+    monkeypatch.setenv("EP_COORDINATOR", "off")  # no ZooKeeper here: the run holds no liveness node
+    stream = clicks_stream(run_batch=count_clicks)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(stream.partitions.name, [PLAN.partition_key])
+        out = materialize([stream.asset], partition_key=PLAN.partition_key, instance=instance,
+                          tags={STRANDED_SINCE_TAG: f"{time.time() - 95:.3f}"},
+                          resources={"spark": NoSpark(), "lake": LakeResource(root=planned), "kafka": KafkaResource(bootstrap_servers="unused:9092")})
+    assert out.success
+    (event,) = [m for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key.to_user_string() == "demo_clicks"]
+    assert 95 <= event.metadata[STRANDED_METADATA].value < 110
+
+
+# ---- against the real ZooKeeper ------------------------------------------------------------------
+
+
+def test_a_liveness_node_held_by_a_live_session_keeps_the_run_in_flight_and_goes_with_the_session(stack, lake_root):
+    """Another kazoo session registers the run (as the run's process does in setup); while it lives the
+    sensor waits; once the session ends (the process died) the run is failed and its batch requested."""
+    CheckpointStore(DeltaLake(lake_root)).record_plan(PLAN)
+    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), orphan_after_s=BOUND_S)
+    with DagsterInstance.ephemeral() as instance:
+        run = add_run(instance, DagsterRunStatus.STARTED)
+        process = Coordinator(stack["ZOOKEEPER_HOSTS"], load_settings().zookeeper_root)
+        process.start()
+        try:
+            assert process.register_run(run.run_id, {"stream": "clicks"})
+            time.sleep(BOUND_S + 0.5)
+            assert run.run_id in coordinator.live_runs()
+            assert tick(instance, lake_root, coordinator).skip_message == "clicks batch 1 is in flight"
+            assert status(instance, run) == DagsterRunStatus.STARTED
+        finally:
+            process.close()  # the run's process ends: ZooKeeper deletes its node with the session
+        assert run.run_id not in coordinator.live_runs()
+        (request,) = tick(instance, lake_root, coordinator).run_requests
+        assert status(instance, run) == DagsterRunStatus.FAILURE and request.run_key == f"{PLAN.run_key}#attempt2"
+
+
+def test_a_run_registers_its_liveness_node_in_setup_and_removes_it_at_teardown(stack, lake_root):
+    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root))
+    seen: list[frozenset[str]] = []
+
+    def batch(ctx, plan):
+        seen.append(coordinator.live_runs())
+        return count_clicks(ctx, plan)
+
+    stream = clicks_stream(lock_name="demo_clicks_table", run_batch=batch)
+    CheckpointStore(DeltaLake(lake_root)).record_plan(PLAN)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(stream.partitions.name, [PLAN.partition_key])
+        out = materialize([stream.asset], partition_key=PLAN.partition_key, instance=instance,
+                          resources={"spark": NoSpark(), "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                                     "coordinator": coordinator})
+    assert out.success
+    assert seen and out.run_id in seen[0], "the run's node exists while its batch runs"
+    assert out.run_id not in coordinator.live_runs(), "and is gone after teardown"
