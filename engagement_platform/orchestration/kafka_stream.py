@@ -255,7 +255,9 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
             skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
             asset_events=observed,
         )
-    reason = turn_wait(plan, False) if turn_wait is not None else None
+    # A new batch's run is launched only when it would get in: the lock free and the predecessor rule
+    # satisfied (or its bounded wait over), so waiting one's turn is a skipped tick, not a red run.
+    reason = turn_wait(plan, True) if turn_wait is not None else None
     if reason:
         return SensorResult(skip_reason=waits_for_its_turn(plan, reason), asset_events=observed)
     store.record_plan(plan)

@@ -3,20 +3,16 @@ checks, loadable Definitions), its run goes plan -> run_batch -> table reports -
 gates skip with a reason before Kafka is read, and a batch whose run would wait its turn is not requested."""
 
 import json
-from dataclasses import dataclass, field
-from types import SimpleNamespace
 
-from dagster import AssetCheckResult, AssetKey, DagsterInstance, Definitions, SkipReason, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, Definitions, SkipReason, build_sensor_context, materialize
 
 from engagement_platform.orchestration.checks import (
     NOTIFICATIONS_MATCH_CHANGES,
     OFFSET_RANGES_CONTIGUOUS,
     RECORDS_CONSERVED,
-    BatchChecks,
     conservation,
-    notifications_match_changes,
 )
-from engagement_platform.orchestration.kafka_stream import KafkaStreamDefinition, build_kafka_stream, kafka_stream_tick
+from engagement_platform.orchestration.kafka_stream import kafka_stream_tick
 from engagement_platform.orchestration.parts import combine
 from engagement_platform.orchestration.runs import STREAM_TAG, cursor_ahead_of_store
 from engagement_platform.lake.checkpoints import CheckpointStore
@@ -24,52 +20,7 @@ from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
-from engagement_platform.streams.spec import StreamSpec
-
-
-@dataclass
-class ClicksResult:
-    plan: BatchPlan
-    records_read: int
-    rows: int
-    versions: dict = field(default_factory=lambda: {"demo_clicks_table": None})  # None: committed by an earlier attempt
-
-    def metadata(self) -> dict:
-        return {"batch_id": self.plan.batch_id, "records_read": self.records_read}
-
-
-def not_run(ctx, plan):
-    raise AssertionError("no batch runs in this test")
-
-
-def count_clicks(ctx, plan) -> ClicksResult:
-    return ClicksResult(plan, plan.record_count, plan.record_count)
-
-
-class NoSpark(SparkResource):
-    """The run's Spark session, never started: the test's batch does not use it."""
-
-    def _init_session(self) -> None:
-        self._spark_session = "no spark session"
-
-
-def records(lake, checkpoints, result) -> list[AssetCheckResult]:
-    return [conservation(RECORDS_CONSERVED, ("records_read", result.records_read), {"rows_in_table": result.rows})]
-
-
-def clicks_stream(lock_name=None, run_batch=not_run, **overrides):
-    return build_kafka_stream(KafkaStreamDefinition(
-        spec=StreamSpec(name="clicks", app_id="demo.clicks", run_batch=run_batch, lock_name=lock_name),
-        asset_key=AssetKey("demo_clicks"),
-        topic_asset_key=AssetKey(["kafka", "demo_clicks"]),
-        topic=lambda: "demo.clicks",
-        description="Clicks stream: each partition is one planned offset slice.",
-        topic_description="Kafka topic of clicks.",
-        group="demo",
-        checks=[BatchChecks({RECORDS_CONSERVED: "Records read = rows appended."}, records),
-                notifications_match_changes("demo_notifications", "demo_clicks_table", "demo.clicks")],
-        **overrides,
-    ))
+from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks
 
 
 def test_a_fourth_stream_is_one_call_with_its_asset_job_sensor_and_common_checks(tmp_path):
@@ -160,14 +111,6 @@ def test_conservation_warns_on_unread_offsets_and_fails_on_unaccounted_records()
     assert not lost.passed and lost.severity.value == "ERROR" and lost.metadata["unaccounted"].value == 2
 
 
-class FiveMessages(KafkaResource):
-    """Kafka answering every watermark question with 5 messages in partition 0 (no broker needed)."""
-
-    @property
-    def client(self):
-        return SimpleNamespace(watermarks=lambda topic: {0: (0, 5)})
-
-
 def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_requested(tmp_path):
     """The tick asks `turn_wait` before a new batch's run (nothing is recorded while it says wait) and
     before re-requesting a planned batch; only after a coordination give-up does it ask about the
@@ -199,4 +142,4 @@ def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_request
         answer["reason"] = "lock demo_clicks_table held by backfill/2"
         again = tick()  # planned, no run yet: the re-request waits too
         assert isinstance(again, SkipReason) and again.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/2"
-        assert asked == [(1, False), (1, False), (1, False)]
+        assert asked == [(1, True), (1, True), (1, False)]  # a new batch: the lock and the predecessor rule; a re-request: the lock

@@ -24,7 +24,7 @@ from engagement_platform.settings import load_settings
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
-from engagement_platform_tests.orchestration.test_kafka_stream import FiveMessages, NoSpark, clicks_stream, count_clicks
+from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks
 
 PLAN = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
 BOUND_S = 1.5

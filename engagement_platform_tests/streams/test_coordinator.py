@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA
+from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA, run_request
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.lake.delta import TableSpec
@@ -31,8 +31,8 @@ from engagement_platform.resources import CoordinatorResource, KafkaResource, La
 from engagement_platform.streams.batch import CommitStep, commit_batch, fenced
 from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan, KafkaSlice
-from engagement_platform_tests.orchestration.test_kafka_stream import FiveMessages, NoSpark, clicks_stream, count_clicks
+from engagement_platform.streams.planning import BatchPlan, KafkaSlice, plan_next_batch
+from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks
 from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.mutations import produce_requests
 from engagement_platform_tests.support.stack import REPO
@@ -434,15 +434,23 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
             with build_sensor_context(instance=instance, resources=resources) as ctx:
                 return engagement_mutation_sensor(ctx)
 
-        request = tick().run_requests[0]
+        def skipped(result) -> str:
+            assert not getattr(result, "run_requests", None), result
+            return result.skip_message if hasattr(result, "skip_message") else result.skip_reason.skip_message
+
+        # A new batch is not launched while the rule forbids it (no red run), and its plan is not recorded.
+        assert "waits for its turn" in skipped(tick())
+        assert coordinator.checkpoints.latest_plan("mutation") is None
+        # A run that gives up anyway (the rule changed between the tick and the run) is held the same way.
+        plan = plan_next_batch("mutation", mutation_topic, None, kafka.watermarks(mutation_topic), 1000)
+        coordinator.checkpoints.record_plan(plan)
+        request = run_request(plan, 1, {})
         instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
         out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance,
                           tags=request.tags, resources=resources, raise_on_error=False)
         assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
         for _ in range(2):  # held on every tick while the rule forbids it, no run launched
-            held = tick()
-            assert not getattr(held, "run_requests", None), held
-            message = held.skip_message if hasattr(held, "skip_message") else held.skip_reason.skip_message
+            message = skipped(tick())
             assert "waits for its turn" in message and "'retention'" in message, message
         with other.batch(JobSpec(LOCK, "ingestion"), "ingestion/1", timeout_s=2):
             pass  # an ingestion batch registers: mutation may follow it now
