@@ -25,8 +25,9 @@ marked failed by the sensor and retried the same way, without counting as an att
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from dagster import (
     AssetExecutionContext,
@@ -45,7 +46,7 @@ from dagster import (
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, reap_orphans, retry_tags
 from engagement_platform.resources import CoordinatorResource, holder_owner
 from engagement_platform.streams.batch import fenced
-from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy, PredecessorRefused
 from engagement_platform.streams.planning import BatchPlan
 
 STREAM_TAG = "engagement/stream"  # dagster.yaml limits runs to one per value of this tag
@@ -155,8 +156,9 @@ def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorRe
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
     partition (= batch id). While the lock is held by someone else the run waits (a log line per
     round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited
-    become the materialization's LOCK_WAIT_METADATA. A give-up (after that bound, or the predecessor
-    rule, or ZooKeeper away) or a lost lease ends the run as a Failure tagged COORDINATION_TAG:
+    become the materialization's LOCK_WAIT_METADATA. A predecessor refusal whose bounded wait ends within
+    that patience is waited out (acquire_in_turn). A give-up (after that bound, or the predecessor
+    rule beyond it, or ZooKeeper away) or a lost lease ends the run as a Failure tagged COORDINATION_TAG:
     nothing (more) is committed and a later tick retries the same plan."""
     batch_id = int(context.partition_key)
 
@@ -165,14 +167,44 @@ def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorRe
                          f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
 
     with coordination_failures(context, f"{stream} batch {batch_id}: coordinator", "; a later tick retries the batch from its plan",
-                               batch_id=batch_id):
-        with coordinator.batch(stream, batch_id, lock_name, on_lock_wait=waiting) as lease, fenced(lease):
+                               batch_id=batch_id), ExitStack() as held:
+        lease = held.enter_context(acquire_in_turn(context, coordinator, stream, batch_id, lock_name, waiting))
+        with fenced(lease):
             if lease is not None:
                 context.log.info(f"{stream} batch {batch_id}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
                 # The asset's output (its check results are outputs too, so the name is needed).
                 context.add_output_metadata({LOCK_WAIT_METADATA: round(lease.waited_s, 3)},
                                             output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
             yield lease
+
+
+PREDECESSOR_ROUND_S = 15.0  # longest sleep between two registrations of a run the predecessor rule refused
+
+
+@contextmanager
+def acquire_in_turn(context, coordinator: CoordinatorResource, stream: str, batch_id: int, lock_name: str | None,
+                    on_lock_wait) -> Iterator[Lease | None]:
+    """The coordinator's batch, entered once the predecessor rule lets the batch in. A refusal whose
+    bounded wait ends within the run's patience (`max_lock_wait_s`) is waited out with the lock released
+    (the predecessor must be free to run), since the rule admits any batch once the wait ends; a refusal
+    beyond it (or unbounded) gives up as before."""
+    started = time.monotonic()
+    while True:
+        entered = False
+        try:
+            with coordinator.batch(stream, batch_id, lock_name, on_lock_wait=on_lock_wait) as lease:
+                entered = True
+                yield lease
+            return
+        except PredecessorRefused as refused:
+            if entered or refused.wait_s is None:
+                raise
+            waited = time.monotonic() - started
+            if waited + refused.wait_s > coordinator.max_lock_wait_s:
+                raise
+            pause = min(max(refused.wait_s, 0.5), PREDECESSOR_ROUND_S)
+            context.log.info(f"{stream} batch {batch_id} waits for its turn: {refused} ({waited:.0f}s so far)")
+            time.sleep(pause)
 
 
 def cursor_ahead_of_store(cursor: str | None, stream: str, latest: BatchPlan | None) -> str | None:

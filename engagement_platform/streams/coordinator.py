@@ -71,6 +71,14 @@ class CoordinationGaveUp(Exception):
     """Lock timeout, predecessor mismatch or ZooKeeper unreachable: nothing committed, retry next tick."""
 
 
+class PredecessorRefused(CoordinationGaveUp):
+    """The predecessor rule refused the batch; `wait_s`: seconds until its bounded wait ends (None: unbounded)."""
+
+    def __init__(self, message: str, wait_s: float | None = None):  # defaults: picklable
+        super().__init__(message)
+        self.wait_s = wait_s
+
+
 class LockBusy(CoordinationGaveUp):
     """The lock stayed held by someone else for the whole timeout while ZooKeeper answered: the
     batch's turn has not come yet (as opposed to ZooKeeper being away or the rule forbidding it)."""
@@ -347,9 +355,10 @@ class Coordinator:
                 # The age costs a write (ZooKeeper's clock), so it is read only when the set says no.
                 age = self.seconds_since(mtime) if is_bounded(max_predecessor_wait_s) and mtime is not None else None
                 if not allowed(current, job_name, lease.owner, predecessors, age, max_predecessor_wait_s):
-                    raise CoordinationGaveUp(f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
+                    remaining = max(max_predecessor_wait_s - age, 0.0) if age is not None else None
+                    raise PredecessorRefused(f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
                                              f"({current.get('owner')}), expected one of {sorted(predecessors)}"
-                                             f"{wait_ends(age, max_predecessor_wait_s)}")
+                                             f"{wait_ends(age, max_predecessor_wait_s)}", remaining)
             if version is None:
                 self.client.create_async(path, record, makepath=True).get(timeout=OP_TIMEOUT_S)
             else:

@@ -408,6 +408,43 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
     assert history[0]["lock_name"] == LOCK and history[0]["lock_owner"] == f"{STREAM}/1" and int(history[0]["fencing_token"]) > held.token
 
 
+def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commits(spark, stack, kafka, lake_root, root, monkeypatch):
+    """The rule changed between the tick and the run (a retention batch registered meanwhile): the run
+    waits, lock released, until the bounded wait ends, then commits: no red run."""
+    from engagement_platform.engagement.mutation.assets import engagement_mutation, mutation_batches
+
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 1})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    produce_requests(kafka, mutation_topic, [
+        {"request_id": "r1", "org_id": "o1", "request_time": "2026-02-01T00:00:00Z", "op": "convert",
+         "from_field": "lead_id", "from_id": "00QNOTYET", "to_field": "contact_id", "to_id": "003LATER"},
+    ])
+    lake = LakeResource(root=lake_root)
+    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S,
+                                      max_predecessor_wait_s=3)
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
+                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
+    with other.batch(JobSpec(LOCK, "retention"), "retention/1", timeout_s=2):
+        pass  # a retention batch registered last
+    plan = plan_next_batch("mutation", mutation_topic, None, kafka.watermarks(mutation_topic), 1000)
+    coordinator.checkpoints.record_plan(plan)
+    request = run_request(plan, 1, {})
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
+        started = time.monotonic()
+        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance,
+                          tags=request.tags, resources=resources, raise_on_error=False)
+        assert out.success, "waiting one's turn is not a failure"
+        assert COORDINATION_TAG not in instance.get_run_by_id(out.run_id).tags
+        assert time.monotonic() - started >= 2.0, "it waited for the bound"
+        logs = [e.message for e in instance.all_logs(out.run_id) if e.message]
+        assert any("waits for its turn" in m and "'retention'" in m for m in logs), logs
+    assert coordinator.checkpoints.is_done("mutation", plan.batch_id)
+    other.close()
+
+
 def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(spark, stack, kafka, lake_root, root, monkeypatch):
     """Mutation may follow only {ingestion, mutation}: after a retention batch, its give-up is not
     re-requested on every tick (run spam) but held with a reason, until ingestion registers."""
