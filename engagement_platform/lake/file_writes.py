@@ -200,12 +200,9 @@ def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:
     """Delete the files named with `tag` that the table's current version does not reference: what an
     attempt of that writer's batch wrote before it died. Returns how many were deleted."""
     fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
-    live = {p.rsplit("/", 1)[-1] for p in lake.table(spec.name).file_uris()} if lake.exists(spec.name) else set()
-    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    stale = [i.path for i in infos if i.is_file and f"part-{tag}-" in i.base_name and i.base_name not in live
-             and "/_delta_log/" not in i.path]
+    stale = [path for path in unreferenced_files(lake, spec) if path.rsplit("/", 1)[-1].startswith(f"part-{tag}-")]
     for path in stale:
-        fs.delete_file(path)
+        fs.delete_file(f"{root}/{path}")
     return len(stale)
 
 

@@ -408,11 +408,10 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
     assert history[0]["lock_name"] == LOCK and history[0]["lock_owner"] == f"{STREAM}/1" and int(history[0]["fencing_token"]) > held.token
 
 
-def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commits(spark, stack, kafka, lake_root, root, monkeypatch):
-    """The rule changed between the tick and the run (a retention batch registered meanwhile): the run
-    waits, lock released, until the bounded wait ends, then commits: no red run."""
-    from engagement_platform.engagement.mutation.assets import engagement_mutation, mutation_batches
-
+def mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s: float):
+    """A mutation request on a fresh topic, the resources of a coordinated mutation stream with this predecessor
+    bound, and a retention batch registered last on the lock (mutation may follow only ingestion or mutation).
+    Returns (topic, coordinator resource, resources, the other ZooKeeper client)."""
     mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutation_topic: 1})
     monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
@@ -422,12 +421,21 @@ def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commi
     ])
     lake = LakeResource(root=lake_root)
     coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S,
-                                      max_predecessor_wait_s=3)
+                                      max_predecessor_wait_s=max_predecessor_wait_s)
     resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
                  "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
     other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
     with other.batch(JobSpec(LOCK, "retention"), "retention/1", timeout_s=2):
         pass  # a retention batch registered last
+    return mutation_topic, coordinator, resources, other
+
+
+def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commits(spark, stack, kafka, lake_root, root, monkeypatch):
+    """The rule changed between the tick and the run (a retention batch registered meanwhile): the run
+    waits, lock released, until the bounded wait ends, then commits: no red run."""
+    from engagement_platform.engagement.mutation.assets import engagement_mutation, mutation_batches
+
+    mutation_topic, coordinator, resources, other = mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3)
     plan = plan_next_batch("mutation", mutation_topic, None, kafka.watermarks(mutation_topic), 1000)
     coordinator.checkpoints.record_plan(plan)
     request = run_request(plan, 1, {})
@@ -450,22 +458,8 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
     re-requested on every tick (run spam) but held with a reason, until ingestion registers."""
     from engagement_platform.engagement.mutation.assets import engagement_mutation, engagement_mutation_sensor, mutation_batches
 
-    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
-    kafka.create_topics({mutation_topic: 1})
-    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
-    produce_requests(kafka, mutation_topic, [
-        {"request_id": "r1", "org_id": "o1", "request_time": "2026-02-01T00:00:00Z", "op": "convert",
-         "from_field": "lead_id", "from_id": "00QNOTYET", "to_field": "contact_id", "to_id": "003LATER"},
-    ])
-    lake = LakeResource(root=lake_root)
     # A bound far beyond the test's duration: here the wait ends because ingestion registers.
-    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S,
-                                      max_predecessor_wait_s=3600)
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
-                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
-    other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
-    with other.batch(JobSpec(LOCK, "retention"), "retention/1", timeout_s=2):
-        pass  # a retention batch registered last
+    mutation_topic, coordinator, resources, other = mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3600)
     with DagsterInstance.ephemeral() as instance:
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -94,8 +95,9 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
 def flag_duplicates(keys: pa.Table, lake: DeltaLake, activity_version: int, batch_id: int) -> pa.Table:
     """The valid rows (their keys) that must not be appended, each with its one error: later copies of a key
     within the slice, then keys engagement_activity already holds at `activity_version`."""
-    error_type = pa.list_(pa.struct([(name, pa.string()) for name in ERROR_FIELDS]))
-    checked = keys.append_column(ERRORS, pa.array([[]] * keys.num_rows, error_type))
+    no_errors = pa.ListArray.from_arrays(pa.array(np.zeros(keys.num_rows + 1, np.int32)),
+                                         pa.array([], pa.struct([(name, pa.string()) for name in ERROR_FIELDS])))
+    checked = keys.append_column(ERRORS, no_errors)  # built from offsets: no Python list per row
     checked, in_batch = mark_duplicates_in_batch(checked)
     checked, in_table = mark_already_in_table(checked, existing_keys(lake, activity_version, checked, batch_id))
     return checked.take(pa.array(sorted(in_batch + in_table), pa.int64()))
