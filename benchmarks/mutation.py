@@ -1,7 +1,7 @@
-"""ID mutation stream throughput (issue 4): Kafka requests -> plan -> apply_mutation_batch -> one MERGE.
+"""ID mutation stream throughput (issue 4): Kafka requests -> plan -> apply_mutation_batch -> one commit of rewritten files.
 
     .venv/bin/python benchmarks/mutation.py [--rows 10000000] [--orgs 1000] [--requests 1000000]
-        [--files-per-org 4] [--per-partition 250000] [--baseline-sample 200]
+        [--files-per-org 4] [--per-partition 250000] [--baseline-sample 200] [--no-scaling]
     smoke run: .venv/bin/python benchmarks/mutation.py --rows 1000000 --requests 100000
 
 The engagement_activity table (CDF on, partitioned by org, each org's rows in `--files-per-org` files
@@ -14,12 +14,10 @@ so they go to the pending table) are produced to a fresh broker, then the real s
 same run: a sample of the same requests applied one at a time, each as its own delta-rs update/delete
 of the table (on a second copy), scaled up to requests/s.
 
-Reducers: before the stream runs, the same requests (all of them, without the hold-back, which needs
-the table) are reduced with both reducers in the same run: the driver's fold per org and
-cascade_spark.reduce_to_arrow (one Spark job grouped by org), after a small warm-up job that starts
-the Python workers; both times, their ratio and whether the tables are equal are printed. The end to
-end run uses the configured reducer (EP_MUTATION_REDUCER / EP_MUTATION_SPARK_THRESHOLD, see
-engagement/mutations.py; `--reducer` sets EP_MUTATION_REDUCER for the run).
+Executors: Spark tasks read, fold and rewrite the files; the driver plans and commits. The script
+prints the driver's CPU seconds as a share of all CPU the machine spent during the run, the driver's
+peak RSS, and a scaling line: the same requests on a fresh copy of the table with the Spark server
+restarted on one core (local[1]) against the run on two (`--no-scaling` skips it).
 """
 
 from __future__ import annotations
@@ -28,10 +26,12 @@ import argparse
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -40,14 +40,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stack  # noqa: E402
-from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E402
+from _stack import REPO, bench_stack, machine, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
 
-from engagement_platform.engagement.mutation.reduction.fold import reduce_requests  # noqa: E402
-from engagement_platform.engagement.mutation.reduction.spark_reducer import reduce_to_arrow  # noqa: E402
 from engagement_platform.engagement.mutation.apply import STREAM, apply_mutation_batch  # noqa: E402
-from engagement_platform.engagement.mutation.reducer import DEFAULT_REDUCER, REDUCER_ENV  # noqa: E402
-from engagement_platform.engagement.mutation.validate import request_from_json  # noqa: E402
-from engagement_platform.engagement.mutation.reduction.arrow import reduction_table  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal  # noqa: E402
@@ -275,29 +270,31 @@ def apply_naively(lake: DeltaLake, request: dict) -> None:
         table.update(updates=updates, predicate=" AND ".join(where))
 
 
-# ---- the two reducers on the same requests -----------------------------------------------------------
+# ---- one end-to-end run -------------------------------------------------------------------------------
 
 
-def compare_reducers(spark, flat: list[dict]) -> dict:
-    """Seconds of the driver fold and of the grouped Spark job on the same requests, and whether they agree."""
-    by_org: dict[str, list] = {}
-    for r in flat:
-        request = request_from_json(r)
-        by_org.setdefault(request.org_id, []).append(request)
-    orgs = sorted(by_org)
-    t = time.perf_counter()
-    reduce_to_arrow(spark, by_org[orgs[0]])  # starts the Python workers (a running stream has them warm)
-    warmup_s = time.perf_counter() - t
-    t = time.perf_counter()
-    driver = pa.concat_tables([reduction_table(org, reduce_requests(by_org[org]), with_external_targets=False) for org in orgs])
-    driver_s = time.perf_counter() - t
-    requests = [r for org in orgs for r in by_org[org]]
-    del by_org
-    t = time.perf_counter()
-    on_spark = reduce_to_arrow(spark, requests)
-    spark_s = time.perf_counter() - t
-    return {"requests": len(requests), "driver_s": driver_s, "spark_s": spark_s, "warmup_s": warmup_s,
-            "equal": on_spark.equals(driver), "rows": driver.num_rows}
+@dataclass
+class MutationRun:
+    results: list
+    seconds: float
+    driver_cpu: float
+    machine_cpu: float
+    load_before: list[str]
+    load_after: list[str]
+
+
+def apply_all(spark, env: dict, lake: DeltaLake, marks: dict, per_partition: int) -> MutationRun:
+    """Every planned batch of the topic, as the sensor-launched runs do, with the driver's and the machine's CPU."""
+    store = CheckpointStore(lake)
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    results = []
+    cpu0, busy0, t = own_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
+    while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, per_partition)) is not None:
+        store.record_plan(plan)
+        results.append(apply_mutation_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan))
+    seconds = time.perf_counter() - t
+    driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
+    return MutationRun(results, seconds, driver, busy, load_before, Path("/proc/loadavg").read_text().split()[:3])
 
 
 # ---- main -----------------------------------------------------------------------------------------
@@ -313,14 +310,9 @@ def main() -> None:
     parser.add_argument("--per-partition", type=int, default=250_000, help="batch bound per Kafka partition")
     parser.add_argument("--baseline-sample", type=int, default=200)
     parser.add_argument("--seed", type=int, default=4)
-    parser.add_argument("--compare-requests", type=int, default=200_000,
-                        help="requests (the first orgs' whole streams) given to the reducer comparison; all of them held "
-                             "in several forms at once OOM-killed the 1M run")
-    parser.add_argument("--reducer", choices=("spark", "driver", "auto"), help="EP_MUTATION_REDUCER for the end-to-end run")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
     parser.add_argument("--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports")
     args = parser.parse_args()
-    if args.reducer:
-        os.environ[REDUCER_ENV] = args.reducer
     if args.ports:
         _stack.PORTS.update(zip(("EP_ZK_PORT", "EP_KAFKA_PORT", "EP_SPARK_CONNECT_PORT"), args.ports.split(",")))
 
@@ -351,7 +343,6 @@ def main() -> None:
         lake_copy(cache, state / "lake")
         lake_copy(cache, state / "baseline-lake")
         lake = DeltaLake(str(state / "lake"))
-        store = CheckpointStore(lake)
         files_total = len(lake.file_stats(ENGAGEMENT_ACTIVITY.name))
 
         kafka = KafkaClient(env["KAFKA_BOOTSTRAP_SERVERS"])
@@ -367,26 +358,20 @@ def main() -> None:
         spark = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
         spark.range(1).count()
         connect_s = time.perf_counter() - t
-        load_compare = Path("/proc/loadavg").read_text().split()[:3]
-        compared, kept = [], 0
-        for r in flat:  # whole orgs, so the cascades inside each org stay intact
-            if kept >= args.compare_requests and r["org_id"] != compared[-1]["org_id"]:
-                break
-            compared.append(r)
-            kept += 1
-        reducers = compare_reducers(spark, compared)
-        del flat, compared  # a million dicts: the run needs the memory
-
+        del flat  # a million dicts: the run needs the memory
         os.environ["EP_MUTATIONS_TOPIC"] = TOPIC
-        load_before = Path("/proc/loadavg").read_text().split()[:3]
-        results = []
-        t = time.perf_counter()
-        while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, args.per_partition)) is not None:
-            store.record_plan(plan)
-            results.append(apply_mutation_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan))
-        run_s = time.perf_counter() - t
-        load_after = Path("/proc/loadavg").read_text().split()[:3]
+        run = apply_all(spark, env, lake, marks, args.per_partition)
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        scaled = None
+        if not args.no_scaling:  # the same requests on a fresh copy with Spark on one core: what a second core buys
+            lake_copy(cache, state / "lake-local1")
+            restart_spark("local[1]")
+            one = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
+            one.range(1).count()
+            scaled = apply_all(one, env, DeltaLake(str(state / "lake-local1")), marks, args.per_partition)
+            one.stop()
+        results, run_s = run.results, run.seconds
 
         baseline_lake = DeltaLake(str(state / "baseline-lake"))
         t = time.perf_counter()
@@ -402,29 +387,27 @@ def main() -> None:
     for r in results:
         for k, v in r.seconds.items():
             phases[k] = phases.get(k, 0.0) + v
-    rewritten = sum(int(r.merge_metrics.get("num_target_files_removed") or 0) for r in results)
-    print(f"machine: {machine()}; load average before/after the run: {' '.join(load_before)} / {' '.join(load_after)}")
+    rewritten = sum(int(r.commit_metrics.get("files_removed") or 0) for r in results)
+    print(f"machine: {machine()}; load average before/after the run: {' '.join(run.load_before)} / {' '.join(run.load_after)}")
     print(f"table: {args.rows:,} rows, {args.orgs} orgs, {DAYS} days, {files_total:,} files ({args.files_per_org}/org, disjoint date ranges); "
           + (f"built in {table_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}"))
     print(f"requests: {total:,} ({', '.join(f'{k} {v:,}' for k, v in sorted(ops.items()))}); "
           f"{chained:,} in chains ({chained / in_requests:.0%}); generated in {generate_s:.1f} s")
     print(f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
           f"Spark Connect session + first job {connect_s:.2f} s")
-    print(f"reducers on the same {reducers['requests']:,} requests (load before {' '.join(load_compare)}): driver fold {reducers['driver_s']:.2f} s, "
-          f"Spark grouped by org {reducers['spark_s']:.2f} s (after a {reducers['warmup_s']:.1f} s warm-up job), Spark / driver "
-          f"{reducers['spark_s'] / reducers['driver_s']:.2f}x; {reducers['rows']:,} action rows, equal: {reducers['equal']}")
-    print(f"end to end with {REDUCER_ENV}={os.environ.get(REDUCER_ENV, DEFAULT_REDUCER)}: reducer per batch "
-          + ", ".join(f"{r.plan.batch_id}:{r.reducer} ({r.requests_applied:,} requests)" for r in results))
     print(f"run: {len(results)} batch(es), {run_s:.1f} s first read -> last commit = {rps:,.0f} requests/s")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+    print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the run "
+          f"= {run.driver_cpu / run.machine_cpu:.0%}; driver peak RSS {peak_rss_mb:,.0f} MB")
+    if scaled is not None:
+        print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run_s:.1f} s: speedup {scaled.seconds / run_s:.2f}x "
+              f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%}; load before {' '.join(scaled.load_before)})")
     print(f"requests in {sum_('requests_in'):,}, applied {sum_('requests_applied'):,}, malformed {sum_('requests_malformed'):,}, "
           f"pending added {sum_('pending_added'):,}, quarantined {sum_('quarantined_errors'):,}")
     print(f"actions after reduction {sum_('actions'):,}: reduction ratio {sum_('requests_applied') / max(sum_('actions'), 1):.2f}")
     print(f"rows scanned {sum_('rows_scanned'):,}, updated {sum_('rows_updated'):,}, replaced {sum_('rows_replaced'):,}, deleted {sum_('rows_deleted'):,}")
-    print(f"files read {sum_('files_read'):,} / {files_total:,}; MERGE rewrote {rewritten:,} / {files_total:,} files "
-          f"({rewritten / files_total:.0%})")
-    for r in results:
-        print(f"  batch {r.plan.batch_id} merge metrics: " + json.dumps({k: v for k, v in r.merge_metrics.items() if k.startswith("num_")}))
+    print(f"files read {sum_('files_read'):,} / {files_total:,}; executors rewrote {rewritten:,} / {files_total:,} files "
+          f"({rewritten / files_total:.0%}); commits: " + ", ".join(f"{r.plan.batch_id}:{r.commit_how}" for r in results))
     print(f"baseline: {len(sample)} requests one at a time (one delta-rs update/delete each) in {baseline_s:.1f} s = {naive_rps:,.1f} requests/s, "
           f"scaled to {total:,}: {total / naive_rps / 3600:.1f} h")
     print(f"ratio stream / one-at-a-time: {rps / naive_rps:,.0f}x")

@@ -26,8 +26,6 @@ class IngestionSettings:
 class MutationSettings:
     topic: str  # EP_MUTATIONS_TOPIC
     pending_max_age_hours: float  # EP_MUTATION_PENDING_MAX_AGE_HOURS: how long a request may wait for its target
-    reducer: str  # EP_MUTATION_REDUCER: spark | driver | auto
-    spark_threshold: int  # EP_MUTATION_SPARK_THRESHOLD: with auto, Spark reduces batches above this many requests
 
 
 @dataclass(frozen=True)
@@ -102,9 +100,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         mutation=MutationSettings(
             topic=env.get("EP_MUTATIONS_TOPIC", "engagement.mutations"),
             pending_max_age_hours=float(env.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")),
-            reducer=env.get("EP_MUTATION_REDUCER", "auto").strip().lower() or "auto",
             # No crossover of the two reducers was measured on 2 cores, so the driver reduces by default.
-            spark_threshold=int(env.get("EP_MUTATION_SPARK_THRESHOLD") or 1_000_000),
         ),
         retention=RetentionSettings(
             topic=env.get("EP_GDPR_TOPIC", "engagement.gdpr"),

@@ -8,7 +8,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert keys == {
         "kafka/engagement_activities", "engagement_ingestion", "engagement_activity",
-        "engagement_notifications", "quarantine_engagement_ingestion", "checkpoints",
+        "engagement_notifications", "engagement_activity_changes", "quarantine_engagement_ingestion", "checkpoints",
         "kafka/engagement_mutations", "engagement_mutation", "engagement_mutation_requests",
         "engagement_mutations_pending", "quarantine_engagement_mutations", "engagement_layout_upkeep",
         "kafka/engagement_gdpr", "engagement_retention", "gdpr_audit", "quarantine_engagement_gdpr",
@@ -42,6 +42,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert AssetKey("engagement_ingestion") in lineage.get(AssetKey("engagement_activity")).parent_keys
     assert AssetKey(["kafka", "engagement_activities"]) in lineage.get(AssetKey("engagement_ingestion")).parent_keys
     assert AssetKey("engagement_mutation") in lineage.get(AssetKey("engagement_activity")).parent_keys
+    assert {AssetKey("engagement_mutation"), AssetKey("engagement_retention")} == lineage.get(AssetKey("engagement_activity_changes")).parent_keys
     assert AssetKey(["kafka", "engagement_mutations"]) in lineage.get(AssetKey("engagement_mutation")).parent_keys
     for table in ("engagement_activity", "engagement_notifications", "checkpoints", "engagement_mutations_pending",
                   "engagement_mutation_requests", "quarantine_engagement_mutations", "quarantine_engagement_ingestion", "gdpr_audit"):

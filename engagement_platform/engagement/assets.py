@@ -15,7 +15,9 @@ from engagement_platform.engagement.mutation.tables import (
     QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
+from engagement_platform.engagement.tables import (
+    ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION,
+)
 from engagement_platform.lake.checkpoints import CHECKPOINTS
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.orchestration.parts import Parts
@@ -44,6 +46,9 @@ ALL = [INGESTION_ASSET, MUTATION_ASSET, RETENTION_ASSET]
 engagement_tables = [
     table_spec(ENGAGEMENT_ACTIVITY, ALL, "One row per engagement activity, partitioned by org, clustered by engagement date."),
     table_spec(ENGAGEMENT_NOTIFICATIONS, ALL, "Per org and batch: rows inserted/updated/deleted in a table, for incremental readers."),
+    table_spec(ENGAGEMENT_ACTIVITY_CHANGES, [MUTATION_ASSET, RETENTION_ASSET],
+               "Row-level changes (_change_type, _commit_version) of the engagement_activity commits the mutation stream makes "
+               "without change-data files; erasure and TTL delete from it too."),
     table_spec(QUARANTINE_ENGAGEMENT_INGESTION, [INGESTION_ASSET, RETENTION_ASSET], "Records that could not be ingested, with raw bytes, source offset and reason."),
     table_spec(CHECKPOINTS, ALL, "Batch plans (offset ranges) and per-process state of every stream."),
     table_spec(ENGAGEMENT_MUTATION_REQUESTS, [MUTATION_ASSET, RETENTION_ASSET], "Every valid ID mutation request, as received, partitioned by org and request date."),

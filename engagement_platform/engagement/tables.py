@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from engagement_platform.lake.change_log import change_log_spec
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 
@@ -46,6 +47,10 @@ ENGAGEMENT_ACTIVITY = TableSpec(
     stats_columns=("engagement_date", "engagement_id", "lead_id", "contact_id", "account_id", "event_time", "activity_type", "batch_id"),
     description="One row per engagement activity (email, call, meeting, video...), partitioned by org.",
 )
+
+# Row-level changes of the engagement_activity commits that carry no change-data files (the mutation
+# stream's file rewrites): what incremental readers and notification counts use for those versions.
+ENGAGEMENT_ACTIVITY_CHANGES = change_log_spec(ENGAGEMENT_ACTIVITY)
 
 ENGAGEMENT_NOTIFICATIONS = TableSpec(
     name="engagement_notifications",

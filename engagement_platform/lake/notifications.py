@@ -1,8 +1,9 @@
 """Notification rows: per org, what one batch's commit changed in a table.
 
-Counts come from the table's change data feed for that exact commit version, so they are the same
-when a retried batch writes them later, and the audit (`audit_notifications`, what the
-notifications_match_changes check reports) recomputes them independently.
+Counts come from what that exact commit version changed: its rows in the table's change log when the
+version is logged (lake/change_log.py), else its change data feed. So they are the same when a retried
+batch writes them later, and the audit (`audit_notifications`, what the notifications_match_changes
+check reports) recomputes them independently.
 """
 
 from __future__ import annotations
@@ -12,18 +13,22 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
+from engagement_platform.lake.change_log import CHANGE_TYPE, change_log_name, logged_changes
 from engagement_platform.lake.delta import DeltaLake, TableSpec
 
 CHANGE_COLUMNS = {"insert": "inserted", "update_postimage": "updated", "delete": "deleted"}
 
 
 def change_counts(lake: DeltaLake, table: str, version: int) -> dict[str, dict[str, int]]:
-    """org_id -> {inserted, updated, deleted} for one commit, from the change data feed."""
-    cdf = lake.changes(table, version, version).select(["org_id", "_change_type"])
-    grouped = cdf.group_by(["org_id", "_change_type"]).aggregate([([], "count_all")])
+    """org_id -> {inserted, updated, deleted} for one commit: from the change log when it logged the version
+    (the commit's change data feed is file-level then), else from the change data feed."""
+    changes = logged_changes(lake, change_log_name(table), [version])
+    if not changes.num_rows:
+        changes = lake.changes(table, version, version)
+    grouped = changes.select(["org_id", CHANGE_TYPE]).group_by(["org_id", CHANGE_TYPE]).aggregate([([], "count_all")])
     counts: dict[str, dict[str, int]] = {}
     for row in grouped.to_pylist():
-        kind = CHANGE_COLUMNS.get(row["_change_type"])
+        kind = CHANGE_COLUMNS.get(row[CHANGE_TYPE])
         if kind:
             counts.setdefault(row["org_id"], {"inserted": 0, "updated": 0, "deleted": 0})[kind] += row["count_all"]
     return counts
@@ -39,7 +44,7 @@ def notification_rows(
     lake: DeltaLake, spec: TableSpec, table: str, version: int, app_name: str, batch_id: int, at: datetime | None = None,
     counts: dict[str, dict[str, int]] | None = None,
 ) -> pa.Table:
-    """Rows for one commit; `counts` defaults to the commit's change data feed."""
+    """Rows for one commit; `counts` defaults to the commit's changes (change_counts)."""
     at = at or datetime.now(timezone.utc)
     if counts is None:
         counts = change_counts(lake, table, version)
@@ -71,8 +76,8 @@ class NotificationAudit:
 
 
 def audit_notifications(lake: DeltaLake, notifications: str, table: str, table_version: int | None, app_name: str, batch_id: int) -> NotificationAudit:
-    """Compare one batch's rows in the notification table `notifications` with the change data feed of its
-    commit of `table`; `table_version` None (the batch committed nothing to `table`) expects no changes."""
+    """Compare one batch's rows in the notification table `notifications` with the changes (change_counts) of
+    its commit of `table`; `table_version` None (the batch committed nothing to `table`) expects no changes."""
     expected = change_counts(lake, table, table_version) if table_version is not None else {}
     rows = lake.read(
         notifications,

@@ -3,7 +3,7 @@ hypothesis strategies for random tables and batches (small pools, so requests ke
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime, timezone
 
 from hypothesis import strategies as st
 
@@ -69,4 +69,22 @@ def requests(draw, kinds=MIXED, fields=OWNER_FIELDS, eids=EIDS):
         else:
             record = {"engagement_date": draw(maybe_day), "subject": f"u{i}", **draw(owners())}
             out.append(R.update(rid, ORG, time, draw(st.sampled_from(eids)), record, **dates))
+    return out
+
+
+def canonical_rows(batch) -> list[dict]:
+    """MutationRequests as the stream's canonical columns (request_time: the tests' small ints as micros)."""
+    out = []
+    for r in batch:
+        row = {"request_id": r.request_id, "org_id": r.org_id, "op": r.op, "date_from": r.date_from, "date_to": r.date_to,
+               "request_time": datetime.fromtimestamp(r.request_time / 1e6, timezone.utc)}
+        if r.op == "convert":
+            row.update(from_field=r.field, from_id=r.owner_id, to_field=r.to_field, to_id=r.to_id)
+        elif r.op == "merge":
+            row.update(field=r.field, from_ids=list(r.from_ids), to_id=r.to_id)
+        elif r.engagement_id is None:
+            row.update(field=r.field, id=r.owner_id)
+        else:
+            row.update(engagement_id=r.engagement_id, record="{}" if r.record is not None else None)
+        out.append(row)
     return out

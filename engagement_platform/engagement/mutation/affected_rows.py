@@ -1,29 +1,42 @@
-"""The rows a batch of mutation requests can touch, read once with I/O pruning.
+"""The rows a batch of mutation requests can touch: which files to read (the driver plans, from the Delta
+log's statistics) and which of their rows matter (each Spark task, over the files it read whole).
 
-The read keeps the files of the batch's org partitions (and, for an org whose every request is
-date-bounded, only files whose engagement_date min/max stats meet the span), then reads them whole,
-a chunk of files at a time, and keeps the rows holding an id or engagement of their org's requests
-(Arrow set lookups on the ids, then on (org, id) pairs). Reading the key columns first and then the
-matching rows with Dataset.take would read every file twice, and a pyarrow filter expression OR-ing
-one term per org is evaluated term by term on every batch of rows, which is slow with many orgs.
+The plan keeps the files of the batch's org partitions and, for an org whose every request is
+date-bounded, only files whose engagement_date min/max stats meet the span. A task reads each planned
+file once, whole (it rewrites the files holding changed rows), and keeps the rows holding an id or
+engagement of their org's requests (Arrow set lookups on the ids, then on (org, id) pairs): a pyarrow
+filter expression OR-ing one term per org is evaluated term by term on every batch of rows, which is
+slow with many orgs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import date
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
 from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, epoch_days
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.file_writes import WrittenFile
 
 KEY_COLUMNS = (*OWNER_FIELDS, "engagement_id")
 _SEP = "\x1f"
-CHUNK_FILES = 256  # files read (whole rows) at a time: bounds the memory to a chunk, not the table
+
+
+@dataclass(frozen=True)
+class FilePlan:
+    """The files a batch reads, per org (as remove actions would name them), and how many the table has."""
+
+    files_by_org: dict[str, list[WrittenFile]]
+    files_total: int
+
+    @property
+    def files_read(self) -> int:
+        return sum(len(f) for f in self.files_by_org.values())
 
 
 def date_spans(requests: pa.Table) -> dict[str, tuple[date, date]]:
@@ -35,38 +48,32 @@ def date_spans(requests: pa.Table) -> dict[str, tuple[date, date]]:
     return {org: (lo, hi) for org, lo, hi in zip(spans["org_id"].to_pylist(), spans["date_from_min"].to_pylist(), spans["date_to_max"].to_pylist())}
 
 
-def read_affected(lake: DeltaLake, name: str, version: int, schema: pa.Schema, requests: pa.Table,
-                  keys: pa.Table) -> tuple[pa.Table, int, int]:
-    """(rows any request of the batch may touch, files read, files in the table) at `version`.
-
-    `requests`: the batch's requests (org_id, date_from, date_to); `keys`: (org_id, column, id) of
-    every id and engagement they mention (hold_back.affected_keys)."""
+def plan_files(lake: DeltaLake, name: str, version: int, requests: pa.Table) -> FilePlan:
+    """The files of `name` at `version` that hold rows the requests (org_id, date_from, date_to) may touch,
+    per org, from the log's partition values and engagement_date statistics (no data file is opened)."""
     if version < 0 or requests.num_rows == 0:
-        return schema.empty_table(), 0, 0
-    dataset = lake.table(name, version).to_pyarrow_dataset()
-    total = len(dataset.files)
+        return FilePlan({}, 0)
+    actions = pa.table(lake.table(name, version).get_add_actions(flatten=True))
+    total = actions.num_rows
+    actions = actions.filter(pc.is_in(actions["partition.org_id"], value_set=pc.unique(requests["org_id"])))
     spans = date_spans(requests)
-    open_orgs = sorted(set(pc.unique(requests["org_id"]).to_pylist()) - set(spans))
-    fragments = list(dataset.get_fragments(filter=ds.field("org_id").isin(open_orgs))) if open_orgs else []
-    for org, (lo, hi) in sorted(spans.items()):
-        expr = (ds.field("org_id") == org) & (ds.field("engagement_date") >= lo) & (ds.field("engagement_date") <= hi)
-        fragments += list(dataset.get_fragments(filter=expr))
-    if not fragments:
-        return schema.empty_table(), 0, total
-    # One pass over whole rows, a chunk of files at a time: each chunk keeps the rows holding a key of its
-    # orgs. (Reading the key columns, then Dataset.take of the matches, read every file twice.)
-    fragments.sort(key=lambda f: ds.get_partition_keys(f.partition_expression).get("org_id") or "")
-    keys = keys.sort_by("org_id")
-    runs = pc.run_end_encode(keys["org_id"].combine_chunks())
-    ends = runs.run_ends.to_numpy()
-    key_rows = {org: (int(start), int(end)) for org, start, end in zip(runs.values.to_pylist(), np.concatenate([[0], ends[:-1]]), ends)}
-    parts = []
-    for at in range(0, len(fragments), CHUNK_FILES):
-        chunk = ds.FileSystemDataset(fragments[at:at + CHUNK_FILES], dataset.schema, dataset.format, dataset.filesystem).to_table()
-        orgs = pc.unique(chunk["org_id"]).to_pylist()
-        of_orgs = pa.concat_tables([keys.slice(key_rows[o][0], key_rows[o][1] - key_rows[o][0]) for o in orgs if o in key_rows] or [keys.slice(0, 0)])
-        parts.append(chunk.filter(pa.array(_holding(chunk, of_orgs) & _within_spans(chunk, spans))))
-    return pa.concat_tables(parts), len(fragments), total
+    by_org: dict[str, list[WrittenFile]] = {}
+    no_stats = [None] * actions.num_rows
+    low = actions["min.engagement_date"].to_pylist() if "min.engagement_date" in actions.column_names else no_stats
+    high = actions["max.engagement_date"].to_pylist() if "max.engagement_date" in actions.column_names else no_stats
+    for i, (path, size, modified, org) in enumerate(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(),
+                                                      actions["modification_time"].to_pylist(), actions["partition.org_id"].to_pylist())):
+        span = spans.get(org)
+        if span is not None and low[i] is not None and high[i] is not None and (high[i] < span[0] or low[i] > span[1]):
+            continue  # every request of the org is bounded and this file's dates miss their span
+        by_org.setdefault(org, []).append(WrittenFile(path, size, {"org_id": org}, "", modified))
+    return FilePlan(by_org, total)
+
+
+def rows_holding(rows: pa.Table, keys: pa.Table, spans: dict[str, tuple[date, date]]) -> np.ndarray:
+    """Per row: does it hold one of `keys` (org_id, column, id: hold_back.affected_keys) within its org's
+    date span (date_spans; an org without one is unbounded)?"""
+    return _holding(rows, keys) & _within_spans(rows, spans)
 
 
 def _holding(table: pa.Table, keys: pa.Table) -> np.ndarray:

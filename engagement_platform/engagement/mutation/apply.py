@@ -1,5 +1,5 @@
-"""ID mutation stream: one planned slice of `engagement.mutations` -> one MERGE of engagement_activity,
-plus the request log, the pending requests, quarantine and notifications.
+"""ID mutation stream: one planned slice of `engagement.mutations` -> one commit of engagement_activity's
+rewritten files, plus the request log, the change log, the pending requests, quarantine and notifications.
 
 Requests: their JSON format is in validate.py.
 
@@ -9,26 +9,17 @@ compute  The ingest framework parses and validates the slice (pipeline.yaml: req
          owner-field enums, timestamp/date types); what depends on the op, the JSON shapes of
          from_ids/record, date order and duplicate request ids are checked on the driver in the same
          error schema (validate.py, request_columns.check_requests). From there the batch is one Arrow
-         table, a row per request (new valid ones plus every pending one, pending.CANDIDATE_SCHEMA):
-         every step below is column-wise except the fold, which needs MutationRequest objects. One
-         I/O-pruned read of engagement_activity (affected_rows: the orgs' partitions, min/max date
-         stats when every request of an org is bounded, whole rows read once, a chunk of files at a
-         time, kept by Arrow set lookups of the ids and engagements involved) gives the rows any
-         request can touch. Requests whose targets are missing are held back (hold_back, below), the
-         rest of each org is reduced once with the exact fold (reduction/fold.reduce_requests) and
-         every row's outcome is computed column-wise (outcome_table).
-reducer  Where the fold runs (reducer.py; the hold-back above always runs first, on the driver, so both
-         give the same actions table, row for row): EP_MUTATION_REDUCER=spark (spark_reducer.reduce_to_arrow:
-         one Spark job, repartitioned and grouped by org, applyInArrow runs the fold per org on the
-         Python workers), driver (the fold per org in this process) or auto (default): Spark when more
-         than EP_MUTATION_SPARK_THRESHOLD requests are left to reduce, else the driver. Why that
-         default: on a small machine (2 cores, Spark local[2]) the driver fold won at every batch size
-         measured (BENCHMARKS.md), as the Spark job pays a fixed cost per batch and, per request, an
-         upload, a shuffle, Arrow <-> object conversions in the workers and a collect, more than the
-         driver's fold of the same request. There is no crossover to pick, so auto keeps batches of the
-         default plan bound on the driver and sends only much larger ones to the grouped Spark job,
-         whose fold work spreads over executors. On a real cluster, set the threshold from
-         benchmarks/mutation.py, which times both reducers on the same requests.
+         table, a row per request (new valid ones plus every pending one, pending.CANDIDATE_SCHEMA).
+plan     The driver plans which files each org reads from the Delta log alone (affected_rows.plan_files:
+         the orgs' partitions, and min/max engagement_date stats when every request of an org is bounded).
+execute  One Spark job (on_executors.py): the requests go to the executors partitioned by org, with the
+         plan; each task, for a chunk of its orgs at a time (rewrite_task.py), reads the planned files
+         once, keeps the rows holding an id or engagement involved, holds back requests whose targets
+         are missing (hold_back, below), reduces the rest of each org once with the exact fold
+         (reduction/fold.reduce_requests), computes every row's outcome column-wise (outcome_table),
+         writes each touched file anew into the table's folder and hands back file actions, row-level
+         changes (pre/post-images, deletes), held-back requests and counts (org_outcome.py: the
+         computation, free of Spark). Table rows never come to the driver.
 pending  A request whose external target (fold.external_targets: an id or engagement no earlier
          request of the batch produced) has no row in the table within the request's date range is
          held back whole, and the org's targets are looked up again without it until none is missing (a
@@ -37,12 +28,15 @@ pending  A request whose external target (fold.external_targets: an id or engage
          the next `horizon_batches` batches, for at most EP_MUTATION_PENDING_MAX_AGE_HOURS after the batch
          that first held them back (both measured at the batch's pinned as-of time); then they are
          quarantined with `target_not_found_within_horizon`, the message naming the horizon that ran out.
-commit   request log (append), engagement_activity (ONE delta-rs MERGE), pending (one MERGE: upsert kept,
-         delete consumed; requests an erasure deleted after the pin are not written back,
-         pending.erased_since_pin), quarantine (append), notifications (counts from the MERGE commit's
-         change data feed); each commit carries the txn. A re-run after a crash recomputes against the
-         table versions and the as-of time pinned in the request log's commit (batch_pin, time travel),
-         so it reaches the same decisions and only writes the tables the first attempt did not reach.
+commit   request log (append), engagement_activity (ONE commit of the tasks' adds and removes,
+         activity_commit.py, which also says when a re-run falls back to a MERGE), the change log
+         engagement_activity_changes (the commit's row-level changes: file actions carry no change-data
+         files), pending (one MERGE: upsert kept, delete consumed; requests an erasure deleted after the
+         pin are not written back, pending.erased_since_pin), quarantine (append), notifications; each
+         commit carries the txn. A re-run after a crash recomputes against the table versions and the
+         as-of time pinned in the request log's commit (batch_pin, time travel), so it reaches the same
+         decisions and only writes the tables the first attempt did not reach (its tasks write no files
+         when the data commit is there; files an attempt wrote but never committed are deleted first).
 """
 
 from __future__ import annotations
@@ -56,25 +50,27 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.mutation.affected_rows import read_affected
-from engagement_platform.engagement.mutation.hold_back import affected_keys, hold_back, request_order, request_targets
-from engagement_platform.engagement.mutation.outcome_table import ACTION, DELETE, UPDATE, outcome_table
+from engagement_platform.engagement.mutation.activity_commit import Applied, activity_step
+from engagement_platform.engagement.mutation.affected_rows import plan_files
+from engagement_platform.engagement.mutation.hold_back import request_order
+from engagement_platform.engagement.mutation.on_executors import apply_on_executors
 from engagement_platform.engagement.mutation.pending import (
     describe_missing, erased_since_pin, gather_candidates, pending_delta, pending_max_age_hours, pending_step, quarantine_candidates, split_held,
 )
-from engagement_platform.engagement.mutation.reducer import REDUCER, reduce_batch
-from engagement_platform.engagement.mutation.request_columns import iso, mutation_requests
+from engagement_platform.engagement.mutation.request_columns import iso
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.mutation.validate import validate_requests
-from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.ingest.errors import ERRORS
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
+from engagement_platform.lake.change_log import change_log_step
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.file_writes import delete_uncommitted, writer_tag
 from engagement_platform.settings import load_settings
-from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.gc_pause import no_cyclic_gc
 from engagement_platform.streams.notify import notification_step
 from engagement_platform.streams.pin import Pin, pin_batch
@@ -88,8 +84,7 @@ DEFAULT_HORIZON_BATCHES = 10
 TARGET_NOT_FOUND = "target_not_found_within_horizon"
 OUTCOMES = pa.array(["applied", "pending", "expired"])  # the request log's outcome, by code
 APPLIED, PENDING, EXPIRED = range(3)
-MERGE_KEYS = ("num_source_rows", "num_target_rows_updated", "num_target_rows_deleted", "num_target_rows_copied",
-              "num_target_files_scanned", "num_target_files_skipped_during_scan", "num_target_files_added", "num_target_files_removed")
+DATA_FILES = "data_files"  # the failpoint step after the executors wrote the batch's files
 
 
 def mutations_topic() -> str:
@@ -124,7 +119,8 @@ class MutationResult:
     rows_deleted: int
     files_read: int
     files_total: int
-    merge_metrics: dict
+    commit_how: str  # files | merge | none | earlier (activity_commit.Applied)
+    commit_metrics: dict
     pending_added: int
     pending_resolved: int
     pending_retained: int
@@ -134,7 +130,6 @@ class MutationResult:
     snapshot: dict[str, int]  # table -> the version the batch computed against (batch_pin)
     org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    reducer: str = REDUCER
 
     @property
     def reduction_ratio(self) -> float:
@@ -150,14 +145,14 @@ class MutationResult:
             requests_applied=self.requests_applied,
             actions_after_reduction=self.actions,
             reduction_ratio=self.reduction_ratio,
-            reducer=self.reducer,
             rows_scanned=self.rows_scanned,
             rows_updated=self.rows_updated,
             rows_replaced=self.rows_replaced,
             rows_deleted=self.rows_deleted,
             files_read=self.files_read,
             files_total=self.files_total,
-            **{f"merge_{k}": self.merge_metrics.get(k) for k in MERGE_KEYS if k in self.merge_metrics},
+            activity_commit=self.commit_how,
+            **{f"commit_{k}": v for k, v in self.commit_metrics.items() if isinstance(v, (int, float))},
             pending_added=self.pending_added,
             pending_resolved=self.pending_resolved,
             pending_retained=self.pending_retained,
@@ -194,33 +189,25 @@ def apply_mutation_batch(
     n_errors = pc.list_value_length(validated[ERRORS])
     malformed = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context)
     gathered = gather_candidates(lake, pending_version, checked, batch, horizon_batches)
-    candidates, records = gathered.table, gathered.records
+    candidates = gathered.table
     order = request_order(candidates)
     seq = np.empty(len(order), dtype=np.int64)
     seq[order] = np.arange(len(order))
-    needs, produces = request_targets(candidates, records)
-    org_of = candidates["org_id"].to_pylist()
-    orgs = sorted(set(org_of))
+    orgs = sorted(pc.unique(candidates["org_id"]).to_pylist())
     seconds["prepare"] = time.perf_counter() - t1
 
-    # -- one pruned read of every row a request of the batch may touch
+    # -- the executors: per org, hold-back, exact fold, row outcomes and the rewrite of the touched files
     t2 = time.perf_counter()
-    affected, files_read, files_total = read_affected(
-        lake, ENGAGEMENT_ACTIVITY.name, activity_version, ENGAGEMENT_ACTIVITY.schema, candidates, affected_keys(candidates, needs, produces),
-    )
-    seconds["read_targets"] = time.perf_counter() - t2
-
-    # -- hold back requests whose targets are missing, reduce per org, outcome of every row at once
-    t3 = time.perf_counter()
-    held_back = hold_back(candidates, needs, produces, seq, affected)
-    active = held_back.active
-    seconds["hold_back"] = time.perf_counter() - t3
-    t3 = time.perf_counter()
-    reduced = reduce_batch(mutation_requests(candidates, records), order, org_of, active, spark)
-    seconds["reduce"] = time.perf_counter() - t3
+    files = plan_files(lake, ENGAGEMENT_ACTIVITY.name, activity_version, candidates)
+    tag = writer_tag(APP_ID, batch)
+    write = not (lake.exists(ENGAGEMENT_ACTIVITY.name) and lake.already_committed(ENGAGEMENT_ACTIVITY.name, BatchTxn(APP_ID, batch)))
+    if write and files.files_read:
+        delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
+    executed = apply_on_executors(spark, lake, candidates, files, tag, write)
+    failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
+    held_back, active = executed.held_back, executed.held_back.active
+    seconds["executors"] = time.perf_counter() - t2
     t4 = time.perf_counter()
-    source, counts = outcome_table(affected, reduced.actions)
-    merge_orgs = pc.unique(source["org_id"]).to_pylist()
     expired, still_pending = split_held(candidates, held_back, batch, as_of, max_age_hours)
     outcome = np.full(candidates.num_rows, APPLIED, dtype=np.int64)
     outcome[[c["index"] for c in still_pending]] = PENDING
@@ -242,8 +229,7 @@ def apply_mutation_batch(
             f"{horizon_batches} batch(es) after batch {c['first_seen_batch']} ({c['attempts'] + 1} attempts), "
             f"{max_age_hours:g} h after {iso(c['first_seen_at'] or as_of)} (batch as-of {iso(as_of)})")),
     ])
-    merge_metrics: dict = {}
-    seconds["merge"] = 0.0
+    applied = Applied()
     seconds["log_rows"] = time.perf_counter() - t5
 
     t6 = time.perf_counter()
@@ -252,16 +238,19 @@ def apply_mutation_batch(
         APP_ID,
         [
             CommitStep(ENGAGEMENT_MUTATION_REQUESTS.name, lambda txn, _: lake.append(ENGAGEMENT_MUTATION_REQUESTS, log_rows, txn)),
-            _merge_step(lake, batch, source, merge_orgs, merge_metrics, seconds),
+            activity_step(lake, APP_ID, batch, tag, executed, activity_version, applied, seconds),
+            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, lambda txn, done: change_log_step(
+                lake, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ACTIVITY.name, APP_ID, batch, applied.changes).commit(txn, done)),
             pending_step(lake, delta),
             CommitStep(QUARANTINE_ENGAGEMENT_MUTATIONS.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn)),
-            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, now),
+            # counts as the activity step found them (filled when it commits); a re-run reads them back
+            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, now, appended_counts=applied.counts),
         ],
         checkpoints,
         ranges=plan.ranges_json(),
         **pin.metadata(),  # in every commit's metadata; the request log's is read back by a re-run (batch_pin)
     )
-    seconds["commits_other"] = time.perf_counter() - t6 - seconds["merge"]
+    seconds["commits"] = time.perf_counter() - t6
     from_pending = np.asarray(candidates["from_pending"].to_numpy(zero_copy_only=False), dtype=bool)
     return MutationResult(
         plan=plan,
@@ -270,14 +259,15 @@ def apply_mutation_batch(
         requests_malformed=validated.num_rows - gathered.arrived.num_rows,
         requests_in=candidates.num_rows,
         requests_applied=int(active.sum()),
-        actions=reduced.action_count,
-        rows_scanned=affected.num_rows,
-        rows_updated=counts["updated"],
-        rows_replaced=counts["replaced"],
-        rows_deleted=counts["deleted"],
-        files_read=files_read,
-        files_total=files_total,
-        merge_metrics=merge_metrics,
+        actions=executed.stats["actions"],
+        rows_scanned=executed.stats["rows_scanned"],
+        rows_updated=executed.stats["updated"],
+        rows_replaced=executed.stats["replaced"],
+        rows_deleted=executed.stats["deleted"],
+        files_read=files.files_read,
+        files_total=files.files_total,
+        commit_how=applied.how,
+        commit_metrics=applied.metrics,
         pending_added=sum(1 for c in still_pending if not c["from_pending"]),
         pending_resolved=int((active & from_pending).sum()),
         pending_retained=sum(1 for c in still_pending if c["from_pending"]),
@@ -287,34 +277,7 @@ def apply_mutation_batch(
         snapshot=pin.versions,
         org_ids=orgs,
         seconds=seconds,
-        reducer=reduced.reducer,
     )
-
-
-def _merge_step(lake: DeltaLake, batch: int, source: pa.Table, orgs: list[str], merge_metrics: dict, seconds: dict[str, float]) -> CommitStep:
-    """engagement_activity's commit: ONE MERGE of the outcome rows (`source`) into the orgs' partitions; its
-    metrics (or, on a re-run, the earlier attempt's) go into `merge_metrics`, its time into seconds["merge"]."""
-
-    def commit(txn: BatchTxn, _: Outcomes) -> int | None:
-        lake.ensure(ENGAGEMENT_ACTIVITY)
-        if lake.already_committed(ENGAGEMENT_ACTIVITY.name, txn):
-            info = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch) or {}
-            merge_metrics.update(info.get("operationMetrics") or {})
-            return None
-        if source.num_rows == 0:
-            return None  # nothing to change: no commit (a re-run finds nothing to do either)
-        t = time.perf_counter()
-        metrics = (
-            lake.merge(ENGAGEMENT_ACTIVITY, source, _merge_predicate(orgs), txn)
-            .when_matched_update_all(predicate=f"s.{ACTION} = '{UPDATE}'", except_cols=[ACTION])
-            .when_matched_delete(predicate=f"s.{ACTION} = '{DELETE}'")
-            .execute()
-        )
-        merge_metrics.update(metrics)
-        seconds["merge"] = time.perf_counter() - t
-        return lake.table(ENGAGEMENT_ACTIVITY.name).version()
-
-    return CommitStep(ENGAGEMENT_ACTIVITY.name, commit)
 
 
 def _log_rows(new: pa.Table, outcome: np.ndarray, plan: BatchPlan, at: datetime) -> pa.Table:
@@ -324,11 +287,6 @@ def _log_rows(new: pa.Table, outcome: np.ndarray, plan: BatchPlan, at: datetime)
     columns.update(request_date=pc.cast(new["request_time"], pa.date32()), outcome=OUTCOMES.take(pa.array(outcome, pa.int64())),
                    batch_id=pa.array([plan.batch_id] * n, pa.int64()), received_at=pa.array([at] * n, pa.timestamp("us", tz="UTC")))
     return pa.table({name: columns[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names}).cast(ENGAGEMENT_MUTATION_REQUESTS.schema)
-
-
-def _merge_predicate(orgs: list[str]) -> str:
-    partitions = ", ".join(sql_literal(o) for o in orgs)
-    return f"t.org_id IN ({partitions}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id"
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> MutationResult:

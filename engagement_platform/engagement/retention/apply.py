@@ -13,14 +13,15 @@ compute  The ingest framework parses and validates the slice (pipeline.yaml); th
          orgs involved, and quarantined records without an org) and picks, by key, the rows that
          mention a subject (requests.mentions over request JSON, raw bytes, parsed input).
 commit   quarantine_engagement_gdpr (append; carries the pin), engagement_activity (ONE delete: per
-         org, engagement_date < the latest cut-off OR lead_id/contact_id IN the erased subjects), each
-         ERASABLE table (one delete by key each), engagement_notifications (deleted counts from the
+         org, engagement_date < the latest cut-off OR lead_id/contact_id IN the erased subjects), the
+         same delete of its change log engagement_activity_changes (same columns; not counted in the
+         audit), each ERASABLE table (one delete by key each), engagement_notifications (deleted counts from the
          delete commit's change data feed), gdpr_audit (one row per request: rows removed per table).
          A delete that matches nothing writes no commit; a re-run then finds nothing to delete either.
 
 Files: a delete only tombstones the files holding the rows (and writes change-data files that hold the
 deleted rows too). They go when a full vacuum runs past the retention period: the layout upkeep's daily
-run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASABLE table.
+run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASABLE table and the change log.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from engagement_platform.engagement.retention.requests import (
     ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, error, keyed_predicate,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
@@ -209,6 +210,14 @@ def apply_retention_batch(
         # delta-rs writes no commit when nothing matched: report "nothing committed" like a re-run
         return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
 
+    def change_log_step(txn: BatchTxn, _: Outcomes) -> int | None:
+        """The log holds the same columns (and personal data): the same predicate erases and expires its rows."""
+        predicate = activity_predicate(ordered)
+        if predicate is None or not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
+            return None
+        metrics = lake.delete(ENGAGEMENT_ACTIVITY_CHANGES, predicate, txn)
+        return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+
     def keyed_step(e):
         def step(txn: BatchTxn, _: Outcomes) -> int | None:
             predicate = keyed_predicate(e.key, keys[e.spec.name])
@@ -242,6 +251,7 @@ def apply_retention_batch(
         [
             CommitStep(QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
+            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_step),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, as_of),
             CommitStep(GDPR_AUDIT.name, audit),

@@ -38,7 +38,7 @@ from dagster import (
 from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
-from engagement_platform.engagement.retention.erasure import ERASED_TABLES, vacuum_erased_tables
+from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, vacuum_erased_tables
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
 from engagement_platform.lake.layout import partition_layout, upkeep
@@ -80,9 +80,9 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
         max_overlap_ratio=config.max_overlap_ratio,
         vacuum_full=config.vacuum_full,
     )
-    # GDPR erasure (the retention stream) also deletes from these tables: the same full vacuum makes the
-    # erased rows' files (data and change data) go once the retention has passed.
-    others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in ERASED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
+    # GDPR erasure (the retention stream) also deletes from these tables (engagement_activity's change log
+    # included): the same full vacuum makes the erased rows' files (data and change data) go once the retention has passed.
+    others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in VACUUMED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
     metadata, worst = upkeep_metadata(result, others, retention_hours, WORST_SHOWN)

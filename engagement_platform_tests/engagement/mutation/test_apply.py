@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
@@ -17,12 +18,13 @@ from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
-from engagement_platform.engagement.mutation.apply import APP_ID, STREAM, TARGET_NOT_FOUND, apply_mutation_batch
+from engagement_platform.engagement.mutation.apply import APP_ID, DATA_FILES, STREAM, TARGET_NOT_FOUND, apply_mutation_batch
 from engagement_platform.engagement.mutation.validate import request_from_json
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
-from engagement_platform_tests.support.crash import crash_then_rerun
+from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
 from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests, req
 
 COMPARED = ("engagement_id", *OWNER_FIELDS, "engagement_date")
@@ -90,15 +92,17 @@ def test_cascade_merge_deletes_and_update_apply_in_one_merge(spark, kafka, topic
     assert result.rows_updated == len(lead1_rows) + len(merged_rows) and result.rows_replaced == 1
     meta = result.metadata()
     assert meta["actions_after_reduction"] > 0 and meta["reduction_ratio"] == round(6 / meta["actions_after_reduction"], 3)
-    assert meta["merge_num_target_rows_deleted"] == result.rows_deleted
-    assert meta["merge_num_target_rows_updated"] == result.rows_updated + result.rows_replaced
-    # one ingestion batch wrote one file per org: the MERGE and the read touch only the 3 orgs' files
+    # one ingestion batch wrote one file per org: the executors read and rewrite only the 3 orgs' files
     assert meta["files_total"] == len(orgs) and meta["files_read"] == 3
-    assert (meta["merge_num_target_files_scanned"], meta["merge_num_target_files_skipped_during_scan"]) == (3, len(orgs) - 3)
-    assert result.rows_scanned < len(before), "the affected read is pruned to the ids involved"
-
-    # notifications: per org the MERGE's updated/deleted counts, matching its change data feed
+    assert (meta["activity_commit"], meta["commit_files_removed"], meta["commit_files_added"]) == ("files", 3, 3)
+    assert result.rows_scanned < len(before), "only rows holding an id involved are kept"
+    # the change log holds exactly the batch's row-level changes, at the commit's version
     version = result.versions[ENGAGEMENT_ACTIVITY.name]
+    changes = Counter(r["_change_type"] for r in lake.read(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pylist() if r["_commit_version"] == version)
+    updated_rows = result.rows_updated + result.rows_replaced
+    assert changes == {"update_preimage": updated_rows, "update_postimage": updated_rows, "delete": result.rows_deleted}
+
+    # notifications: per org the commit's updated/deleted counts, matching its change log
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
     per_org = {n["org_id"]: (n["updated"], n["deleted"]) for n in notes}
     assert per_org == {a: (len(lead1_rows) + 1, 0), b: (len(merged_rows), 0), c: (0, len(user_rows) + 1)}
@@ -182,13 +186,17 @@ def test_expired_pending_and_malformed_requests_are_quarantined(spark, kafka, to
     assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["ghost"]
 
 
-@pytest.mark.parametrize("crash_after", [ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
+@pytest.mark.parametrize("crash_after", [DATA_FILES, ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name,
+                                         ENGAGEMENT_MUTATIONS_PENDING.name])
 def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
+    """Killed after each commit, and after the executors wrote their files but before any commit: the re-run
+    commits each table once, no file of the dead attempt stays behind, each change is logged once."""
     records = produce_activities(kafka, topic, 40)
     ingest(spark, kafka, lake, checkpoints, topic)
     org = sorted({r["org_id"] for r in records.values()})[0]
     lead = pick(records, org, "lead_id")[0]
-    lead_rows = {r["engagement_id"] for r in rows_of(lake, org) if r["lead_id"] == lead}
+    before = rows_of(lake, org)
+    lead_rows = {r["engagement_id"] for r in before if r["lead_id"] == lead}
     requests = [
         req("r1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="lead_id", to_id="00QMID"),
         req("r2", org, 2, "convert", from_field="lead_id", from_id="00QMID", to_field="contact_id", to_id="003END"),
@@ -198,7 +206,15 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     produce_requests(kafka, mutation_topic, requests)
     p = plan_mutations(kafka, checkpoints, mutation_topic)
 
-    rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
+    if crash_after == DATA_FILES:
+        crashed = run_batch(STREAM, lake_root, p.batch_id, failpoint=after_commit(STREAM, DATA_FILES))
+        assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+        assert written_by_batch(lake, p.batch_id), "the executors had written files"
+        assert projected(rows_of(lake, org)) == projected(before), "uncommitted files are invisible"
+        rerun = run_batch(STREAM, lake_root, p.batch_id)
+        assert rerun.returncode == 0, rerun.stderr[-2000:]
+    else:
+        rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     assert (meta["requests_applied"], meta["pending_added"]) == (2, 1), "the re-run reaches the first attempt's decisions"
 
@@ -207,13 +223,23 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     assert not [r for r in after if r["lead_id"] in (lead, "00QMID")]
     assert len(after) == len({r["engagement_id"] for r in after})
     history = [c for c in lake.table(ENGAGEMENT_ACTIVITY.name).history() if c.get("app_id") == APP_ID]
-    assert len(history) == 1, "one MERGE commit for the batch"
+    assert len(history) == 1, "one commit of the batch's files"
+    assert not [f for f in written_by_batch(lake, p.batch_id) if f in unreferenced_files(lake, ENGAGEMENT_ACTIVITY)], "no orphan file"
+    logged = Counter(r["_change_type"] for r in lake.read(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pylist())
+    assert logged == {"update_preimage": len(lead_rows), "update_postimage": len(lead_rows)}, "each change logged once"
     assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["r1", "r2", "r3"]
     assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist() == ["r3"]
     q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name)
     assert pc.count_distinct(q["row_id"]).as_py() == 1
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
     assert [(n["org_id"], n["updated"], n["deleted"]) for n in notes] == [(org, len(lead_rows), 0)]
+
+
+def written_by_batch(lake, batch_id: int) -> list[str]:
+    """Data files in engagement_activity's folder named as written by this mutation batch (committed or not)."""
+    tag = writer_tag(APP_ID, batch_id)
+    root = Path(lake.uri(ENGAGEMENT_ACTIVITY.name))
+    return sorted(str(p.relative_to(root)) for p in root.rglob(f"part-{tag}-*.parquet"))
 
 
 def test_pending_request_expires_after_the_age_horizon_measured_at_the_batch_as_of(spark, kafka, topic, mutation_topic, lake, checkpoints, monkeypatch):
@@ -250,9 +276,10 @@ def test_pending_request_expires_after_the_age_horizon_measured_at_the_batch_as_
     assert log == {(org, "old"): "pending", (org, "young"): "pending"}
 
 
-def test_spark_and_driver_reducers_give_the_same_tables(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, tmp_path, monkeypatch):
-    """EP_MUTATION_REDUCER=spark (grouped by org on Spark) and =driver on the same batches of the same
-    table: every table the batches write is the same, pending hold-back and retry included."""
+def test_one_task_and_many_tasks_give_the_same_tables(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, tmp_path):
+    """The same batches on the same table with every org in one Spark task and with the orgs spread over
+    four tasks: every table the batches write is the same, pending hold-back and retry included (the
+    rules are per org, so how orgs are grouped into tasks must not matter)."""
     import shutil
 
     from engagement_platform.lake.checkpoints import CheckpointStore
@@ -294,7 +321,7 @@ def test_spark_and_driver_reducers_give_the_same_tables(spark, kafka, topic, mut
         out = {}
         for table, drop in ((ENGAGEMENT_ACTIVITY, ()), (ENGAGEMENT_MUTATION_REQUESTS, ("received_at",)),
                             (ENGAGEMENT_MUTATIONS_PENDING, ("first_seen_at",)), (QUARANTINE_ENGAGEMENT_MUTATIONS, ("quarantined_at", "quarantine_date")),
-                            (ENGAGEMENT_NOTIFICATIONS, ("ingestion_hour", "last_modified_time"))):
+                            (ENGAGEMENT_NOTIFICATIONS, ("ingestion_hour", "last_modified_time")), (ENGAGEMENT_ACTIVITY_CHANGES, ())):
             if on_lake.exists(table.name):
                 rows = [{k: v for k, v in r.items() if k not in drop} for r in on_lake.read(table.name).to_pylist()]
                 out[table.name] = sorted(rows, key=repr)
@@ -304,31 +331,18 @@ def test_spark_and_driver_reducers_give_the_same_tables(spark, kafka, topic, mut
         produce_requests(kafka, mutation_topic, requests)
         marks = kafka.watermarks(mutation_topic)
         results = {}
-        for reducer, on_lake, store in (("driver", lake, checkpoints), ("spark", spark_lake, spark_checkpoints)):
-            monkeypatch.setenv("EP_MUTATION_REDUCER", reducer)
-            p = plan_next_batch(STREAM, mutation_topic, store.latest_plan(STREAM), marks, 10_000)
-            assert store.record_plan(p)
-            results[reducer] = apply_mutation_batch(spark, on_lake, store, kafka.bootstrap_servers, p)
-        driver, on_spark = results["driver"], results["spark"]
-        assert (driver.reducer, on_spark.reducer) == ("driver", "spark")
+        partitions = spark.conf.get("spark.sql.shuffle.partitions")
+        for tasks, on_lake, store in (("1", lake, checkpoints), ("4", spark_lake, spark_checkpoints)):
+            spark.conf.set("spark.sql.shuffle.partitions", tasks)
+            try:
+                p = plan_next_batch(STREAM, mutation_topic, store.latest_plan(STREAM), marks, 10_000)
+                assert store.record_plan(p)
+                results[tasks] = apply_mutation_batch(spark, on_lake, store, kafka.bootstrap_servers, p)
+            finally:
+                spark.conf.set("spark.sql.shuffle.partitions", partitions)
+        driver, on_spark = results["1"], results["4"]
         keys = ("requests_applied", "actions", "rows_updated", "rows_replaced", "rows_deleted", "pending_added", "pending_retained")
         assert {k: getattr(on_spark, k) for k in keys} == {k: getattr(driver, k) for k in keys}
         assert driver.requests_applied > 0 and driver.rows_updated + driver.rows_deleted + driver.rows_replaced > 0
         assert tables(spark_lake) == tables(lake)
     assert {r["request_id"] for r in lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).to_pylist()} == {"a4", "a5", "c4"}
-
-
-def test_reducer_setting(monkeypatch):
-    from engagement_platform.engagement.mutation.reducer import mutation_reducer
-
-    monkeypatch.delenv("EP_MUTATION_REDUCER", raising=False)
-    monkeypatch.delenv("EP_MUTATION_SPARK_THRESHOLD", raising=False)
-    assert (mutation_reducer(1_000), mutation_reducer(1_000_000), mutation_reducer(1_000_001)) == ("driver", "driver", "spark")
-    monkeypatch.setenv("EP_MUTATION_SPARK_THRESHOLD", "10")
-    assert (mutation_reducer(10), mutation_reducer(11)) == ("driver", "spark")
-    for forced in ("spark", "driver"):
-        monkeypatch.setenv("EP_MUTATION_REDUCER", forced)
-        assert mutation_reducer(5) == mutation_reducer(10**9) == forced
-    monkeypatch.setenv("EP_MUTATION_REDUCER", "gpu")
-    with pytest.raises(ValueError, match="EP_MUTATION_REDUCER"):
-        mutation_reducer(1)

@@ -3,8 +3,6 @@ applied round by round with a row-by-row presence check, on random batches and t
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 
@@ -13,25 +11,7 @@ from engagement_platform.engagement.mutation.hold_back import hold_back, request
 from engagement_platform.engagement.mutation.requests import in_date_range
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
-from engagement_platform_tests.support.reduction import requests, tables
-
-
-def canonical_rows(batch) -> list[dict]:
-    """MutationRequests as the stream's canonical columns (request_time: the tests' small ints as micros)."""
-    out = []
-    for r in batch:
-        row = {"request_id": r.request_id, "org_id": r.org_id, "op": r.op, "date_from": r.date_from, "date_to": r.date_to,
-               "request_time": datetime.fromtimestamp(r.request_time / 1e6, timezone.utc)}
-        if r.op == "convert":
-            row.update(from_field=r.field, from_id=r.owner_id, to_field=r.to_field, to_id=r.to_id)
-        elif r.op == "merge":
-            row.update(field=r.field, from_ids=list(r.from_ids), to_id=r.to_id)
-        elif r.engagement_id is None:
-            row.update(field=r.field, id=r.owner_id)
-        else:
-            row.update(engagement_id=r.engagement_id, record="{}" if r.record is not None else None)
-        out.append(row)
-    return out
+from engagement_platform_tests.support.reduction import canonical_rows, requests, tables
 
 
 def reference(batch, rows) -> tuple[set[str], dict[str, list[dict]]]:
