@@ -12,8 +12,11 @@ version skips the other files) and no change data feed of its own.
 
 The rule every reader follows (lake/changes.py `changes_since`, lake/notifications.py `change_counts`):
 
-- a data-table version is *logged* iff the log holds rows with that `_commit_version` (in any org);
-  for a logged version the log is the truth, and the change data feed is not read for it;
+- a data-table version is *logged* iff its commit says so: the writer puts LOGGED_BY (the log's name)
+  in the commit's metadata (file_writes.commit_files' `metadata`), read back from the table's history;
+  for a logged version the log is the truth, and the change data feed is not read for it (a version
+  whose rows an erasure later removed from the log stays logged: it reads as no rows, never as the
+  commit's file-level feed);
 - a writer that commits file actions without CDC files logs at least one row per commit (a commit that
   changes nothing is not made), in the same batch as the commit and before its notification rows;
 - for the versions that are not logged, Delta's own change data feed is exact: appends (every add is an
@@ -23,9 +26,8 @@ Exactly once: the log's commit step (change_log_step) carries the batch's txn li
 the data commit's version by its txn when a re-run did not make it (the crash came in between).
 
 Erasure: the log holds personal data, so the retention stream deletes from it with the data table's
-predicate and the daily full vacuum covers it. Caveat of the rule: an erasure or TTL that removes every
-row a version logged leaves that version unlogged, and readers then get the commit's file-level change
-data feed (until vacuum removes its files).
+predicate and the daily full vacuum covers it.
+Readers that lag beyond the data table's log retention get an error, as for the change data feed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
 CHANGE_TYPES = ("insert", "update_preimage", "update_postimage", "delete")
 LOG_SUFFIX = "_changes"
+LOGGED_BY = "change_log"  # the data commit's metadata key naming the log that holds its row-level changes
 
 
 def change_log_name(table: str) -> str:
@@ -86,12 +89,14 @@ def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, ba
     return CommitStep(log.name, commit)
 
 
-def logged_versions(lake: DeltaLake, log_name: str, first: int, last: int) -> list[int]:
-    """The data-table versions in [first, last] the log holds rows of, in any org (the rule's "logged")."""
-    if not lake.exists(log_name):
+def logged_versions(lake: DeltaLake, table: str, first: int, last: int) -> list[int]:
+    """The versions in [first, last] of the data table `table` whose commit says its changes are in the log
+    (LOGGED_BY in the commit's metadata, read from the table's history)."""
+    if not lake.exists(table):
         return []
-    found = lake.read(log_name, filters=[(COMMIT_VERSION, ">=", first), (COMMIT_VERSION, "<=", last)], columns=[COMMIT_VERSION])
-    return sorted(pc.unique(found[COMMIT_VERSION]).to_pylist())
+    delta = lake.table(table)
+    history = delta.history(limit=max(delta.version() - first + 1, 1))
+    return sorted(int(h["version"]) for h in history if first <= int(h["version"]) <= last and h.get(LOGGED_BY))
 
 
 def logged_changes(lake: DeltaLake, log_name: str, versions: list[int], org_id: str | None = None) -> pa.Table:

@@ -50,7 +50,7 @@ def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str) ->
     """One org's changed rows of `table` at `versions` (sorted, at least one), in the change feed's columns
     (update pre-images left out): logged versions from the change log, the others from the change data feed."""
     log = change_log_name(table)
-    logged = logged_versions(lake, log, versions[0], versions[-1])
+    logged = logged_versions(lake, table, versions[0], versions[-1])
     pieces = [feed_rows(lake, table, run, org_id) for run in unlogged_runs(versions, logged)]
     in_log = set(logged)
     from_log = [v for v in versions if v in in_log]

@@ -183,15 +183,15 @@ def write_files(table_uri: str, spec: TableSpec, rows: pa.Table, tag: str,
 
 
 def commit_files(lake: DeltaLake, spec: TableSpec, adds: list[WrittenFile], txn: BatchTxn,
-                 removes: list[WrittenFile] = ()) -> int | None:
-    """One commit of the batch's adds and removes with its txn; None when the batch was already committed
-    (its files from this attempt are then orphans: `delete_uncommitted` removes them)."""
+                 removes: list[WrittenFile] = (), metadata: Mapping[str, str] | None = None) -> int | None:
+    """One commit of the batch's adds and removes with its txn (and `metadata` in its commit info); None when
+    the batch was already committed (its files from this attempt are then orphans: `delete_uncommitted` removes them)."""
     table = lake.ensure(spec)
     if lake.already_committed(spec.name, txn):
         return None
     actions = [f.add_action() for f in adds] + [f.remove_action() for f in removes]
     table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
-                                   commit_properties=txn.commit_properties())
+                                   commit_properties=txn.commit_properties(dict(metadata or {})))
     table.update_incremental()
     return table.version()
 

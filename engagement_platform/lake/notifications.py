@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from engagement_platform.lake.change_log import CHANGE_TYPE, change_log_name, logged_changes
+from engagement_platform.lake.change_log import CHANGE_TYPE, change_log_name, logged_changes, logged_versions
 from engagement_platform.lake.delta import DeltaLake, TableSpec
 
 CHANGE_COLUMNS = {"insert": "inserted", "update_postimage": "updated", "delete": "deleted"}
@@ -22,8 +22,9 @@ CHANGE_COLUMNS = {"insert": "inserted", "update_postimage": "updated", "delete":
 def change_counts(lake: DeltaLake, table: str, version: int) -> dict[str, dict[str, int]]:
     """org_id -> {inserted, updated, deleted} for one commit: from the change log when it logged the version
     (the commit's change data feed is file-level then), else from the change data feed."""
-    changes = logged_changes(lake, change_log_name(table), [version])
-    if not changes.num_rows:
+    if logged_versions(lake, table, version, version):
+        changes = logged_changes(lake, change_log_name(table), [version])
+    else:
         changes = lake.changes(table, version, version)
     grouped = changes.select(["org_id", CHANGE_TYPE]).group_by(["org_id", CHANGE_TYPE]).aggregate([([], "count_all")])
     counts: dict[str, dict[str, int]] = {}

@@ -58,8 +58,9 @@ def offset_ranges_contiguous() -> BatchChecks:
 
 
 def notifications_match_changes(notifications: str, table: str, app_id: str, commit: str = "data commit") -> BatchChecks:
-    """The batch's rows in the notification table `notifications` equal the change data feed of its commit
-    of `table` (`commit` names that commit in the description: "data commit", "MERGE commit", ...)."""
+    """The batch's rows in the notification table `notifications` equal the row-level changes of its commit
+    of `table` (its change log or change data feed, lake/change_log.py; `commit` names that commit in the
+    description: "data commit", "delete commit", ...)."""
 
     def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: BatchResult) -> list[AssetCheckResult]:
         batch_id = result.plan.batch_id
@@ -73,7 +74,7 @@ def notifications_match_changes(notifications: str, table: str, app_id: str, com
                       "rows_changed": audit.rows_changed, "rows_notified": audit.rows_notified, "data_version": version},
         )]
 
-    return BatchChecks({NOTIFICATIONS_MATCH_CHANGES: f"The batch's notification rows equal the {commit}'s change data feed, per org."}, evaluate)
+    return BatchChecks({NOTIFICATIONS_MATCH_CHANGES: f"The batch's notification rows equal the {commit}'s row-level changes, per org."}, evaluate)
 
 
 def conservation(check_name: str, read: tuple[str, int], parts: Mapping[str, int], planned: int | None = None, *,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from engagement_platform.engagement.tables import ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.change_log import (
-    CHANGE_TYPE, COMMIT_VERSION, change_log_spec, change_log_step, logged_changes, logged_versions,
+    CHANGE_TYPE, COMMIT_VERSION, LOGGED_BY, change_log_spec, change_log_step, logged_changes, logged_versions,
 )
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.changes import START, changes_since, unlogged_runs
@@ -79,7 +79,7 @@ def rewrite_batch(lake: DeltaLake, removed: WrittenFile, batch_id: int) -> tuple
     after, changes = rewrite(old)
     adds = write_files(lake.uri(SPEC.name), SPEC, after, writer_tag(REWRITE, batch_id))
     steps = [
-        CommitStep(SPEC.name, lambda txn, _: commit_files(lake, SPEC, adds, txn, [removed])),
+        CommitStep(SPEC.name, lambda txn, _: commit_files(lake, SPEC, adds, txn, [removed], {LOGGED_BY: LOG.name})),
         change_log_step(lake, LOG, SPEC.name, REWRITE, batch_id, changes),
         notification_step(lake, NOTES, SPEC.name, REWRITE, plan(REWRITE, batch_id), AT),
     ]
@@ -114,7 +114,7 @@ def test_a_rewrite_reads_as_its_logged_rows_between_feed_versions(lake, checkpoi
     feed = lake.changes(SPEC.name, v2, v2)
     assert sorted(feed[CHANGE_TYPE].to_pylist()) == ["delete"] * 3 + ["insert"] * 2
 
-    assert logged_versions(lake, LOG.name, v1, v4) == [v2]
+    assert logged_versions(lake, SPEC.name, v1, v4) == [v2]
     assert changed(logged_changes(lake, LOG.name, [v2], "a")) == changed(changes.append_column(COMMIT_VERSION, pa.array([v2] * 3)))
     cs = changes_since(lake, NOTES, SPEC.name, "a", START)
     assert cs.table_versions == [v1, v2, v3, v4]
@@ -175,7 +175,7 @@ def test_a_batch_without_a_data_commit_logs_no_rows(lake, checkpoints):
     outcomes = commit_batch(plan(REWRITE, 5), REWRITE, [nothing, change_log_step(lake, LOG, SPEC.name, REWRITE, 5, changes)], checkpoints)
     assert outcomes[LOG.name] is not None, "the step still commits its txn"
     assert lake.committed_version(LOG.name, REWRITE) == 5 and lake.read(LOG.name).num_rows == 0
-    assert logged_versions(lake, LOG.name, 0, lake.table(SPEC.name).version()) == []
+    assert logged_versions(lake, SPEC.name, 0, lake.table(SPEC.name).version()) == []
 
 
 def test_rows_with_an_unknown_change_type_are_refused_before_any_commit(lake):
@@ -203,3 +203,19 @@ def test_feed_runs_cover_the_unlogged_versions_and_never_a_logged_one(versions, 
         assert not [x for x in logged if run[0] <= x <= run[-1]], "a run's read would cover a logged commit"
     for before, after in zip(runs, runs[1:]):
         assert [x for x in logged if before[-1] < x < after[0]], "runs are split only at a logged version"
+
+
+def test_a_version_whose_logged_rows_were_all_erased_reads_as_no_rows_not_as_its_file_level_feed(lake, checkpoints):
+    """Erasure deletes the subject's rows from the log too. The version stays logged (its commit says so):
+    readers get nothing for it, never the commit's file-level change data feed."""
+    _, files = ingest(lake, checkpoints, ["a", "a", "a"], 0, 1)
+    steps, _ = rewrite_batch(lake, files[0], 1)
+    v2 = commit_batch(plan(REWRITE, 1), REWRITE, steps, checkpoints)[SPEC.name]
+    erased = lake.delete(LOG, "event_id IN ('e00000', 'e00001')", BatchTxn(ERASE, 1))
+    assert erased["num_deleted_rows"] == 3 and logged_changes(lake, LOG.name, [v2], "a").num_rows == 0
+
+    assert logged_versions(lake, SPEC.name, v2, v2) == [v2]
+    cs = changes_since(lake, NOTES, SPEC.name, "a", START)
+    assert v2 in cs.table_versions
+    assert [r for r in cs.rows.to_pylist() if r[COMMIT_VERSION] == v2] == []
+    assert change_counts(lake, SPEC.name, v2) == {}

@@ -1,1 +1,1 @@
-"""ID mutation stream: convert / merge / delete / update requests, cascade-reduced, applied in one MERGE."""
+"""ID mutation stream: convert / merge / delete / update requests, cascade-reduced and applied by Spark tasks, one commit."""

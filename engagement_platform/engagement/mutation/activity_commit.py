@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 from engagement_platform.engagement.mutation.on_executors import CHANGES_SCHEMA, ExecutorResult
 from engagement_platform.engagement.mutation.org_outcome import CHANGE_TYPE
 from engagement_platform.engagement.mutation.outcome_table import ACTION, DELETE, UPDATE
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES
+from engagement_platform.lake.change_log import LOGGED_BY
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
 from engagement_platform.lake.file_writes import commit_files, delete_uncommitted
 from engagement_platform.lake.notifications import change_counts
@@ -79,7 +80,7 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
             return None  # nothing to change: no commit (a re-run finds nothing to do either)
         t = time.perf_counter()
         if files_still_live(lake, result, pinned):
-            version = commit_files(lake, ENGAGEMENT_ACTIVITY, result.adds, txn, result.removes)
+            version = commit_files(lake, ENGAGEMENT_ACTIVITY, result.adds, txn, result.removes, {LOGGED_BY: ENGAGEMENT_ACTIVITY_CHANGES.name})
             applied.changes, applied.how = result.changes, "files"
             applied.counts.update(result.change_counts())
             applied.metrics.update(files_added=len(result.adds), files_removed=len(result.removes))

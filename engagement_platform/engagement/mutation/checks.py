@@ -1,5 +1,5 @@
 """Checks of a mutation batch: no duplicate engagement ids in the orgs it touched, requests accounted for,
-notifications match the MERGE commit (plus offset contiguity, which every Kafka stream has)."""
+notifications match the data commit (plus offset contiguity, which every Kafka stream has)."""
 
 from __future__ import annotations
 
@@ -28,5 +28,5 @@ def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: MutationResu
 MUTATION_CHECKS = [
     BatchChecks({NO_DUPLICATE_ENGAGEMENT_IDS: NO_DUPLICATES_DESCRIPTION,
                  REQUESTS_ACCOUNTED: "Requests in = applied + still pending + quarantined (malformed or expired); none dropped."}, evaluate),
-    notifications_match_changes(ENGAGEMENT_NOTIFICATIONS.name, ENGAGEMENT_ACTIVITY.name, APP_ID, "MERGE commit"),
+    notifications_match_changes(ENGAGEMENT_NOTIFICATIONS.name, ENGAGEMENT_ACTIVITY.name, APP_ID, "data commit"),
 ]

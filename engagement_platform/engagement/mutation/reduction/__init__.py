@@ -1,1 +1,1 @@
-"""The exact cascade reduction (pure logic), its slow reference, and its Spark form."""
+"""The exact cascade reduction (pure logic), and its slow reference."""
