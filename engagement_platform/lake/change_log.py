@@ -32,11 +32,13 @@ Readers that lag beyond the data table's log retention get an error, as for the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
-from engagement_platform.lake.file_writes import DEFAULT_STATS_COLUMNS
+from engagement_platform.lake.file_writes import DEFAULT_STATS_COLUMNS, WrittenFile, commit_files, transform_files, writer_tag
 from engagement_platform.streams.batch import CommitStep, Outcomes
 
 CHANGE_TYPE = "_change_type"
@@ -85,6 +87,35 @@ def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, ba
         changes = rows.drop_columns([COMMIT_VERSION]) if COMMIT_VERSION in rows.column_names else rows
         changes = changes.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(version, pa.int64()), changes.num_rows))
         return lake.append(log, changes, txn)
+
+    return CommitStep(log.name, commit)
+
+
+def change_log_files_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, files: list[WrittenFile],
+                          stamped: int, skip: Callable[[], bool] = lambda: False) -> CommitStep:
+    """Commit step of `log` for log files writers already wrote into its folder (lake/file_writes.py), their
+    rows stamped with `_commit_version` = `stamped`, the version the writers expected the data commit to get.
+
+    The data commit's actual version is found as in change_log_step. When it differs from `stamped`
+    (another writer committed in between), the files are rewritten with the right version first. With no
+    data commit, or when `skip()` says the data commit needs no log (a MERGE, whose change feed is exact),
+    the step commits no rows, only its txn, and the files stay uncommitted (delete_uncommitted)."""
+
+    def commit(txn: BatchTxn, done: Outcomes) -> int | None:
+        if lake.exists(log.name) and lake.already_committed(log.name, txn):
+            return None
+        version = done.get(table)
+        if version is None:
+            version = lake.find_batch_commit(table, app_id, batch_id)
+        if version is None or skip():
+            return lake.append(log, log.schema.empty_table(), txn)
+        adds = files
+        if version != stamped:
+            def restamp(rows: pa.Table) -> pa.Table:
+                return rows.set_column(rows.schema.get_field_index(COMMIT_VERSION), COMMIT_VERSION,
+                                       pa.repeat(pa.scalar(version, pa.int64()), rows.num_rows))
+            adds = transform_files(lake.uri(log.name), log, files, restamp, writer_tag(app_id, batch_id), lake.storage_options)
+        return commit_files(lake, log, adds, txn)
 
     return CommitStep(log.name, commit)
 

@@ -221,13 +221,19 @@ def rewrite_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], kee
                   storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
     """Files of an uncommitted batch without the rows `keep(rows) -> boolean mask` rejects: each file is read,
     filtered and written anew, then deleted (nothing references it yet). Returns the new files."""
+    return transform_files(table_uri, spec, files, lambda rows: rows.filter(keep(rows)), tag, storage_options)
+
+
+def transform_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], change, tag: str,
+                    storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+    """Files of an uncommitted batch with their rows passed through `change(rows) -> rows`: each file is
+    read, changed and written anew, then deleted (nothing references it yet). Returns the new files."""
     fs, root = filesystem(table_uri, storage_options)
     out = []
     for written in files:
-        rows = read_file(table_uri, spec, written, storage_options)
-        kept = rows.filter(keep(rows))
-        if kept.num_rows:
-            out.extend(write_files(table_uri, spec, kept, tag, storage_options))
+        changed = change(read_file(table_uri, spec, written, storage_options))
+        if changed.num_rows:
+            out.extend(write_files(table_uri, spec, changed, tag, storage_options))
         fs.delete_file(f"{root}/{written.path}")
     return out
 

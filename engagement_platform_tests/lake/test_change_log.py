@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from engagement_platform.engagement.tables import ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.change_log import (
-    CHANGE_TYPE, COMMIT_VERSION, LOGGED_BY, change_log_spec, change_log_step, logged_changes, logged_versions,
+    CHANGE_TYPE, COMMIT_VERSION, LOGGED_BY, change_log_files_step, change_log_spec, change_log_step, logged_changes, logged_versions,
 )
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.changes import START, changes_since, unlogged_runs
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, read_file, write_files, writer_tag
+from engagement_platform.lake.file_writes import WrittenFile, commit_files, read_file, unreferenced_files, write_files, writer_tag
 from engagement_platform.lake.notifications import audit_notifications, change_counts
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.kafka import OffsetRange
@@ -219,3 +219,26 @@ def test_a_version_whose_logged_rows_were_all_erased_reads_as_no_rows_not_as_its
     assert v2 in cs.table_versions
     assert [r for r in cs.rows.to_pylist() if r[COMMIT_VERSION] == v2] == []
     assert change_counts(lake, SPEC.name, v2) == {}
+
+
+def test_log_files_stamped_with_an_expected_version_another_commit_took_are_restamped(lake, checkpoints):
+    """Writers stamp the log files with the version they expect the data commit to get; when another commit
+    took it, the step rewrites them with the data commit's actual version before committing them."""
+    _, files = ingest(lake, checkpoints, ["a", "a", "a"], 0, 1)
+    old = read_file(lake.uri(SPEC.name), SPEC, files[0])
+    after, changes = rewrite(old)
+    adds = write_files(lake.uri(SPEC.name), SPEC, after, writer_tag(REWRITE, 1))
+    expected = lake.table(SPEC.name).version() + 1
+    stamped = changes.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(expected, pa.int64()), changes.num_rows))
+    lake.ensure(LOG)
+    log_files = write_files(lake.uri(LOG.name), LOG, stamped, writer_tag(REWRITE, 1))
+    lake.delete(SPEC, "event_id = 'e00002'", BatchTxn(ERASE, 1))  # another writer takes the expected version
+    steps = [
+        CommitStep(SPEC.name, lambda txn, _: commit_files(lake, SPEC, adds, txn, [files[0]], {LOGGED_BY: LOG.name})),
+        change_log_files_step(lake, LOG, SPEC.name, REWRITE, 1, log_files, expected),
+    ]
+    version = commit_batch(plan(REWRITE, 1), REWRITE, steps, checkpoints)[SPEC.name]
+    assert version == expected + 1
+    assert set(lake.read(LOG.name)[COMMIT_VERSION].to_pylist()) == {version}
+    assert changed(logged_changes(lake, LOG.name, [version])) == changed(changes.append_column(COMMIT_VERSION, pa.array([version] * 3)))
+    assert not [f for f in unreferenced_files(lake, LOG) if writer_tag(REWRITE, 1) in f], "the stale stamps are deleted"

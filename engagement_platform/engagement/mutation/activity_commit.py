@@ -8,8 +8,8 @@ its rows then cannot be trusted, so the batch falls back to a delta-rs MERGE of 
 key against the current table (what this stream did before executors wrote files), and deletes the
 files its tasks wrote. A MERGE writes change-data files, so its commit needs no change-log rows.
 
-`Applied.changes` is what the change-log step records for the commit: the tasks' row-level changes for
-a file commit, nothing for a MERGE (Delta's change data feed is exact there).
+The change log's step (log_step) commits the log files the tasks wrote for a file commit, and nothing
+for a MERGE (Delta's change data feed is exact there; the files stay uncommitted and are deleted).
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.mutation.on_executors import CHANGES_SCHEMA, ExecutorResult
+from engagement_platform.engagement.mutation.on_executors import ExecutorResult
 from engagement_platform.engagement.mutation.org_outcome import CHANGE_TYPE
 from engagement_platform.engagement.mutation.outcome_table import ACTION, DELETE, UPDATE
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES
-from engagement_platform.lake.change_log import LOGGED_BY
+from engagement_platform.lake.change_log import COMMIT_VERSION, LOGGED_BY, change_log_files_step
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
-from engagement_platform.lake.file_writes import commit_files, delete_uncommitted
+from engagement_platform.lake.file_writes import commit_files, delete_uncommitted, read_file
 from engagement_platform.lake.notifications import change_counts
 from engagement_platform.streams.batch import CommitStep, Outcomes
 
@@ -37,7 +37,6 @@ MERGE = "MERGE"  # the commitInfo operation of a delta-rs MERGE
 class Applied:
     """What the batch's commit of engagement_activity did, filled in by its step."""
 
-    changes: pa.Table = field(default_factory=CHANGES_SCHEMA.empty_table)
     how: str = "none"  # files | merge | none (nothing to change) | earlier (an earlier attempt committed)
     metrics: dict = field(default_factory=dict)
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # org -> inserted/updated/deleted of this attempt's commit
@@ -50,6 +49,42 @@ def files_still_live(lake: DeltaLake, result: ExecutorResult, pinned: int) -> bo
         return True
     live = set(pa.table(table.get_add_actions(flatten=False))["path"].to_pylist())
     return all(f.path in live for f in result.removes)
+
+
+def files_to_write(lake: DeltaLake, app_id: str, batch: int, tag: str) -> tuple[bool, int | None]:
+    """(write the data files?, the version to stamp the change log's files with, None: write none) for this
+    attempt of the batch; files an earlier attempt wrote but never committed are deleted first.
+
+    First attempt: both, the log stamped with the version the data commit will get (the table's next one:
+    the batch holds the table's lock; log_step restamps if another writer committed in between). A re-run
+    whose data commit is there writes no data files, and log files only if the log's commit is missing and
+    the data commit was not a MERGE (then stamped with its version)."""
+    lake.ensure(ENGAGEMENT_ACTIVITY)
+    lake.ensure(ENGAGEMENT_ACTIVITY_CHANGES)  # the tables exist before any file is written into their folders
+    txn = BatchTxn(app_id, batch)
+    log_missing = not lake.already_committed(ENGAGEMENT_ACTIVITY_CHANGES.name, txn)
+    if lake.already_committed(ENGAGEMENT_ACTIVITY.name, txn):
+        info = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, app_id, batch) or {}
+        stamp = int(info["version"]) if log_missing and info and info.get("operation") != MERGE else None
+        if stamp is not None:
+            delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
+        return False, stamp
+    delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)
+    delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
+    return True, lake.table(ENGAGEMENT_ACTIVITY.name).version() + 1 if log_missing else None
+
+
+def committed_by_merge(lake: DeltaLake, app_id: str, batch: int) -> bool:
+    """Was the batch's commit of engagement_activity a MERGE (the fallback, or a batch of an older version)?"""
+    info = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, app_id, batch) or {}
+    return info.get("operation") == MERGE
+
+
+def log_step(lake: DeltaLake, app_id: str, batch: int, result: ExecutorResult, stamped: int | None) -> CommitStep:
+    """The change log's commit: the tasks' log files (stamped with the version they expected the data
+    commit to get), none when the data commit was a MERGE."""
+    return change_log_files_step(lake, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ACTIVITY.name, app_id, batch, result.log_adds,
+                                 -1 if stamped is None else stamped, skip=lambda: committed_by_merge(lake, app_id, batch))
 
 
 def merge_source(changes: pa.Table) -> pa.Table:
@@ -73,19 +108,19 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
             info = lake.batch_commit(name, app_id, batch) or {}
             applied.metrics.update(info.get("operationMetrics") or {})
             applied.how = "earlier"
-            if info.get("operation") != MERGE:
-                applied.changes = result.changes
             return None
         if not result.removes and not result.adds:
             return None  # nothing to change: no commit (a re-run finds nothing to do either)
         t = time.perf_counter()
         if files_still_live(lake, result, pinned):
             version = commit_files(lake, ENGAGEMENT_ACTIVITY, result.adds, txn, result.removes, {LOGGED_BY: ENGAGEMENT_ACTIVITY_CHANGES.name})
-            applied.changes, applied.how = result.changes, "files"
+            applied.how = "files"
             applied.counts.update(result.change_counts())
             applied.metrics.update(files_added=len(result.adds), files_removed=len(result.removes))
         else:
-            source = merge_source(result.changes)
+            log_uri = lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name)
+            changes = pa.concat_tables([read_file(log_uri, ENGAGEMENT_ACTIVITY_CHANGES, f, lake.storage_options) for f in result.log_adds])
+            source = merge_source(changes.drop_columns([COMMIT_VERSION]))
             orgs = ", ".join(sql_literal(o) for o in pc.unique(source["org_id"]).to_pylist())
             applied.metrics.update(
                 lake.merge(ENGAGEMENT_ACTIVITY, source, f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id", txn)
@@ -97,6 +132,7 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
             version = lake.table(name).version()
             applied.counts.update(change_counts(lake, name, version))
             delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # the tasks' files: no commit references them
+            delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
         seconds["commit_activity"] = time.perf_counter() - t
         return version
 

@@ -50,7 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.mutation.activity_commit import Applied, activity_step
+from engagement_platform.engagement.mutation.activity_commit import Applied, activity_step, files_to_write, log_step
 from engagement_platform.engagement.mutation.affected_rows import plan_files
 from engagement_platform.engagement.mutation.hold_back import request_order
 from engagement_platform.engagement.mutation.on_executors import apply_on_executors
@@ -62,13 +62,12 @@ from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.mutation.validate import validate_requests
-from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.ingest.errors import ERRORS
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.change_log import change_log_step
-from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import delete_uncommitted, writer_tag
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.file_writes import writer_tag
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.gc_pause import no_cyclic_gc
@@ -200,13 +199,12 @@ def apply_mutation_batch(
     t2 = time.perf_counter()
     files = plan_files(lake, ENGAGEMENT_ACTIVITY.name, activity_version, candidates)
     tag = writer_tag(APP_ID, batch)
-    write = not (lake.exists(ENGAGEMENT_ACTIVITY.name) and lake.already_committed(ENGAGEMENT_ACTIVITY.name, BatchTxn(APP_ID, batch)))
-    if write and files.files_read:
-        delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
-    executed = apply_on_executors(spark, lake, candidates, files, tag, write)
+    write, log_version = files_to_write(lake, APP_ID, batch, tag)
+    executed = apply_on_executors(spark, lake, candidates, files, tag, write, log_version, seconds)
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     held_back, active = executed.held_back, executed.held_back.active
     seconds["executors"] = time.perf_counter() - t2
+    seconds.update({k[:-3] + "_s": executed.stats[k] / 1000 for k in executed.stats if k.endswith("_ms")})  # summed over tasks
     t4 = time.perf_counter()
     expired, still_pending = split_held(candidates, held_back, batch, as_of, max_age_hours)
     outcome = np.full(candidates.num_rows, APPLIED, dtype=np.int64)
@@ -239,8 +237,7 @@ def apply_mutation_batch(
         [
             CommitStep(ENGAGEMENT_MUTATION_REQUESTS.name, lambda txn, _: lake.append(ENGAGEMENT_MUTATION_REQUESTS, log_rows, txn)),
             activity_step(lake, APP_ID, batch, tag, executed, activity_version, applied, seconds),
-            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, lambda txn, done: change_log_step(
-                lake, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ACTIVITY.name, APP_ID, batch, applied.changes).commit(txn, done)),
+            log_step(lake, APP_ID, batch, executed, log_version),
             pending_step(lake, delta),
             CommitStep(QUARANTINE_ENGAGEMENT_MUTATIONS.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn)),
             # counts as the activity step found them (filled when it commits); a re-run reads them back

@@ -346,3 +346,36 @@ def test_one_task_and_many_tasks_give_the_same_tables(spark, kafka, topic, mutat
         assert driver.requests_applied > 0 and driver.rows_updated + driver.rows_deleted + driver.rows_replaced > 0
         assert tables(spark_lake) == tables(lake)
     assert {r["request_id"] for r in lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).to_pylist()} == {"a4", "a5", "c4"}
+
+
+def test_rerun_after_another_writer_replaced_the_batch_files_falls_back_to_a_merge(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints):
+    """Killed after the request log (the pin is recorded), then upkeep rewrites the org's files before the
+    re-run: the tasks' files would replace files that are gone, so the re-run MERGEs the changed rows by key
+    instead, logs nothing (the MERGE's change data feed is exact) and leaves no file of its own behind."""
+    from engagement_platform.lake.change_log import logged_versions
+    from engagement_platform.lake.changes import START, changes_since
+
+    records = produce_activities(kafka, topic, 40)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    lead = pick(records, org, "lead_id")[0]
+    before = rows_of(lake, org)
+    lead_rows = {r["engagement_id"] for r in before if r["lead_id"] == lead}
+    produce_requests(kafka, mutation_topic, [req("r1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id="003FB")])
+    p = plan_mutations(kafka, checkpoints, mutation_topic)
+    crashed = run_batch(STREAM, lake_root, p.batch_id, failpoint=after_commit(STREAM, ENGAGEMENT_MUTATION_REQUESTS.name))
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    lake.z_order(ENGAGEMENT_ACTIVITY.name, ["engagement_date"], partition_filters=[("org_id", "=", org)])
+
+    rerun = run_batch(STREAM, lake_root, p.batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert json.loads(rerun.stdout.strip().splitlines()[-1])["activity_commit"] == "merge"
+    after = rows_of(lake, org)
+    assert {r["engagement_id"] for r in after if r["contact_id"] == "003FB"} == lead_rows
+    assert len(after) == len(before) and not [r for r in after if r["lead_id"] == lead]
+    version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, p.batch_id)
+    assert version not in logged_versions(lake, ENGAGEMENT_ACTIVITY.name, version, version)
+    assert not lake.read(ENGAGEMENT_ACTIVITY_CHANGES.name).num_rows
+    changed = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, org, START).rows.to_pylist()
+    assert {r["engagement_id"] for r in changed if r["_commit_version"] == version} == lead_rows
+    assert not [f for f in written_by_batch(lake, p.batch_id) if f in unreferenced_files(lake, ENGAGEMENT_ACTIVITY)], "no orphan file"
