@@ -2,15 +2,23 @@
 partitioned by org, with the plan of which files each org reads (affected_rows.plan_files), and gather
 what the tasks hand back (rewrite_task.py) into what the commits need.
 
+The driver also plans which task takes which orgs (task_of_org: balanced by planned bytes and requests)
+and hands each task its requests as one Arrow file in a per-run folder under the lake
+(spark/handoff_files.py), read by the task itself: the requests never pass through the Spark plan, the
+JVM's row conversions or a shuffle.
+
 The driver never receives table rows, only file actions (of the table and of its change log),
 held-back requests and counts.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
 import time
+import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +34,9 @@ from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMEN
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
+from engagement_platform.spark.handoff_files import delete_handoff, handoff_parent, new_handoff, sweep_handoffs, write_handoff
+
+HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
 
 
 
@@ -56,14 +67,23 @@ def apply_on_executors(spark: SparkSession, lake: DeltaLake, candidates: pa.Tabl
     requests = candidates.select(CANONICAL_SCHEMA.names).append_column(CANDIDATE, pa.array(np.arange(n, dtype=np.int64)))
     handed: dict[str, pa.Table] = {}
     if n:
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), files.files_by_org, tag, write,
-                            log_version, lake.storage_options)
+        tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
         t = time.perf_counter()
-        frame = spark.createDataFrame(requests).repartition(partitions, "org_id")
-        upload_s = time.perf_counter() - t
-        handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
-        seconds.update(upload=upload_s, job=time.perf_counter() - t - upload_s)
+        parent, now = handoff_parent(lake.root, "mutation"), datetime.now(timezone.utc)
+        sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
+        folder = new_handoff(parent, now, uuid.uuid4().hex)
+        task_of = task_of_org(requests, files, tasks)
+        bucket = pa.array([task_of[o] for o in requests["org_id"].to_pylist()], pa.int64())
+        for index in range(tasks):
+            write_handoff(f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)))
+        seconds["upload"] = time.perf_counter() - t
+        try:
+            task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), files.files_by_org, tag, write,
+                                log_version, folder, lake.storage_options)
+            handed = collect_handoff(spark.range(tasks, numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
+        finally:
+            delete_handoff(folder)
+        seconds["job"] = time.perf_counter() - t - seconds["upload"]
     active = np.ones(n, dtype=bool)
     held, missing = [], {}
     if HELD in handed:
@@ -82,6 +102,25 @@ def apply_on_executors(spark: SparkSession, lake: DeltaLake, candidates: pa.Tabl
 
 
 COUNTS_SCHEMA = pa.schema([("org_id", pa.string()), ("updated", pa.int64()), ("deleted", pa.int64())])
+
+
+def task_of_org(requests: pa.Table, files: FilePlan, tasks: int) -> dict[str, int]:
+    """Org -> task index, so that every task gets about the same work: each org weighs its share of the
+    planned bytes plus its share of the requests; the heaviest orgs are placed first, each on the least
+    loaded task (an org is never split: the rules are per org)."""
+    per_org = requests.group_by("org_id").aggregate([([], "count_all")])
+    count = dict(zip(per_org["org_id"].to_pylist(), per_org["count_all"].to_pylist()))
+    size = {org: sum(f.size for f in files.files_by_org.get(org, ())) for org in count}
+    total_size, total_count = max(sum(size.values()), 1), max(sum(count.values()), 1)
+    weight = {org: size[org] / total_size + count[org] / total_count for org in count}
+    loads = [(0.0, index) for index in range(max(tasks, 1))]
+    heapq.heapify(loads)
+    placed = {}
+    for org in sorted(weight, key=lambda o: (-weight[o], o)):
+        load, index = heapq.heappop(loads)
+        placed[org] = index
+        heapq.heappush(loads, (load + weight[org], index))
+    return placed
 
 
 def _files(table: pa.Table | None) -> list[WrittenFile]:

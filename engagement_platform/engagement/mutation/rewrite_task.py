@@ -23,6 +23,7 @@ from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMEN
 from engagement_platform.lake.change_log import COMMIT_VERSION
 from engagement_platform.lake.file_writes import WrittenFile, read_file, write_files
 from engagement_platform.spark.handoff import handoff
+from engagement_platform.spark.handoff_files import read_handoff
 
 HELD, STATS, ADDS, REMOVES, LOG_ADDS, COUNTS = "held", "stats", "adds", "removes", "log_adds", "counts"  # handoff kinds
 CHUNK_FILES = 256  # files read (whole) at a time by a task
@@ -84,17 +85,19 @@ def org_counts(changes: pa.Table) -> pa.Table:
 
 
 def rewrite_task(table_uri: str, log_uri: str, files_by_org: Mapping[str, list[WrittenFile]], tag: str, write: bool,
-                 log_version: int | None, storage_options: Mapping[str, str] | None = None,
+                 log_version: int | None, requests_folder: str, storage_options: Mapping[str, str] | None = None,
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function over the batch's requests, partitioned by org. It writes the touched files
+    """The mapInArrow function over task indices (spark.range): task i reads its requests (whole orgs) from
+    `requests_folder`/requests-<i>.arrow (on_executors.py) and processes them. It writes the touched files
     anew when `write` (False: a re-run whose data commit is already there), and the row-level changes
     into the change log's folder, stamped with `log_version`, unless that is None (the log has them)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        if not batches:
-            return
-        requests = pa.Table.from_batches(batches)
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow"))
+
+    def run_one(requests: pa.Table) -> Iterator[pa.RecordBatch]:
         for orgs in org_chunks(sorted(pc.unique(requests["org_id"]).to_pylist()), files_by_org):
             of_orgs = requests.filter(pc.is_in(requests["org_id"], value_set=pa.array(orgs)))
             files = [f for org in orgs for f in files_by_org.get(org, ())]

@@ -19,7 +19,6 @@ own txn.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -31,7 +30,7 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.locks import tenant_lock_name
-from engagement_platform.profiles.processor import tenant_merge
+from engagement_platform.spark import handoff_files
 from engagement_platform.profiles.processor.commit import MERGE_THREADS, ProcessResult, commit_tenants
 from engagement_platform.profiles.processor.planning import plan_tenant_batches, processor_app_id, processor_stream, staging_listings, staging_slice
 from engagement_platform.profiles.processor.progress import unprocessed_tenants
@@ -104,16 +103,15 @@ def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[l
     """tenant -> its MERGE source, handed over by the Spark tasks in files under the lake's
     `_handoff/` folder, deleted once read. A crash can leave a folder behind (nothing reads it): each
     run first deletes the folders older than HANDOFF_MAX_AGE, far longer than any run holds one."""
-    root = lake.root if "://" in lake.root else os.path.abspath(lake.root)
-    parent, now = f"{root}/_handoff/profile_processor", datetime.now(timezone.utc)
-    tenant_merge.sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
-    handoff = tenant_merge.new_handoff(parent, now, uuid.uuid4().hex)
+    parent, now = handoff_files.handoff_parent(lake.root, "profile_processor"), datetime.now(timezone.utc)
+    handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
+    handoff = handoff_files.new_handoff(parent, now, uuid.uuid4().hex)
     try:
         handed = merge_sources_to_files(spark, files, handoff).toArrow().to_pylist()
-        return {row["tenant"]: tenant_merge.read_handoff(row["file"]) for row in handed}
+        return {row["tenant"]: handoff_files.read_handoff(row["file"]) for row in handed}
     finally:
         try:
-            tenant_merge.delete_handoff(handoff)
+            handoff_files.delete_handoff(handoff)
         except FileNotFoundError:  # no task got as far as writing
             pass
 

@@ -56,7 +56,8 @@ class ProfileMergeReader(DataSourceReader):
         return [TenantFiles(t, self.tenants[t]["staged"], self.tenants[t]["raw"]) for t in order]
 
     def read(self, part: TenantFiles):
-        from engagement_platform.profiles.processor.tenant_merge import read_tenant_files, tenant_merge_source, write_handoff
+        from engagement_platform.profiles.processor.tenant_merge import read_tenant_files, tenant_merge_source
+        from engagement_platform.spark.handoff_files import write_handoff
 
         changes, stored = read_tenant_files(part.tenant, part.staged, part.raw)
         source = tenant_merge_source(changes, stored)

@@ -22,13 +22,12 @@ cheaply.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyarrow import fs as pafs
 
 from engagement_platform.streams.gc_pause import no_cyclic_gc
 from engagement_platform.profiles.identity import union_find_labels
@@ -82,61 +81,6 @@ def _read_files(uris: list[str], schema: pa.Schema, tenant: str) -> pa.Table:
 def read_tenant_files(tenant: str, staged: list[str], raw: list[str]) -> tuple[pa.Table, pa.Table]:
     """(changes, stored rows) of one tenant from its staged files and its raw table's files."""
     return _read_files(staged, CHANGES_SCHEMA, tenant), _read_files(raw, STORED_SCHEMA, tenant)
-
-
-def write_handoff(uri: str, source: pa.Table) -> None:
-    """A tenant's MERGE source as an Arrow IPC file (spark/profile_merge_source.py)."""
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
-    with filesystem.open_output_stream(path) as sink, pa.ipc.new_file(sink, source.schema) as writer:
-        writer.write_table(source)
-
-
-def read_handoff(uri: str) -> pa.Table:
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    with filesystem.open_input_file(path) as f:
-        return pa.ipc.open_file(f).read_all()
-
-
-def delete_handoff(uri: str) -> None:
-    filesystem, path = pafs.FileSystem.from_uri(uri)
-    filesystem.delete_dir(path)
-
-
-HANDOFF_STAMP = "%Y%m%dT%H%M%SZ"  # a handoff folder's name starts with its creation time (UTC)
-
-
-def new_handoff(parent: str, now: datetime, token: str) -> str:
-    """The folder one run's Spark tasks hand their MERGE sources over in: `parent`/<UTC time>-<token>."""
-    return f"{parent}/{now.astimezone(timezone.utc).strftime(HANDOFF_STAMP)}-{token}"
-
-
-def sweep_handoffs(parent: str, now: datetime, older_than: timedelta) -> list[str]:
-    """Delete the handoff folders under `parent` created more than `older_than` before `now`: what a run
-    that crashed between writing and deleting its folder left behind (nothing else reads them). The age
-    comes from the folder's name, which object stores keep (they have no directory mtime); a folder
-    named otherwise (written before names carried the time) falls back to its mtime where the
-    filesystem has one. Returns the folders deleted."""
-    filesystem, path = pafs.FileSystem.from_uri(parent)
-    try:
-        infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
-    except FileNotFoundError:
-        return []
-    swept = []
-    for info in infos:
-        if info.type != pafs.FileType.Directory:
-            continue
-        try:
-            created = datetime.strptime(info.base_name.split("-", 1)[0], HANDOFF_STAMP).replace(tzinfo=timezone.utc)
-        except ValueError:
-            created = info.mtime.astimezone(timezone.utc) if info.mtime is not None else None
-        if created is not None and now - created > older_than:
-            try:
-                filesystem.delete_dir(info.path)
-            except FileNotFoundError:  # another run's sweep got there first
-                continue
-            swept.append(info.path)
-    return swept
 
 
 def loads(text: str | None) -> dict | None:

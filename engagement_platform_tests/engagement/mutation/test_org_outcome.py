@@ -13,6 +13,8 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engagement_platform.engagement.mutation.affected_rows import FilePlan
+from engagement_platform.engagement.mutation.on_executors import task_of_org
 from engagement_platform.engagement.mutation.org_outcome import CANDIDATE, CHANGE_TYPE, FILE, ROW, change_rows, orgs_outcome, rewritten_file
 from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
@@ -90,3 +92,14 @@ def test_org_chunks_keep_orgs_whole_and_bound_the_files_per_chunk():
     assert [org for chunk in chunks for org in chunk] == ["a", "b", "c", "d", "e"]
     assert chunks == [["a", "b"], ["c"], ["d", "e"]]  # an org larger than the limit gets a chunk of its own
     assert org_chunks([], files) == []
+
+
+def test_orgs_are_spread_over_tasks_by_planned_bytes_and_requests_heaviest_first():
+    requests = pa.table({"org_id": ["a"] * 6 + ["b"] * 2 + ["c"] * 2 + ["d"] * 2})
+    files = FilePlan({org: [WrittenFile(f"{org}/f", 100, {"org_id": org}, "", 0)] for org in "abcd"}, 4)
+    placed = task_of_org(requests, files, 2)
+    tasks = {}
+    for org, index in placed.items():
+        tasks.setdefault(index, set()).add(org)
+    assert sorted(map(sorted, tasks.values())) == [["a", "d"], ["b", "c"]]  # a (0.75) + d (0.42) vs b + c (0.42 each)
+    assert set(task_of_org(requests, files, 8).values()) == {0, 1, 2, 3}, "one org per task when there are more tasks than orgs"

@@ -12,7 +12,7 @@ from engagement_platform.profiles.processor.apply import (
 )
 from engagement_platform.profiles.processor.progress import latest_progress
 from engagement_platform.profiles.tables import PROFILE_PROGRESS, raw_table_name
-from engagement_platform.profiles.processor.tenant_merge import new_handoff
+from engagement_platform.spark.handoff_files import new_handoff
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
 from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.identity import components_reference
 from engagement_platform.profiles.json_merge import DELETE, UPSERT, Change, ProfileState, resolve_changes
 from engagement_platform.profiles.processor.resolution import SOURCE_COLUMNS, merge_source
-from engagement_platform.profiles.processor.tenant_merge import RELINK, new_handoff, sweep_handoffs, tenant_merge_source
+from engagement_platform.profiles.processor.tenant_merge import RELINK, tenant_merge_source
+from engagement_platform.spark.handoff_files import new_handoff, sweep_handoffs
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 IDS = [f"p{i}" for i in range(8)]
