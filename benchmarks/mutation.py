@@ -26,7 +26,7 @@ import argparse
 import json
 import os
 import random
-import resource
+import threading
 import shutil
 import subprocess
 import sys
@@ -281,6 +281,24 @@ class MutationRun:
     machine_cpu: float
     load_before: list[str]
     load_after: list[str]
+    rss_start_mb: float = 0.0
+    rss_peak_mb: float = 0.0  # the driver's resident memory, sampled every 0.1 s during the run
+
+
+def rss_mb() -> float:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+class RssSampler(threading.Thread):
+    """The driver's peak RSS during the run (ru_maxrss would include the request generator's peak)."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.done = rss_mb(), threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.1):
+            self.peak = max(self.peak, rss_mb())
 
 
 def apply_all(spark, env: dict, lake: DeltaLake, marks: dict, per_partition: int) -> MutationRun:
@@ -288,13 +306,18 @@ def apply_all(spark, env: dict, lake: DeltaLake, marks: dict, per_partition: int
     store = CheckpointStore(lake)
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     results = []
+    sampler = RssSampler()
+    start_rss = sampler.peak
+    sampler.start()
     cpu0, busy0, t = own_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
     while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, per_partition)) is not None:
         store.record_plan(plan)
         results.append(apply_mutation_batch(spark, lake, store, env["KAFKA_BOOTSTRAP_SERVERS"], plan))
     seconds = time.perf_counter() - t
     driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
-    return MutationRun(results, seconds, driver, busy, load_before, Path("/proc/loadavg").read_text().split()[:3])
+    sampler.done.set()
+    sampler.join()
+    return MutationRun(results, seconds, driver, busy, load_before, Path("/proc/loadavg").read_text().split()[:3], start_rss, sampler.peak)
 
 
 # ---- main -----------------------------------------------------------------------------------------
@@ -362,7 +385,6 @@ def main() -> None:
         os.environ["EP_MUTATIONS_TOPIC"] = TOPIC
         run = apply_all(spark, env, lake, marks, args.per_partition)
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
-        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         scaled = None
         if not args.no_scaling:  # the same requests on a fresh copy with Spark on one core: what a second core buys
             lake_copy(cache, state / "lake-local1")
@@ -398,7 +420,10 @@ def main() -> None:
     print(f"run: {len(results)} batch(es), {run_s:.1f} s first read -> last commit = {rps:,.0f} requests/s")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
     print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the run "
-          f"= {run.driver_cpu / run.machine_cpu:.0%}; driver peak RSS {peak_rss_mb:,.0f} MB")
+          f"= {run.driver_cpu / run.machine_cpu:.0%}; driver RSS {run.rss_start_mb:,.0f} MB at the start, peak {run.rss_peak_mb:,.0f} MB during the run")
+    for r in results:
+        print(f"  batch {r.plan.batch_id}: {r.requests_in:,} requests, read/validate {r.seconds.get('read_validate', 0):.1f} s, "
+              f"executors {r.seconds.get('executors', 0):.1f} s, commits {r.seconds.get('commits', 0):.1f} s")
     if scaled is not None:
         print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run_s:.1f} s: speedup {scaled.seconds / run_s:.2f}x "
               f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%}; load before {' '.join(scaled.load_before)})")
