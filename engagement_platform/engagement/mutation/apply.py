@@ -175,7 +175,7 @@ def apply_mutation_batch(
     seconds: dict[str, float] = {}
     batch = plan.batch_id
     t0 = time.perf_counter()
-    validated, checked = validate_requests(spark, bootstrap_servers, plan, kafka_config)
+    validated, checked = validate_requests(spark, bootstrap_servers, plan, kafka_config, seconds)
     seconds["read_validate"] = time.perf_counter() - t0
     max_age_hours = pending_max_age_hours() if max_age_hours is None else max_age_hours
     pin = batch_pin(lake, batch)

@@ -23,6 +23,7 @@ Requests (JSON, one per Kafka message; keys map onto requests.MutationRequest):
 
 from __future__ import annotations
 
+import time
 from datetime import date
 from pathlib import Path
 
@@ -60,14 +61,20 @@ def request_from_json(d: dict) -> MutationRequest:
     raise ValueError(f"unknown op {op!r}")
 
 
-def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None) -> tuple[pa.Table, CheckedRequests]:
+def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None,
+                      seconds: dict[str, float] | None = None) -> tuple[pa.Table, CheckedRequests]:
     """(validated slice with every error in `_errors`, the requests that passed, canonical).
 
     The framework validates in Spark; the op-dependent checks and duplicate request ids are added here
-    (request_columns.check_requests); rows flagged here get their raw bytes back from Kafka."""
+    (request_columns.check_requests); rows flagged here get their raw bytes back from Kafka. The two
+    parts' seconds go into `seconds` (spark_validate, driver_checks)."""
+    t = time.perf_counter()
     validated = validate_kafka_slice(spark, mutation_pipeline(plan.topic), bootstrap_servers, plan, kafka_config)
     validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
+    spark_s = time.perf_counter() - t
     checked = check_requests(validated)
+    if seconds is not None:
+        seconds.update(spark_validate=spark_s, driver_checks=time.perf_counter() - t - spark_s)
     if checked.errors:
         errors = validated[ERRORS].to_pylist()
         for i, found in checked.errors.items():
