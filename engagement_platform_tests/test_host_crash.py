@@ -1,11 +1,13 @@
-"""A crash of the whole Dagster host while an ingestion run is in flight strands nothing.
+"""A crash of the whole Dagster host while a run is in flight strands nothing: for ingestion (killed while it
+computes, and once while it commits) and for a profile stream (the CDC dumper, killed while it commits).
 
 `dagster dev` runs in a process group of its own (webserver, daemon, code server, run worker); once the
-ingestion run is STARTED every one of those processes is SIGKILLed at once, as a host crash or an OOM kill
-of the group would. `dagster dev` is started again on the same DAGSTER_HOME: the ingestion sensor finds the
-run STARTED with no liveness node in ZooKeeper, fails it (tagged orphaned) after the bound, and requests the
-batch again; the batch is committed exactly once (engagement_activity compared with what Kafka holds), no
-ingestion run stays STARTED, and the retry reports how long the batch was stranded."""
+run is STARTED (or, for "while it commits", once it has made its first table commit and stopped there at
+an EP_PAUSEPOINT) every one of those processes is SIGKILLed at once, as a host crash or an OOM kill of the
+group would. `dagster dev` is started again on the same DAGSTER_HOME: the stream's sensor finds the run
+STARTED with no liveness node in ZooKeeper, fails it (tagged orphaned) after the bound, and requests the
+batch again; the batch is committed exactly once (the table compared with what Kafka holds), no run of the
+stream stays STARTED, and the retry reports how long the batch was stranded."""
 
 from __future__ import annotations
 
@@ -20,15 +22,21 @@ from pathlib import Path
 
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
-from engagement_platform.engagement.ingestion.apply import STREAM
+import pytest
+
+from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION
+from engagement_platform.engagement.ingestion.assets import INGESTION as INGESTION_DEFS
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA
+from engagement_platform.profiles.staging.apply import STREAM as PROFILE_CDC
+from engagement_platform.profiles.staging.assets import PROFILE_CDC as PROFILE_CDC_DEFS
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
+from engagement_platform.streams.batch import PAUSEPOINT_ENV, PAUSEPOINT_MARKER_ENV
 from engagement_platform_tests.support.activities import produce_activities
+from engagement_platform_tests.support.cdc import encode, record
 from engagement_platform_tests.support.stack import REPO
-
-JOB = "engagement_ingestion_job"
 ORPHAN_AFTER_S = 10
 RECOVERY_S = 150  # from the second `dagster dev`'s start to the batch committed (the issue's bound is 2 minutes + start-up)
 IN_FLIGHT = {DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
@@ -81,10 +89,6 @@ def kill_all(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def ingestion_runs(instance: DagsterInstance):
-    return instance.get_runs(filters=RunsFilter(job_name=JOB))
-
-
 def wait_for(what: str, condition, timeout_s: float, on_timeout=lambda: ""):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -95,21 +99,63 @@ def wait_for(what: str, condition, timeout_s: float, on_timeout=lambda: ""):
     raise AssertionError(f"not within {timeout_s:g}s: {what}. {on_timeout()}")
 
 
-def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(stack, kafka, topic, lake_root, tmp_path):
+def produce_cdc(kafka, topic: str, count: int) -> Counter:
+    """CDC upserts of a few tenants; what staging must hold: (tenant, primary_id, cdc_seq) once each."""
+    records = [record(f"t{i % 3}", f"p{i:05d}", i, {"name": f"n{i}"}) for i in range(count)]
+    kafka.produce(topic, encode(records))
+    return Counter((r["tenant"], r["primary_id"], r["cdc_seq"]) for r in records)
+
+
+def staged(lake_root: str) -> Counter:
+    rows = DeltaLake(lake_root).read(PROFILE_CDC_STAGING.name, columns=["tenant", "primary_id", "cdc_seq"]).to_pylist()
+    return Counter((r["tenant"], r["primary_id"], r["cdc_seq"]) for r in rows)
+
+
+ACTIVITY_COLUMNS = ["engagement_id", "org_id", "activity_type", "lead_id"]
+
+
+def ingested(lake_root: str) -> Counter:
+    rows = DeltaLake(lake_root).read(ENGAGEMENT_ACTIVITY.name, columns=ACTIVITY_COLUMNS).to_pylist()
+    return Counter(tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows)
+
+
+@pytest.mark.parametrize("stream, pause_after", [
+    (INGESTION, None),  # killed once its run is STARTED: while it reads and computes
+    (INGESTION, f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}"),  # killed after its data commit, before quarantine and notifications
+    (PROFILE_CDC, f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}"),  # a profile stream, killed after its staging commit
+], ids=["ingestion-computing", "ingestion-committing", "profile-cdc-committing"])
+def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(stack, kafka, topic, lake_root, tmp_path, stream, pause_after):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    cdc_topic = f"{topic}.cdc"
     env = {**os.environ, "EP_ORPHAN_AFTER_SECONDS": str(ORPHAN_AFTER_S), "EP_LANDING_ROOT": str(tmp_path / "landing"),
-           "EP_PROFILE_CDC_TOPIC": f"{topic}.cdc", "EP_MUTATIONS_TOPIC": f"{topic}.mutations", "EP_GDPR_TOPIC": f"{topic}.gdpr"}
+           "EP_PROFILE_CDC_TOPIC": cdc_topic, "EP_MUTATIONS_TOPIC": f"{topic}.mutations", "EP_GDPR_TOPIC": f"{topic}.gdpr"}
+    marker = tmp_path / "paused"
+    first_env = {**env, PAUSEPOINT_ENV: pause_after, PAUSEPOINT_MARKER_ENV: str(marker)} if pause_after else env
     log = tmp_path / "dagster.log"
-    expected = produce_activities(kafka, topic, 3000)
+    if stream == INGESTION:
+        job, asset, watched = INGESTION_DEFS.job.name, "engagement_ingestion", topic
+        produced = produce_activities(kafka, topic, 3000)
+        expected = Counter((eid, *(r[c] for c in ACTIVITY_COLUMNS[1:])) for eid, r in produced.items())
+        stored = ingested
+    else:
+        kafka.create_topics({cdc_topic: 2})
+        job, asset, watched = PROFILE_CDC_DEFS.job.name, PROFILE_CDC_STAGING.name, cdc_topic
+        expected, stored = produce_cdc(kafka, cdc_topic, 2000), staged
     checkpoints = CheckpointStore(DeltaLake(lake_root))
     first = second = None
     try:
-        first = start_dagster(home, env, log)
+        first = start_dagster(home, first_env, log)
         with DagsterInstance.from_config(str(home)) as instance:
-            started = wait_for("an ingestion run STARTED", lambda: next((r for r in ingestion_runs(instance) if r.status == DagsterRunStatus.STARTED), None),
+            def runs():
+                return instance.get_runs(filters=RunsFilter(job_name=job))
+
+            started = wait_for(f"a {job} run STARTED", lambda: next((r for r in runs() if r.status == DagsterRunStatus.STARTED), None),
                                240, lambda: log.read_text()[-3000:])
+            if pause_after:
+                wait_for(f"the run paused after {pause_after}", marker.exists, 240, lambda: log.read_text()[-3000:])
+                started = next(r for r in runs() if r.status == DagsterRunStatus.STARTED)
             kill_all(first)
             first = None
             crashed = instance.get_run_by_id(started.run_id)
@@ -119,22 +165,22 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
             second = start_dagster(home, env, log)
 
             def committed():
-                plan, done = checkpoints.latest(STREAM)
-                runs = ingestion_runs(instance)
-                return plan is not None and done and plan.ends() == {p: h for p, (_, h) in kafka.watermarks(topic).items()} and not any(r.status in IN_FLIGHT for r in runs)
+                plan, done = checkpoints.latest(stream)
+                return (plan is not None and done and plan.ends() == {p: h for p, (_, h) in kafka.watermarks(watched).items()}
+                        and not any(r.status in IN_FLIGHT for r in runs()))
 
-            wait_for("the stranded batch committed and no ingestion run in flight", committed, RECOVERY_S,
-                     lambda: f"runs: {[(r.run_id[:8], r.status.value) for r in ingestion_runs(instance)]}; log: {log.read_text()[-3000:]}")
+            wait_for("the stranded batch committed and no run in flight", committed, RECOVERY_S,
+                     lambda: f"runs: {[(r.run_id[:8], r.status.value) for r in runs()]}; log: {log.read_text()[-3000:]}")
             recovered_s = time.monotonic() - restarted_at
 
             orphan = instance.get_run_by_id(started.run_id)
             assert orphan.status == DagsterRunStatus.FAILURE and orphan.tags.get(ORPHANED_TAG) == "true"
-            assert not [r for r in instance.get_runs(filters=RunsFilter(job_name=JOB, statuses=list(IN_FLIGHT)))]
-            retries = [r for r in ingestion_runs(instance) if r.status == DagsterRunStatus.SUCCESS
+            assert not [r for r in instance.get_runs(filters=RunsFilter(job_name=job, statuses=list(IN_FLIGHT)))]
+            retries = [r for r in runs() if r.status == DagsterRunStatus.SUCCESS
                        and r.tags.get("dagster/partition") == crashed.tags["dagster/partition"]]
             assert retries, "the batch was retried and the retry succeeded"
             (materialization,) = [e.asset_materialization for e in instance.get_records_for_run(retries[0].run_id).records
-                                  if e.asset_materialization is not None and e.asset_materialization.asset_key.to_user_string() == "engagement_ingestion"]
+                                  if e.asset_materialization is not None and e.asset_materialization.asset_key.to_user_string() == asset]
             stranded = materialization.metadata[STRANDED_METADATA].value
             assert ORPHAN_AFTER_S <= stranded <= recovered_s + 240, stranded
     finally:
@@ -142,8 +188,4 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
             if proc is not None and proc.poll() is None:
                 kill_all(proc)
 
-    rows = DeltaLake(lake_root).read(ENGAGEMENT_ACTIVITY.name).to_pylist()
-    assert Counter(r["engagement_id"] for r in rows) == Counter(expected.keys()), "each produced activity exactly once"
-    for row in rows:
-        src = expected[row["engagement_id"]]
-        assert (row["org_id"], row["activity_type"], row["lead_id"]) == (src["org_id"], src["activity_type"], src["lead_id"])
+    assert stored(lake_root) == expected, "each produced record stored exactly once"

@@ -20,7 +20,9 @@ commits are unfenced. The check narrows the window to the commit itself: a sessi
 during one table's write cannot stop that write.
 
 Fault points: with EP_FAILPOINT="<stream>:after:<step>" the process dies (as if killed) right after
-that step's commit: the crash tests' way to stop a batch between two tables.
+that step's commit: the crash tests' way to stop a batch between two tables. With EP_PAUSEPOINT set the
+same way the run stops there for good instead (creating the file EP_PAUSEPOINT_MARKER names), so a test
+can kill the whole host at a known point of the batch.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
     from engagement_platform.streams.coordinator import Lease
 
 FAILPOINT_ENV = "EP_FAILPOINT"  # unset in normal operation
+PAUSEPOINT_ENV, PAUSEPOINT_MARKER_ENV = "EP_PAUSEPOINT", "EP_PAUSEPOINT_MARKER"  # unset in normal operation
 
 _LEASE: ContextVar[Lease | None] = ContextVar("engagement_platform_lease", default=None)
 
@@ -69,9 +72,17 @@ def _fence(lease: Lease | None) -> dict:
 
 
 def failpoint(stream: str, step: str) -> None:
-    """Die here, as if killed, when EP_FAILPOINT names this stream and step (crash tests)."""
-    if os.environ.get(FAILPOINT_ENV) == f"{stream}:after:{step}":
+    """Die here, as if killed, when EP_FAILPOINT names this stream and step; stop here for good when
+    EP_PAUSEPOINT does (crash tests)."""
+    point = f"{stream}:after:{step}"
+    if os.environ.get(FAILPOINT_ENV) == point:
         os._exit(137)  # no cleanup, no finally blocks: the closest thing to SIGKILL
+    if os.environ.get(PAUSEPOINT_ENV) == point:
+        marker = os.environ.get(PAUSEPOINT_MARKER_ENV)
+        if marker:
+            open(marker, "a").close()
+        while True:  # until the test kills the host
+            time.sleep(3600)
 
 
 @dataclass(frozen=True)
