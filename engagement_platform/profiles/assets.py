@@ -18,13 +18,13 @@ from dagster import AssetExecutionContext, AssetKey, AssetSpec, DynamicPartition
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.parts import Parts
-from engagement_platform.orchestration.runs import coordination_failures
+from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, coordination_failures
 from engagement_platform.orchestration.topics import Watermarks
 from engagement_platform.profiles.lag import staged_offsets, topic_lag
 from engagement_platform.profiles.locks import tenant_lock
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS, QUARANTINE_PROFILE_CDC
-from engagement_platform.resources import CoordinatorResource
-from engagement_platform.streams.coordinator import Lease
+from engagement_platform.resources import CoordinatorResource, holder_owner
+from engagement_platform.streams.coordinator import Lease, LockBusy
 
 GROUP = "profiles"
 TOPIC_ASSET = AssetKey(["kafka", "profile_cdc"])
@@ -48,13 +48,22 @@ def cdc_observation_metadata(checkpoints: CheckpointStore, watermarks: Watermark
 
 @contextmanager
 def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResource, tenant: str, owner: str) -> Iterator[Lease | None]:
-    """The tenant lock for the block (commits fenced); a give-up or a lost lease fails the run tagged
-    COORDINATION_TAG with nothing (more) committed: the next sensor tick asks again."""
+    """The tenant lock for the block (commits fenced). While another run of the tenant holds it, the run
+    waits its turn (a log line per round of the lock timeout) up to the coordinator's `max_lock_wait_s`;
+    the seconds it waited become the materialization's LOCK_WAIT_METADATA. Only a give-up after that, or a
+    lost lease, fails the run tagged COORDINATION_TAG with nothing (more) committed: the next tick asks again."""
     zk = coordinator.coordinator() if coordinator.is_enabled else None
+
+    def waiting(busy: LockBusy, waited_s: float) -> None:
+        context.log.info(f"{owner} waits for its turn: tenant lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
+                         f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
+
     with coordination_failures(context, f"{owner}: tenant lock", "", tenant=tenant):
-        with tenant_lock(zk, tenant, owner, coordinator.lock_timeout_s) as lease:
+        with tenant_lock(zk, tenant, owner, coordinator.lock_timeout_s, coordinator.max_lock_wait_s, waiting) as lease:
             if lease is not None:
-                context.log.info(f"{owner}: holding {lease}")
+                context.log.info(f"{owner}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
+                context.add_output_metadata({LOCK_WAIT_METADATA: round(lease.waited_s, 3)},
+                                            output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
             yield lease
 
 

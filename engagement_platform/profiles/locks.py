@@ -10,12 +10,12 @@ in any order. The staging dumper takes no lock (appends never conflict).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.streams.batch import fenced
-from engagement_platform.streams.coordinator import Coordinator, Lease
+from engagement_platform.streams.coordinator import Coordinator, Lease, LockBusy
 
 LOCK_TIMEOUT_S = 30.0
 
@@ -25,14 +25,17 @@ def tenant_lock_name(tenant: str) -> str:
 
 
 @contextmanager
-def tenant_lock(coordinator: Coordinator | None, tenant: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[Lease | None]:
+def tenant_lock(coordinator: Coordinator | None, tenant: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S,
+                patience_s: float | None = None, on_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease | None]:
     """Hold the tenant's lock for the block, commits fenced by it; `coordinator` None = no lock
-    (EP_COORDINATOR=off). Raises CoordinationGaveUp when the lock is not free within `timeout_s`."""
+    (EP_COORDINATOR=off). While another run holds it, waits in rounds of `timeout_s` up to `patience_s`
+    in all (Coordinator.wait_for_lock: `on_wait` after each round; the lease's `waited_s` says how long),
+    then raises LockBusy (a CoordinationGaveUp)."""
     if coordinator is None:
         with fenced(None):
             yield None
         return
-    lease = coordinator.lock(tenant_lock_name(tenant), owner, timeout_s)
+    lease = coordinator.wait_for_lock(tenant_lock_name(tenant), owner, timeout_s, patience_s, on_wait)
     try:
         with fenced(lease):
             yield lease

@@ -19,7 +19,7 @@ from engagement_platform.profiles.locks import tenant_lock, tenant_lock_name
 from engagement_platform.profiles.processor.apply import process_tenant, processor_app_id, read_profiles
 from engagement_platform.profiles.processor.progress import latest_progress
 from engagement_platform.profiles.tables import raw_table_name
-from engagement_platform.streams.coordinator import Coordinator
+from engagement_platform.streams.coordinator import Coordinator, LockBusy
 from engagement_platform_tests.support.cdc import new_topic, record, stage
 from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl
 
@@ -139,3 +139,29 @@ def test_without_the_lock_concurrent_merges_conflict_and_the_rerun_recovers(spar
     assert fields(lake) == {"1": {"c": 3}, "3": {"c": 1}, "9": {"z": 1}}
     rows = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
     assert rows["3"]["related_ids"] == rows["9"]["related_ids"] == ["3", "9"]
+
+
+def test_a_run_waits_its_turn_for_a_busy_tenant_lock_in_rounds_instead_of_giving_up(coordinators):
+    """Waiting for another run of the tenant is normal operation: the second run waits in rounds of the
+    lock timeout (reporting each round) and gets the lock once it is released, within its patience; only
+    beyond its patience does it give up."""
+    holder, waiter = coordinators
+    held = holder.lock(tenant_lock_name("acme"), "processor/acme/first", 5.0)
+    rounds: list[float] = []
+    thread, out = in_thread(lambda: _take(waiter, rounds, patience_s=30.0))
+    threading.Timer(3.0, lambda: holder.unlock(held)).start()
+    thread.join(40)
+    assert "error" not in out, out.get("error")
+    assert out["result"] >= 2.5 and len(rounds) >= 2, (out["result"], rounds)
+
+    held = holder.lock(tenant_lock_name("acme"), "processor/acme/third", 5.0)
+    try:
+        with pytest.raises(LockBusy, match="not obtained within"):
+            _take(waiter, [], patience_s=2.0)
+    finally:
+        holder.unlock(held)
+
+
+def _take(coordinator, rounds: list[float], patience_s: float) -> float:
+    with tenant_lock(coordinator, "acme", "backfill/acme/second", 1.0, patience_s, lambda busy, waited: rounds.append(waited)) as lease:
+        return lease.waited_s
