@@ -192,8 +192,8 @@ def commit_files(lake: DeltaLake, spec: TableSpec, adds: list[WrittenFile], txn:
     actions = [f.add_action() for f in adds] + [f.remove_action() for f in removes]
     table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
                                    commit_properties=txn.commit_properties(dict(metadata or {})))
-    table.update_incremental()
-    return table.version()
+    # The commit's own version, found by its txn: another writer may have committed right after it.
+    return lake.find_batch_commit(spec.name, txn.app_id, txn.version)
 
 
 def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:

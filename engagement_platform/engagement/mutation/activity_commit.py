@@ -66,8 +66,10 @@ def files_to_write(lake: DeltaLake, app_id: str, batch: int, tag: str) -> tuple[
     if lake.already_committed(ENGAGEMENT_ACTIVITY.name, txn):
         info = lake.batch_commit(ENGAGEMENT_ACTIVITY.name, app_id, batch) or {}
         stamp = int(info["version"]) if log_missing and info and info.get("operation") != MERGE else None
-        if stamp is not None:
-            delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
+        # Whatever an attempt wrote and no commit references (the committed files are referenced): a crash
+        # between a MERGE fallback and its clean-up, or log files of an attempt that died before the log commit.
+        delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)
+        delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
         return False, stamp
     delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)
     delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)
@@ -119,7 +121,8 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
             applied.metrics.update(files_added=len(result.adds), files_removed=len(result.removes))
         else:
             log_uri = lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name)
-            changes = pa.concat_tables([read_file(log_uri, ENGAGEMENT_ACTIVITY_CHANGES, f, lake.storage_options) for f in result.log_adds])
+            changes = pa.concat_tables([read_file(log_uri, ENGAGEMENT_ACTIVITY_CHANGES, f, lake.storage_options) for f in result.log_adds]
+                                       or [ENGAGEMENT_ACTIVITY_CHANGES.schema.empty_table()])
             source = merge_source(changes.drop_columns([COMMIT_VERSION]))
             orgs = ", ".join(sql_literal(o) for o in pc.unique(source["org_id"]).to_pylist())
             applied.metrics.update(
@@ -129,7 +132,7 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
                 .execute()
             )
             applied.how = "merge"
-            version = lake.table(name).version()
+            version = lake.find_batch_commit(name, app_id, batch)  # its own version, whatever committed after it
             applied.counts.update(change_counts(lake, name, version))
             delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # the tasks' files: no commit references them
             delete_uncommitted(lake, ENGAGEMENT_ACTIVITY_CHANGES, tag)

@@ -3,9 +3,9 @@ partitioned by org, with the plan of which files each org reads (affected_rows.p
 what the tasks hand back (rewrite_task.py) into what the commits need.
 
 The driver also plans which task takes which orgs (task_of_org: balanced by planned bytes and requests)
-and hands each task its requests as one Arrow file in a per-run folder under the lake
-(spark/handoff_files.py), read by the task itself: the requests never pass through the Spark plan, the
-JVM's row conversions or a shuffle.
+and hands each task its requests and its orgs' planned files as Arrow files in a per-run folder under
+the lake (spark/handoff_files.py), read by the task itself: neither passes through the Spark plan, the
+JVM's row conversions or a shuffle, and a task holds only its own orgs' plan.
 
 The driver never receives table rows, only file actions (of the table and of its change log),
 held-back requests and counts.
@@ -76,9 +76,11 @@ def apply_on_executors(spark: SparkSession, lake: DeltaLake, candidates: pa.Tabl
         bucket = pa.array([task_of[o] for o in requests["org_id"].to_pylist()], pa.int64())
         for index in range(tasks):
             write_handoff(f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)))
+            planned = [f.to_json() for org, index_of in task_of.items() if index_of == index for f in files.files_by_org.get(org, ())]
+            write_handoff(f"{folder}/files-{index}.arrow", pa.table({"file": pa.array(planned, pa.string())}))
         seconds["upload"] = time.perf_counter() - t
         try:
-            task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), files.files_by_org, tag, write,
+            task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), tag, write,
                                 log_version, folder, lake.storage_options)
             handed = collect_handoff(spark.range(tasks, numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
         finally:

@@ -84,20 +84,24 @@ def org_counts(changes: pa.Table) -> pa.Table:
     return flags.group_by("org_id").aggregate([("updated", "sum"), ("deleted", "sum")]).rename_columns(["org_id", "updated", "deleted"])
 
 
-def rewrite_task(table_uri: str, log_uri: str, files_by_org: Mapping[str, list[WrittenFile]], tag: str, write: bool,
-                 log_version: int | None, requests_folder: str, storage_options: Mapping[str, str] | None = None,
-                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_version: int | None, requests_folder: str,
+                 storage_options: Mapping[str, str] | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function over task indices (spark.range): task i reads its requests (whole orgs) from
-    `requests_folder`/requests-<i>.arrow (on_executors.py) and processes them. It writes the touched files
+    `requests_folder`/requests-<i>.arrow and their planned files from files-<i>.arrow (on_executors.py)
+    and processes them. It writes the touched files
     anew when `write` (False: a re-run whose data commit is already there), and the row-level changes
     into the change log's folder, stamped with `log_version`, unless that is None (the log has them)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column("id").to_pylist():
-                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow"))
+                files_by_org: dict[str, list[WrittenFile]] = {}
+                for text in read_handoff(f"{requests_folder}/files-{index}.arrow")["file"].to_pylist():
+                    written = WrittenFile.from_json(text)
+                    files_by_org.setdefault(written.partition_values["org_id"], []).append(written)
+                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow"), files_by_org)
 
-    def run_one(requests: pa.Table) -> Iterator[pa.RecordBatch]:
+    def run_one(requests: pa.Table, files_by_org: Mapping[str, list[WrittenFile]]) -> Iterator[pa.RecordBatch]:
         for orgs in org_chunks(sorted(pc.unique(requests["org_id"]).to_pylist()), files_by_org):
             of_orgs = requests.filter(pc.is_in(requests["org_id"], value_set=pa.array(orgs)))
             files = [f for org in orgs for f in files_by_org.get(org, ())]
