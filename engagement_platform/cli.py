@@ -36,7 +36,8 @@ def configured_topics() -> dict[str, int]:
 def _lake():
     from engagement_platform.lake.delta import DeltaLake
 
-    return DeltaLake(load_settings().lake_root)
+    settings = load_settings()
+    return DeltaLake(settings.lake_root, settings.storage_options or None)
 
 
 def _spark():

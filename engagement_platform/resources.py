@@ -61,7 +61,8 @@ class LakeResource(ConfigurableResource):
 
     @property
     def lake(self) -> DeltaLake:
-        return DeltaLake(self.root or load_settings().lake_root)
+        settings = load_settings()
+        return DeltaLake(self.root or settings.lake_root, settings.storage_options or None)
 
     @property
     def checkpoints(self) -> CheckpointStore:

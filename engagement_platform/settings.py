@@ -61,10 +61,19 @@ class Settings:
     mutation: MutationSettings
     retention: RetentionSettings
     profiles: ProfileSettings
+    storage_options: dict[str, str]  # for an object-store lake root: STORAGE_ENV's variables that are set
 
     @property
     def lake_is_local(self) -> bool:
         return "://" not in self.lake_root
+
+
+# Object-store settings passed to every delta-rs call and to the Spark tasks' pyarrow file systems (the
+# executors do not share the driver's environment). Secrets among them never go into logs or metadata.
+STORAGE_ENV = (
+    "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP",
+    "AWS_CONDITIONAL_PUT",  # "etag": safe concurrent commits on S3 without a lock table
+)
 
 
 def _flag(value: str) -> bool:
@@ -100,7 +109,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         mutation=MutationSettings(
             topic=env.get("EP_MUTATIONS_TOPIC", "engagement.mutations"),
             pending_max_age_hours=float(env.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")),
-            # No crossover of the two reducers was measured on 2 cores, so the driver reduces by default.
         ),
         retention=RetentionSettings(
             topic=env.get("EP_GDPR_TOPIC", "engagement.gdpr"),
@@ -111,4 +119,5 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             cdc_topic=env.get("EP_PROFILE_CDC_TOPIC", "profile.cdc"),
             max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
         ),
+        storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},
     )

@@ -70,12 +70,27 @@ def writer_tag(app_id: str, batch_id: int) -> str:
 
 
 def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
-    """(pyarrow file system, path in it) of a table folder: a local path or an object-store URI."""
+    """(pyarrow file system, path in it) of a table folder: a local path or an object-store URI, with the
+    lake's storage options (the same ones delta-rs gets: endpoint, region, credentials, plain HTTP)."""
     if "://" not in uri:
         import os
 
         return pafs.LocalFileSystem(), os.path.abspath(uri)
+    if uri.startswith("s3://"):
+        return s3_filesystem(storage_options or {}), uri[len("s3://"):].rstrip("/")
     return pafs.FileSystem.from_uri(uri)
+
+
+def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
+    """pyarrow's S3 file system configured from delta-rs's storage option names."""
+    opts = {k.upper(): v for k, v in storage_options.items()}
+    kwargs = {"access_key": opts.get("AWS_ACCESS_KEY_ID"), "secret_key": opts.get("AWS_SECRET_ACCESS_KEY"),
+              "session_token": opts.get("AWS_SESSION_TOKEN"), "region": opts.get("AWS_REGION")}
+    endpoint = opts.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        scheme, _, host = endpoint.partition("://")
+        kwargs.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    return pafs.S3FileSystem(**{k: v for k, v in kwargs.items() if v})
 
 
 def stats_columns(spec: TableSpec) -> list[str]:

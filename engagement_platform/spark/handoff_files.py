@@ -10,26 +10,30 @@ from __future__ import annotations
 import os
 from datetime import datetime, timedelta, timezone
 
+from collections.abc import Mapping
+
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from engagement_platform.lake.file_writes import filesystem as lake_filesystem
 
-def write_handoff(uri: str, source: pa.Table) -> None:
+
+def write_handoff(uri: str, source: pa.Table, storage_options: Mapping[str, str] | None = None) -> None:
     """`source` as an Arrow IPC file at `uri` (its folder created)."""
-    filesystem, path = pafs.FileSystem.from_uri(uri)
+    filesystem, path = lake_filesystem(uri, storage_options)
     filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(path) as sink, pa.ipc.new_file(sink, source.schema) as writer:
         writer.write_table(source)
 
 
-def read_handoff(uri: str) -> pa.Table:
-    filesystem, path = pafs.FileSystem.from_uri(uri)
+def read_handoff(uri: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    filesystem, path = lake_filesystem(uri, storage_options)
     with filesystem.open_input_file(path) as f:
         return pa.ipc.open_file(f).read_all()
 
 
-def delete_handoff(uri: str) -> None:
-    filesystem, path = pafs.FileSystem.from_uri(uri)
+def delete_handoff(uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+    filesystem, path = lake_filesystem(uri, storage_options)
     filesystem.delete_dir(path)
 
 
@@ -48,13 +52,13 @@ def new_handoff(parent: str, now: datetime, token: str) -> str:
     return f"{parent}/{now.astimezone(timezone.utc).strftime(HANDOFF_STAMP)}-{token}"
 
 
-def sweep_handoffs(parent: str, now: datetime, older_than: timedelta) -> list[str]:
+def sweep_handoffs(parent: str, now: datetime, older_than: timedelta, storage_options: Mapping[str, str] | None = None) -> list[str]:
     """Delete the handoff folders under `parent` created more than `older_than` before `now`: what a run
     that crashed between writing and deleting its folder left behind (nothing else reads them). The age
     comes from the folder's name, which object stores keep (they have no directory mtime); a folder
     named otherwise (written before names carried the time) falls back to its mtime where the
     filesystem has one. Returns the folders deleted."""
-    filesystem, path = pafs.FileSystem.from_uri(parent)
+    filesystem, path = lake_filesystem(parent, storage_options)
     try:
         infos = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except FileNotFoundError:

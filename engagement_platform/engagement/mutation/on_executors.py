@@ -70,21 +70,21 @@ def apply_on_executors(spark: SparkSession, lake: DeltaLake, candidates: pa.Tabl
         tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
         t = time.perf_counter()
         parent, now = handoff_parent(lake.root, "mutation"), datetime.now(timezone.utc)
-        sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
+        sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
         folder = new_handoff(parent, now, uuid.uuid4().hex)
         task_of = task_of_org(requests, files, tasks)
         bucket = pa.array([task_of[o] for o in requests["org_id"].to_pylist()], pa.int64())
         for index in range(tasks):
-            write_handoff(f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)))
+            write_handoff(f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)), lake.storage_options)
             planned = [f.to_json() for org, index_of in task_of.items() if index_of == index for f in files.files_by_org.get(org, ())]
-            write_handoff(f"{folder}/files-{index}.arrow", pa.table({"file": pa.array(planned, pa.string())}))
+            write_handoff(f"{folder}/files-{index}.arrow", pa.table({"file": pa.array(planned, pa.string())}), lake.storage_options)
         seconds["upload"] = time.perf_counter() - t
         try:
             task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), tag, write,
                                 log_version, folder, lake.storage_options)
             handed = collect_handoff(spark.range(tasks, numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
         finally:
-            delete_handoff(folder)
+            delete_handoff(folder, lake.storage_options)
         seconds["job"] = time.perf_counter() - t - seconds["upload"]
     active = np.ones(n, dtype=bool)
     held, missing = [], {}

@@ -96,10 +96,10 @@ def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_versio
         for batch in batches:
             for index in batch.column("id").to_pylist():
                 files_by_org: dict[str, list[WrittenFile]] = {}
-                for text in read_handoff(f"{requests_folder}/files-{index}.arrow")["file"].to_pylist():
+                for text in read_handoff(f"{requests_folder}/files-{index}.arrow", storage_options)["file"].to_pylist():
                     written = WrittenFile.from_json(text)
                     files_by_org.setdefault(written.partition_values["org_id"], []).append(written)
-                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow"), files_by_org)
+                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow", storage_options), files_by_org)
 
     def run_one(requests: pa.Table, files_by_org: Mapping[str, list[WrittenFile]]) -> Iterator[pa.RecordBatch]:
         for orgs in org_chunks(sorted(pc.unique(requests["org_id"]).to_pylist()), files_by_org):

@@ -104,14 +104,14 @@ def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[l
     `_handoff/` folder, deleted once read. A crash can leave a folder behind (nothing reads it): each
     run first deletes the folders older than HANDOFF_MAX_AGE, far longer than any run holds one."""
     parent, now = handoff_files.handoff_parent(lake.root, "profile_processor"), datetime.now(timezone.utc)
-    handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE)
+    handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
     handoff = handoff_files.new_handoff(parent, now, uuid.uuid4().hex)
     try:
         handed = merge_sources_to_files(spark, files, handoff).toArrow().to_pylist()
-        return {row["tenant"]: handoff_files.read_handoff(row["file"]) for row in handed}
+        return {row["tenant"]: handoff_files.read_handoff(row["file"], lake.storage_options) for row in handed}
     finally:
         try:
-            handoff_files.delete_handoff(handoff)
+            handoff_files.delete_handoff(handoff, lake.storage_options)
         except FileNotFoundError:  # no task got as far as writing
             pass
 

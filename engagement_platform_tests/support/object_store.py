@@ -1,0 +1,51 @@
+"""A real S3-compatible endpoint for the tests: `moto_server` (moto[server], PyPI) on 127.0.0.1, with a
+bucket, and the storage options that point delta-rs and pyarrow at it (the names a deployment sets in the
+environment, settings.STORAGE_ENV)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
+    """Start moto_server; yield the storage options of a fresh bucket's lake (`lake_root` among them)."""
+    port = free_port()
+    moto = Path(sys.executable).with_name("moto_server")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
+    options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
+               "AWS_SECRET_ACCESS_KEY": "test", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        bucket = f"lake-{uuid.uuid4().hex[:8]}"
+        import pyarrow.fs as pafs
+
+        pafs.S3FileSystem(access_key="test", secret_key="test", region="us-east-1", endpoint_override=f"127.0.0.1:{port}", scheme="http",
+                          allow_bucket_creation=True).create_dir(bucket)
+        yield {**options, "bucket": bucket}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)

@@ -1,0 +1,99 @@
+"""The engagement lake on an S3 endpoint (moto_server on 127.0.0.1): ingestion and the mutation stream,
+whose Spark tasks write their files through pyarrow's S3 file system with the lake's storage options,
+commit and read back the same as on a local folder; a crash after the executors wrote their files
+leaves nothing visible and the re-run commits once and deletes the dead attempt's objects. The storage
+options reach the CLI's child process the way a deployment passes them: environment variables."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from engagement_platform.engagement.ingestion.apply import APP_ID as INGESTION_APP_ID, DATA_FILES, STREAM as INGESTION
+from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
+from engagement_platform.engagement.mutation.validate import request_from_json
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.lake.changes import START, changes_since
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.engagement.mutation.apply import APP_ID as MUTATION_APP_ID
+from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
+from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
+from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
+from engagement_platform_tests.support.mutations import mutate, req
+from engagement_platform_tests.support.object_store import s3_endpoint
+
+COMPARED = ("engagement_id", "lead_id", "contact_id", "account_id", "user_id", "engagement_date")
+
+
+@pytest.fixture
+def s3(tmp_path, monkeypatch):
+    """An S3 lake: its root and storage options, also in the environment (for child processes)."""
+    with s3_endpoint(tmp_path / "moto.log") as options:
+        bucket = options.pop("bucket")
+        root = f"s3://{bucket}/lake"
+        for name, value in options.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("EP_LAKE_ROOT", root)
+        monkeypatch.setenv("EP_ZK_ROOT", f"/tests/{uuid.uuid4().hex}")
+        yield root, options
+
+
+def projected(rows) -> dict:
+    return {r["engagement_id"]: tuple(r.get(c) for c in COMPARED) for r in rows}
+
+
+def test_ingestion_and_a_mutation_batch_on_s3_commit_and_read_back(spark, kafka, topic, s3):
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    records = produce_activities(kafka, topic, 150)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    before = rows_of(lake)
+    assert sorted(r["engagement_id"] for r in before) == sorted(records)
+
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    lead = sorted({r["lead_id"] for r in before if r["org_id"] == org and r["lead_id"]})[0]
+    requests = [req("s1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id="003S3"),
+                req("s2", org, 2, "merge", field="contact_id", from_ids=["003S3"], to_id="003S3B")]
+    mutations = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutations: 2})
+    result = mutate(spark, kafka, lake, checkpoints, mutations, requests)
+
+    assert (result.commit_how, result.requests_applied) == ("files", 2)
+    expected = apply_one_by_one([r for r in before if r["org_id"] == org], [request_from_json(r) for r in requests])
+    assert projected(rows_of(lake, org)) == projected(expected.values())
+    moved = {r["engagement_id"] for r in before if r["org_id"] == org and r["lead_id"] == lead}
+    version = result.versions[ENGAGEMENT_ACTIVITY.name]
+    logged = [r for r in lake.read(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pylist() if r["_commit_version"] == version]
+    assert {r["engagement_id"] for r in logged if r["_change_type"] == "update_postimage"} == moved
+    changed = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, org, START).rows.to_pylist()
+    assert {r["engagement_id"] for r in changed if r["_commit_version"] == version} == moved
+    tag = writer_tag(MUTATION_APP_ID, result.plan.batch_id)
+    assert [f for f in lake.table(ENGAGEMENT_ACTIVITY.name).file_uris() if tag in f], "the tasks' objects are the table's files"
+    assert not [p for p in unreferenced_files(lake, ENGAGEMENT_ACTIVITY) if tag in p], "no orphan object"
+
+
+def test_a_crash_after_the_executors_wrote_to_s3_leaves_nothing_visible_and_the_rerun_commits_once(kafka, topic, s3):
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    records = produce_activities(kafka, topic, 200)
+    plan = plan_next_batch(INGESTION, topic, None, kafka.watermarks(topic), 100_000)
+    assert checkpoints.record_plan(plan)
+
+    crashed = run_batch(INGESTION, root, plan.batch_id, failpoint=after_commit(INGESTION, DATA_FILES))
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    orphans = unreferenced_files(lake, ENGAGEMENT_ACTIVITY)
+    assert orphans, "the executors had written objects"
+    assert lake.read(ENGAGEMENT_ACTIVITY.name).num_rows == 0, "uncommitted objects are invisible"
+
+    rerun = run_batch(INGESTION, root, plan.batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert unreferenced_files(lake, ENGAGEMENT_ACTIVITY) == [], "the dead attempt's objects are deleted"
+    assert sorted(r["engagement_id"] for r in rows_of(lake)) == sorted(records)
+    assert lake.committed_version(ENGAGEMENT_ACTIVITY.name, INGESTION_APP_ID) == plan.batch_id
+    assert os.environ["EP_LAKE_ROOT"] == root
