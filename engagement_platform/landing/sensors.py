@@ -52,7 +52,12 @@ def landing_sensor(config: PipelineConfig, job):
         if not waiting:
             return SensorResult(skip_reason=f"no new files for {config.name} ({len(files)} already ingested)", asset_events=[observation])
         path = waiting[0]
-        plan = file_plan(config, (latest.batch_id + 1) if latest else 1, str(path), path.stat().st_size)
+        batch_id = (latest.batch_id + 1) if latest else 1
+        # A run launched while another writer of the target holds its lock would only wait: plan it on a later tick.
+        busy = coordinator.lock_wait(stream, batch_id, config.target.table)
+        if busy:
+            return SensorResult(skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}", asset_events=[observation])
+        plan = file_plan(config, batch_id, str(path), path.stat().st_size)
         store.record_plan(plan)
         return SensorResult(
             run_requests=[run_request(plan, 1, _tags(plan))],

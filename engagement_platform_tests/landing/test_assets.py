@@ -11,7 +11,8 @@ from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.landing.sensors import landing_sensor
 from engagement_platform.landing.jobs import pipeline_job
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
-from engagement_platform.settings import REPO_ROOT
+from engagement_platform.settings import REPO_ROOT, load_settings
+from engagement_platform.streams.coordinator import Coordinator
 
 MEMBERS = """id,name,bday,level,email,points
 1,Ann Lee,01/02/1990,G,ann@example.com,10
@@ -45,6 +46,16 @@ def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_roo
 
         assert "no new files" in tick().skip_reason.skip_message
         (landing / "stores-2026-11-01.csv").write_text(MEMBERS)
+        # While another writer holds the target table's lock, no run is launched (it would only wait).
+        other = Coordinator(stack["ZOOKEEPER_HOSTS"], load_settings().zookeeper_root)
+        other.start()
+        held = other.lock(config.target.table, "someone/else", 10.0)
+        try:
+            waiting = tick()
+            assert not waiting.run_requests and "waits for its turn: lock" in waiting.skip_reason.skip_message, waiting.skip_reason
+        finally:
+            other.unlock(held)
+            other.close()
         first = tick()
         assert isinstance(first, SensorResult)
         (request,) = first.run_requests
