@@ -184,7 +184,7 @@ def profile_backfill(args) -> None:
     settings = load_settings()
     lake = _lake()
     spark = _spark()
-    zk = Coordinator(settings.zookeeper_hosts, settings.zookeeper_root) if settings.coordinator_enabled else None
+    zk = Coordinator(settings.zookeeper_hosts, settings.zookeeper_root, auth=settings.zookeeper_auth) if settings.coordinator_enabled else None
     try:
         with tenant_lock(zk, args.tenant, f"{backfill_stream(args.tenant)}/cli"):
             result = backfill_tenant(spark, lake, CheckpointStore(lake), args.tenant, args.path, args.until)

@@ -178,7 +178,7 @@ class CoordinatorResource(ConfigurableResource):
         if self._coordinator is None:
             settings = load_settings()
             self._coordinator = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root,
-                                            self.session_timeout_s)
+                                            self.session_timeout_s, settings.zookeeper_auth)
         return self._coordinator
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
@@ -224,7 +224,8 @@ class CoordinatorResource(ConfigurableResource):
         if not self.is_enabled:
             return None
         settings = load_settings()
-        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s)
+        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s,
+                            settings.zookeeper_auth)
         try:
             probe.start(self.connect_timeout_s)
             return probe.live_runs()
@@ -252,7 +253,8 @@ class CoordinatorResource(ConfigurableResource):
             return None
         settings = load_settings()
         job = self.job_spec(stream, lock_name)
-        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s)
+        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s,
+                            settings.zookeeper_auth)
         try:
             probe.start(self.connect_timeout_s)
             holder = probe.holder(job.lock_name)  # the first contender holds the lock

@@ -48,6 +48,7 @@ class Settings:
     kafka_bootstrap_servers: str
     zookeeper_hosts: str
     zookeeper_root: str
+    zookeeper_auth: str | None  # EP_ZK_AUTH "user:password": digest auth and ACLs on the coordinator's nodes (a secret)
     coordinator_enabled: bool
     max_predecessor_wait_seconds: float  # EP_MAX_PREDECESSOR_WAIT_SECONDS: bound of the coordinator's predecessor wait
     orphan_after_seconds: float  # EP_ORPHAN_AFTER_SECONDS: a run with no liveness node this long after its last sign of life is failed
@@ -90,6 +91,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
         # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
         zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),
+        zookeeper_auth=env.get("EP_ZK_AUTH") or None,
         coordinator_enabled=_flag(env.get("EP_COORDINATOR", "on")),
         # A last registered job that is not an allowed predecessor stops blocking a stream this long after
         # it registered (the allowed ones are idle then); "inf" keeps the order strictly, at liveness' cost.

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from kazoo.client import KazooClient, KazooState
+from kazoo.security import make_digest_acl
 from kazoo.exceptions import BadVersionError, KazooException, LockTimeout, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
@@ -157,13 +158,26 @@ def run_liveness_info(run_id: str, labels: dict[str, str]) -> dict:
             "registered_at": datetime.now(timezone.utc).isoformat(), **labels}
 
 
+def secured(auth: str | None) -> dict:
+    """KazooClient arguments for digest authentication ("user:password", EP_ZK_AUTH): the session
+    authenticates, and every node it creates is readable and writable by that identity only, so a client
+    without the credentials can neither take nor delete a lock, nor read or change a registration or a
+    fencing token. Nodes created before auth was set keep their (open) ACL."""
+    if not auth:
+        return {}
+    user, sep, password = auth.partition(":")
+    if not sep or not user:
+        raise ValueError("EP_ZK_AUTH must be 'user:password'")
+    return {"auth_data": [("digest", auth)], "default_acl": [make_digest_acl(user, password, all=True)]}
+
+
 class Coordinator:
-    def __init__(self, hosts: str, root: str = "/engagement_platform", session_timeout_s: float = 10.0):
+    def __init__(self, hosts: str, root: str = "/engagement_platform", session_timeout_s: float = 10.0, auth: str | None = None):
         self.hosts, self.root = hosts, "/" + root.strip("/")
         self.session_timeout_s = session_timeout_s
         # Reconnect quickly after a server restart (default backoff grows to a minute).
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
-                                  connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0})
+                                  connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0}, **secured(auth))
         self._stale: set[tuple[str, int]] = set()  # lock znodes an unlock could not delete (server away)
         self._started = False  # once started, kazoo reconnects by itself: never restart a suspended client
         self._runs: dict[str, bytes] = {}  # run id -> liveness data this session holds (re-created on a new session)
