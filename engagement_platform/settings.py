@@ -46,6 +46,7 @@ class Settings:
     state_dir: str
     lake_root: str
     kafka_bootstrap_servers: str
+    kafka_config: dict[str, str]  # librdkafka settings from KAFKA_CONFIG_* (kafka_config_from), for every Kafka client
     zookeeper_hosts: str
     zookeeper_root: str
     zookeeper_auth: str | None  # EP_ZK_AUTH "user:password": digest auth and ACLs on the coordinator's nodes (a secret)
@@ -77,6 +78,17 @@ STORAGE_ENV = (
 )
 
 
+KAFKA_CONFIG_PREFIX = "KAFKA_CONFIG_"
+
+
+def kafka_config_from(env: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka settings for every Kafka client of the platform (sensors, Spark tasks, CLI, demo producers):
+    KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL -> {"security.protocol": "SASL_SSL"} (the rest of the name,
+    lower case, "_" -> "."). Secrets (sasl.password, ssl key passwords) come the same way and are never logged."""
+    return {name[len(KAFKA_CONFIG_PREFIX):].lower().replace("_", "."): value
+            for name, value in env.items() if name.startswith(KAFKA_CONFIG_PREFIX) and value}
+
+
 def _flag(value: str) -> bool:
     return value.strip().lower() not in ("0", "off", "false", "no")
 
@@ -88,6 +100,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         state_dir=state_dir,
         lake_root=env.get("EP_LAKE_ROOT") or str(Path(state_dir) / "lake"),
         kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+        kafka_config=kafka_config_from(env),
         zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
         # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
         zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),

@@ -16,6 +16,7 @@ from pyspark.sql import functions as F
 from engagement_platform.ingest.config import SourceSpec
 from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, error, gather
 from engagement_platform.spark import landing_source
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 
 INPUT = "_input"  # struct of the parsed input columns: what the quarantine shows next to the raw record
@@ -107,7 +108,8 @@ def read_kafka(spark: SparkSession, source: SourceSpec, bootstrap_servers: str, 
         .option("bootstrap_servers", bootstrap_servers)
         .option("topic", topic)
         .option("ranges", ranges_json)
-        .option("kafka_config", json.dumps(kafka_config or {}))
+        # The driver's settings travel with the plan: executors do not share its environment.
+        .option("kafka_config", json.dumps(load_settings().kafka_config if kafka_config is None else kafka_config))
         .load()
     )
     row_id = F.shiftleft(F.col("kafka_partition").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("kafka_offset")

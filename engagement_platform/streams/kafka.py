@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.gc_pause import no_cyclic_gc
 
 
@@ -55,8 +56,10 @@ def _consumer_config(bootstrap: str, extra: dict | None) -> dict:
 
 class KafkaClient:
     def __init__(self, bootstrap_servers: str, extra_config: dict | None = None):
+        """`extra_config`: librdkafka settings (security.protocol, sasl.*, ssl.*); None = the deployment's
+        (settings.kafka_config, from KAFKA_CONFIG_*). Spark tasks get theirs from the driver, explicitly."""
         self.bootstrap_servers = bootstrap_servers
-        self.extra_config = extra_config or {}
+        self.extra_config = load_settings().kafka_config if extra_config is None else extra_config
 
     def _admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.extra_config})

@@ -1,0 +1,53 @@
+"""Kafka security settings reach every Kafka client of the platform from one place (KAFKA_CONFIG_* in the
+environment -> settings.kafka_config): the sensors' client (watermarks), the Spark tasks' readers (the
+driver ships the settings with the plan: executors do not share its environment), and the CLI's clients.
+Proved with a setting librdkafka refuses by name, so each client shows it received it; then a valid
+setting (client.id) leaves ingestion working."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import KafkaException
+
+from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch
+from engagement_platform.engagement.ingestion.records import ingestion_pipeline
+from engagement_platform.ingest.pipeline import validated_kafka_frame
+from engagement_platform.resources import KafkaResource
+from engagement_platform.settings import kafka_config_from
+from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform_tests.support.activities import produce_activities
+
+PROBE = "ep.probe.not.a.setting"
+
+
+def test_kafka_config_comes_from_prefixed_environment_variables():
+    env = {"KAFKA_CONFIG_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_CONFIG_SASL_MECHANISM": "PLAIN", "KAFKA_CONFIG_SASL_PASSWORD": "p",
+           "KAFKA_CONFIG_EMPTY": "", "OTHER": "x"}
+    assert kafka_config_from(env) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "p"}
+
+
+def test_a_setting_reaches_the_sensor_the_spark_tasks_and_the_cli(stack, kafka, topic, spark, monkeypatch):
+    produce_activities(kafka, topic, 20)
+    plan = plan_next_batch(STREAM, topic, None, kafka.watermarks(topic), 1000)
+    monkeypatch.setenv("KAFKA_CONFIG_EP_PROBE_NOT_A_SETTING", "1")
+
+    with pytest.raises(KafkaException, match=PROBE):  # the sensors' client
+        KafkaResource(bootstrap_servers=kafka.bootstrap_servers).client.watermarks(topic)
+    with pytest.raises(Exception, match=PROBE):  # the Spark tasks' reader, configured by the driver
+        validated_kafka_frame(spark, ingestion_pipeline(topic), kafka.bootstrap_servers, plan).toArrow()
+    cli = subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode != 0 and PROBE in cli.stderr, cli.stderr[-2000:]
+
+
+def test_a_valid_setting_leaves_ingestion_working(stack, kafka, topic, spark, lake, checkpoints, monkeypatch):
+    expected = produce_activities(kafka, topic, 30)
+    monkeypatch.setenv("KAFKA_CONFIG_CLIENT_ID", "engagement-platform-test")
+    plan = plan_next_batch(STREAM, topic, None, KafkaResource(bootstrap_servers=kafka.bootstrap_servers).client.watermarks(topic), 1000)
+    assert checkpoints.record_plan(plan)
+    result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan)
+    assert result.rows_appended == len(expected)
