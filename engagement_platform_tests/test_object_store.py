@@ -1,4 +1,5 @@
-"""The engagement lake on an S3 endpoint (moto_server on 127.0.0.1): ingestion and the mutation stream,
+"""The engagement lake on object stores, an S3 endpoint (moto_server) and Azure's emulator (Azurite), both
+on 127.0.0.1: ingestion and the mutation stream,
 whose Spark tasks write their files through pyarrow's S3 file system with the lake's storage options,
 commit and read back the same as on a local folder; a crash after the executors wrote their files
 leaves nothing visible and the re-run commits once and deletes the dead attempt's objects. The storage
@@ -24,17 +25,18 @@ from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
 from engagement_platform_tests.support.mutations import mutate, req
-from engagement_platform_tests.support.object_store import s3_endpoint
+from engagement_platform_tests.support.object_store import azurite_endpoint, s3_endpoint
 
 COMPARED = ("engagement_id", "lead_id", "contact_id", "account_id", "user_id", "engagement_date")
 
 
-@pytest.fixture
-def s3(tmp_path, monkeypatch):
-    """An S3 lake: its root and storage options, also in the environment (for child processes)."""
-    with s3_endpoint(tmp_path / "moto.log") as options:
+@pytest.fixture(params=["s3", "azurite"])
+def s3(request, tmp_path, monkeypatch):
+    """A lake on an object store: its root and storage options, also in the environment (for child processes)."""
+    endpoint = s3_endpoint(tmp_path / "moto.log") if request.param == "s3" else azurite_endpoint(tmp_path)
+    with endpoint as options:
         bucket = options.pop("bucket")
-        root = f"s3://{bucket}/lake"
+        root = f"s3://{bucket}/lake" if request.param == "s3" else f"az://{bucket}/lake"
         for name, value in options.items():
             monkeypatch.setenv(name, value)
         monkeypatch.setenv("EP_LAKE_ROOT", root)
@@ -46,7 +48,7 @@ def projected(rows) -> dict:
     return {r["engagement_id"]: tuple(r.get(c) for c in COMPARED) for r in rows}
 
 
-def test_ingestion_and_a_mutation_batch_on_s3_commit_and_read_back(spark, kafka, topic, s3):
+def test_ingestion_and_a_mutation_batch_on_an_object_store_commit_and_read_back(spark, kafka, topic, s3):
     root, options = s3
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
@@ -77,7 +79,7 @@ def test_ingestion_and_a_mutation_batch_on_s3_commit_and_read_back(spark, kafka,
     assert not [p for p in unreferenced_files(lake, ENGAGEMENT_ACTIVITY) if tag in p], "no orphan object"
 
 
-def test_a_crash_after_the_executors_wrote_to_s3_leaves_nothing_visible_and_the_rerun_commits_once(kafka, topic, s3):
+def test_a_crash_after_the_executors_wrote_to_an_object_store_leaves_nothing_visible_and_the_rerun_commits_once(kafka, topic, s3):
     root, options = s3
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)

@@ -87,3 +87,15 @@ else
     touch "$STAMP"
     say "pip: done, wrote $STAMP"
 fi
+
+# --- Azurite (Azure's storage emulator, npm registry) for the ADLS tests; pinned, installed once ---
+AZURITE_VERSION="3.37.0"
+AZURITE_DIR=".state/tools/azurite-$AZURITE_VERSION"
+if [ -x "$AZURITE_DIR/node_modules/.bin/azurite-blob" ]; then
+    say "azurite: present ($AZURITE_DIR)"
+else
+    command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+    say "azurite: installing azurite@$AZURITE_VERSION into $AZURITE_DIR"
+    mkdir -p "$AZURITE_DIR"
+    npm install --silent --no-audit --no-fund --prefix "$AZURITE_DIR" "azurite@$AZURITE_VERSION"
+fi

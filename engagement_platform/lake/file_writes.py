@@ -78,7 +78,24 @@ def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tu
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("s3://"):
         return s3_filesystem(storage_options or {}), uri[len("s3://"):].rstrip("/")
+    if uri.startswith(("az://", "abfs://", "abfss://")):
+        scheme, rest = uri.split("://", 1)
+        container, _, path = rest.partition("/")
+        return azure_filesystem(storage_options or {}), f"{container.split('@', 1)[0]}/{path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
+
+
+def azure_filesystem(storage_options: Mapping[str, str]) -> pafs.AzureFileSystem:
+    """pyarrow's Azure (Blob / ADLS Gen2) file system configured from delta-rs's storage option names; an
+    AZURE_ENDPOINT (an emulator, "http://host:port/<account>") serves both the blob and the dfs API."""
+    opts = {k.upper(): v for k, v in storage_options.items()}
+    kwargs = {"account_name": opts.get("AZURE_STORAGE_ACCOUNT_NAME"), "account_key": opts.get("AZURE_STORAGE_ACCOUNT_KEY")}
+    endpoint = opts.get("AZURE_ENDPOINT")
+    if endpoint:
+        scheme, _, rest = endpoint.partition("://")
+        authority = rest.split("/", 1)[0]
+        kwargs.update(blob_storage_authority=authority, blob_storage_scheme=scheme, dfs_storage_authority=authority, dfs_storage_scheme=scheme)
+    return pafs.AzureFileSystem(**{k: v for k, v in kwargs.items() if v})
 
 
 def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:

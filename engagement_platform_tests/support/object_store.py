@@ -21,6 +21,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if the server is still there after a few seconds (Azurite can linger on open connections)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 @contextmanager
 def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
     """Start moto_server; yield the storage options of a fresh bucket's lake (`lake_root` among them)."""
@@ -47,5 +57,40 @@ def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
                           allow_bucket_creation=True).create_dir(bucket)
         yield {**options, "bucket": bucket}
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop(proc)
+
+
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its well-known dev key
+AZURITE = Path(__file__).resolve().parents[2] / ".state" / "tools" / "azurite-3.37.0" / "node_modules" / ".bin" / "azurite-blob"
+
+
+@contextmanager
+def azurite_endpoint(folder: Path) -> Iterator[dict[str, str]]:
+    """Start Azure's storage emulator (Azurite, installed by scripts/install.sh); yield the storage options of
+    a fresh container's lake (`bucket`: the container)."""
+    import pyarrow.fs as pafs
+
+    port = free_port()
+    account = "devstoreaccount1"
+    with open(folder / "azurite.log", "ab") as out:
+        proc = subprocess.Popen([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder / "azurite"),
+                                 "--skipApiVersionCheck", "--loose"], stdout=out, stderr=subprocess.STDOUT)
+    options = {"AZURE_STORAGE_ACCOUNT_NAME": account, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+               "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{account}", "AZURE_ALLOW_HTTP": "true"}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"azurite did not start: {(folder / 'azurite.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+        container = f"lake{uuid.uuid4().hex[:8]}"
+        authority = f"127.0.0.1:{port}"
+        pafs.AzureFileSystem(account_name=account, account_key=AZURITE_KEY, blob_storage_authority=authority, blob_storage_scheme="http",
+                             dfs_storage_authority=authority, dfs_storage_scheme="http").create_dir(container)
+        yield {**options, "bucket": container}
+    finally:
+        stop(proc)
