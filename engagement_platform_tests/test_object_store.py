@@ -99,3 +99,26 @@ def test_a_crash_after_the_executors_wrote_to_an_object_store_leaves_nothing_vis
     assert sorted(r["engagement_id"] for r in rows_of(lake)) == sorted(records)
     assert lake.committed_version(ENGAGEMENT_ACTIVITY.name, INGESTION_APP_ID) == plan.batch_id
     assert os.environ["EP_LAKE_ROOT"] == root
+
+
+def test_profile_cdc_staged_and_merged_by_spark_tasks_on_an_object_store(spark, kafka, s3):
+    """The profile lake too: the dumper stages, the processor's Spark tasks read the staged and raw files
+    and hand their MERGE sources over through the object store, and the driver MERGEs."""
+    import json
+
+    from engagement_platform.profiles.processor.apply import read_profiles
+    from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
+
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    topic = new_topic(kafka)
+    _, first = stage_and_process(spark, kafka, lake, checkpoints, topic, [
+        record("acme", "1", 1, {"email": "a@x.io", "country": "DE"}),
+        record("acme", "1", 2, {"country": "FR"}),
+        record("acme", "2", 1, {"email": "b@x.io"}),
+    ], "acme")
+    _, second = stage_and_process(spark, kafka, lake, checkpoints, topic, [record("acme", "2", 2, {"city": "Paris"})], "acme")
+    rows = {r["primary_id"]: json.loads(r["fields"]) for r in read_profiles(lake, "acme").to_pylist()}
+    assert rows == {"1": {"email": "a@x.io", "country": "FR"}, "2": {"email": "b@x.io", "city": "Paris"}}
+    assert (first.changes_read, second.changes_read) == (3, 1)

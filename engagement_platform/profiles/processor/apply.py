@@ -107,7 +107,7 @@ def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[l
     handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
     handoff = handoff_files.new_handoff(parent, now, uuid.uuid4().hex)
     try:
-        handed = merge_sources_to_files(spark, files, handoff).toArrow().to_pylist()
+        handed = merge_sources_to_files(spark, files, handoff, lake.storage_options).toArrow().to_pylist()
         return {row["tenant"]: handoff_files.read_handoff(row["file"], lake.storage_options) for row in handed}
     finally:
         try:

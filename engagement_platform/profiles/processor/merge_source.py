@@ -43,12 +43,13 @@ class ProfileMergeDataSource(DataSource):
         return HANDOFF_DDL
 
     def reader(self, schema) -> DataSourceReader:
-        return ProfileMergeReader(json.loads(self.options["tenants"]), self.options["handoff"])
+        return ProfileMergeReader(json.loads(self.options["tenants"]), self.options["handoff"], json.loads(self.options.get("storage_options") or "{}"))
 
 
 class ProfileMergeReader(DataSourceReader):
-    def __init__(self, tenants: dict[str, dict[str, list[str]]], handoff: str):
+    def __init__(self, tenants: dict[str, dict[str, list[str]]], handoff: str, storage_options: dict[str, str] | None = None):
         self.tenants, self.handoff = tenants, handoff.rstrip("/")
+        self.storage_options = storage_options or None  # the lake's, from the driver: executors do not share its environment
 
     def partitions(self):
         # Biggest first, so the last task to start is a small one and both cores finish together.
@@ -59,8 +60,8 @@ class ProfileMergeReader(DataSourceReader):
         from engagement_platform.profiles.processor.tenant_merge import read_tenant_files, tenant_merge_source
         from engagement_platform.spark.handoff_files import write_handoff
 
-        changes, stored = read_tenant_files(part.tenant, part.staged, part.raw)
+        changes, stored = read_tenant_files(part.tenant, part.staged, part.raw, self.storage_options)
         source = tenant_merge_source(changes, stored)
         file = f"{self.handoff}/{part.tenant}.arrow"  # tenant names are safe file names (records.py)
-        write_handoff(file, source)
+        write_handoff(file, source, self.storage_options)
         yield part.tenant, file, source.num_rows

@@ -80,11 +80,13 @@ def merge_source(staged: DataFrame, raw: DataFrame) -> DataFrame:
     return changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
 
 
-def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]], handoff: str) -> DataFrame:
+def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]], handoff: str,
+                           storage_options: dict[str, str] | None = None) -> DataFrame:
     """merge_source for the processor, whose inputs are files: {tenant: (staged file uris, raw file
     uris)}. Each tenant is read and folded in one task of the `profile_merge` data source
     (merge_source.py, registered here), with no shuffle, and its MERGE source written to an Arrow file
     under `handoff` (an absolute path or URI). Returns one row per tenant: tenant, file, rows."""
     register_data_source(spark, ProfileMergeDataSource)
     tenants = {t: {"staged": staged, "raw": raw} for t, (staged, raw) in files.items()}
-    return spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).option("handoff", handoff).load()
+    return (spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).option("handoff", handoff)
+            .option("storage_options", json.dumps(storage_options or {})).load())

@@ -22,6 +22,7 @@ cheaply.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 
 import orjson
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from engagement_platform.lake.file_writes import filesystem
 from engagement_platform.streams.gc_pause import no_cyclic_gc
 from engagement_platform.profiles.identity import union_find_labels
 from engagement_platform.profiles.json_merge import DELETE
@@ -65,11 +67,15 @@ _INT64_MAGNITUDE = 2.0**63
 _FIRST_VALUE = json.JSONDecoder()
 
 
-def _read_files(uris: list[str], schema: pa.Schema, tenant: str) -> pa.Table:
-    """The files' rows in `schema` (the tenant column set, since staged files keep it in their path).
-    Each file is cast on its own: files rewritten by delta-rs may store strings as views."""
+def _read_files(uris: list[str], schema: pa.Schema, tenant: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The files' rows in `schema` (the tenant column set, since staged files keep it in their path), read
+    through the lake's file system (local or object store). Each file is cast on its own: files rewritten
+    by delta-rs may store strings as views."""
     names = [n for n in schema.names if n != "tenant"]
-    tables = [pq.read_table(uri, columns=names).select(names) for uri in uris]
+    tables = []
+    for uri in uris:
+        fs, path = filesystem(uri, storage_options)
+        tables.append(pq.read_table(path, columns=names, filesystem=fs).select(names))
     rows = sum(t.num_rows for t in tables)
     columns = [pa.array([tenant] * rows, pa.string())]
     for name in names:
@@ -78,9 +84,10 @@ def _read_files(uris: list[str], schema: pa.Schema, tenant: str) -> pa.Table:
     return pa.table(columns, schema=schema)
 
 
-def read_tenant_files(tenant: str, staged: list[str], raw: list[str]) -> tuple[pa.Table, pa.Table]:
+def read_tenant_files(tenant: str, staged: list[str], raw: list[str],
+                      storage_options: Mapping[str, str] | None = None) -> tuple[pa.Table, pa.Table]:
     """(changes, stored rows) of one tenant from its staged files and its raw table's files."""
-    return _read_files(staged, CHANGES_SCHEMA, tenant), _read_files(raw, STORED_SCHEMA, tenant)
+    return _read_files(staged, CHANGES_SCHEMA, tenant, storage_options), _read_files(raw, STORED_SCHEMA, tenant, storage_options)
 
 
 def loads(text: str | None) -> dict | None:
