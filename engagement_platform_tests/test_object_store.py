@@ -122,3 +122,33 @@ def test_profile_cdc_staged_and_merged_by_spark_tasks_on_an_object_store(spark, 
     rows = {r["primary_id"]: json.loads(r["fields"]) for r in read_profiles(lake, "acme").to_pylist()}
     assert rows == {"1": {"email": "a@x.io", "country": "FR"}, "2": {"email": "b@x.io", "city": "Paris"}}
     assert (first.changes_read, second.changes_read) == (3, 1)
+
+
+def test_racing_writers_and_vacuum_on_an_object_store(s3):
+    """Two writers racing on one table: one commits, the other gets delta-rs's conflict, as on a local
+    folder (S3 through conditional put). Vacuum lists and deletes removed files on the store."""
+    import pyarrow.fs as pafs
+    from deltalake.exceptions import CommitFailedError
+
+    from engagement_platform.lake.delta import BatchTxn
+    from engagement_platform.lake.file_writes import commit_files, filesystem, write_files, writer_tag
+    from engagement_platform_tests.support.files import SPEC, rows
+
+    root, options = s3
+    lake = DeltaLake(root, options)
+    uri = lake.uri(SPEC.name)
+    commit_files(lake, SPEC, write_files(uri, SPEC, rows(["a", "a", "b"]), writer_tag("ingest", 1), options), BatchTxn("ingest", 1))
+    first, second = lake.table(SPEC.name), lake.table(SPEC.name)  # both read the same version
+    first.delete("org_id = 'a'")
+    with pytest.raises(CommitFailedError):
+        second.delete("org_id = 'a'")
+    assert sorted(lake.read(SPEC.name)["org_id"].to_pylist()) == ["b"]
+
+    fs, path = filesystem(uri, options)
+
+    def data_files() -> set[str]:
+        return {i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.path.endswith(".parquet") and "_delta_log" not in i.path}
+    before = data_files()
+    vacuumed = lake.table(SPEC.name).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    assert vacuumed and len(data_files()) == len(before) - len(vacuumed)
+    assert sorted(lake.read(SPEC.name)["org_id"].to_pylist()) == ["b"], "vacuum removed only unreferenced files"
