@@ -23,7 +23,7 @@ from engagement_platform.engagement.mutation.apply import APP_ID as MUTATION_APP
 from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
-from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
+from engagement_platform_tests.support.crash import finished, killed_at
 from engagement_platform_tests.support.mutations import mutate, req
 from engagement_platform_tests.support.object_store import azurite_endpoint, s3_endpoint
 
@@ -87,14 +87,12 @@ def test_a_crash_after_the_executors_wrote_to_an_object_store_leaves_nothing_vis
     plan = plan_next_batch(INGESTION, topic, None, kafka.watermarks(topic), 100_000)
     assert checkpoints.record_plan(plan)
 
-    crashed = run_batch(INGESTION, root, plan.batch_id, failpoint=after_commit(INGESTION, DATA_FILES))
-    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    killed_at(INGESTION, root, plan.batch_id, DATA_FILES)
     orphans = unreferenced_files(lake, ENGAGEMENT_ACTIVITY)
     assert orphans, "the executors had written objects"
     assert lake.read(ENGAGEMENT_ACTIVITY.name).num_rows == 0, "uncommitted objects are invisible"
 
-    rerun = run_batch(INGESTION, root, plan.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    finished(INGESTION, root, plan.batch_id)
     assert unreferenced_files(lake, ENGAGEMENT_ACTIVITY) == [], "the dead attempt's objects are deleted"
     assert sorted(r["engagement_id"] for r in rows_of(lake)) == sorted(records)
     assert lake.committed_version(ENGAGEMENT_ACTIVITY.name, INGESTION_APP_ID) == plan.batch_id

@@ -67,6 +67,19 @@ def change_log_spec(data: TableSpec, name: str | None = None) -> TableSpec:
     )
 
 
+def data_commit_version(lake: DeltaLake, table: str, app_id: str, batch_id: int, done: Outcomes) -> int | None:
+    """The version of the batch's commit of `table`: what this attempt committed, else the commit an earlier
+    attempt made (found by its txn); None when there is none."""
+    version = done.get(table)
+    return lake.find_batch_commit(table, app_id, batch_id) if version is None else version
+
+
+def stamped(rows: pa.Table, version: int) -> pa.Table:
+    """`rows` with `_commit_version` = `version` (replaced if present)."""
+    rows = rows.drop_columns([COMMIT_VERSION]) if COMMIT_VERSION in rows.column_names else rows
+    return rows.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(version, pa.int64()), rows.num_rows))
+
+
 def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, rows: pa.Table) -> CommitStep:
     """Commit step of `log` for the batch's commit of `table` (an earlier step of the same batch).
 
@@ -79,24 +92,18 @@ def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, ba
         raise ValueError(f"change log rows of {table} with unknown {CHANGE_TYPE}: {sorted(map(str, unknown))}")
 
     def commit(txn: BatchTxn, done: Outcomes) -> int | None:
-        version = done.get(table)
-        if version is None:
-            version = lake.find_batch_commit(table, app_id, batch_id)
-        if version is None:
-            return lake.append(log, log.schema.empty_table(), txn)
-        changes = rows.drop_columns([COMMIT_VERSION]) if COMMIT_VERSION in rows.column_names else rows
-        changes = changes.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(version, pa.int64()), changes.num_rows))
-        return lake.append(log, changes, txn)
+        version = data_commit_version(lake, table, app_id, batch_id, done)
+        return lake.append(log, log.schema.empty_table() if version is None else stamped(rows, version), txn)
 
     return CommitStep(log.name, commit)
 
 
 def change_log_files_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, files: list[WrittenFile],
-                          stamped: int, skip: Callable[[], bool] = lambda: False) -> CommitStep:
+                          expected: int, skip: Callable[[], bool] = lambda: False) -> CommitStep:
     """Commit step of `log` for log files writers already wrote into its folder (lake/file_writes.py), their
-    rows stamped with `_commit_version` = `stamped`, the version the writers expected the data commit to get.
+    rows stamped with `_commit_version` = `expected`, the version the writers expected the data commit to get.
 
-    The data commit's actual version is found as in change_log_step. When it differs from `stamped`
+    The data commit's actual version is found as in change_log_step. When it differs from `expected`
     (another writer committed in between), the files are rewritten with the right version first. With no
     data commit, or when `skip()` says the data commit needs no log (a MERGE, whose change feed is exact),
     the step commits no rows, only its txn, and the files stay uncommitted (delete_uncommitted)."""
@@ -104,17 +111,13 @@ def change_log_files_step(lake: DeltaLake, log: TableSpec, table: str, app_id: s
     def commit(txn: BatchTxn, done: Outcomes) -> int | None:
         if lake.exists(log.name) and lake.already_committed(log.name, txn):
             return None
-        version = done.get(table)
-        if version is None:
-            version = lake.find_batch_commit(table, app_id, batch_id)
+        version = data_commit_version(lake, table, app_id, batch_id, done)
         if version is None or skip():
             return lake.append(log, log.schema.empty_table(), txn)
         adds = files
-        if version != stamped:
-            def restamp(rows: pa.Table) -> pa.Table:
-                return rows.set_column(rows.schema.get_field_index(COMMIT_VERSION), COMMIT_VERSION,
-                                       pa.repeat(pa.scalar(version, pa.int64()), rows.num_rows))
-            adds = transform_files(lake.uri(log.name), log, files, restamp, writer_tag(app_id, batch_id), lake.storage_options)
+        if version != expected:
+            adds = transform_files(lake.uri(log.name), log, files, lambda rows: stamped(rows, version), writer_tag(app_id, batch_id),
+                                   lake.storage_options)
         return commit_files(lake, log, adds, txn)
 
     return CommitStep(log.name, commit)

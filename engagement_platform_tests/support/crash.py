@@ -32,16 +32,29 @@ def run_batch(stream: str, lake_root: str, batch_id: int | None = None, *options
     return subprocess.run([*command, *options], env=env, capture_output=True, text=True, timeout=300)
 
 
+def killed_at(stream: str, lake_root: str, batch_id: int, step: str) -> subprocess.CompletedProcess:
+    """Run the batch with the failpoint after `step` (a table commit, or a stream's own step such as the
+    executors' file writes) and check that it died there."""
+    crashed = run_batch(stream, lake_root, batch_id, failpoint=after_commit(stream, step))
+    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    return crashed
+
+
+def finished(stream: str, lake_root: str, batch_id: int) -> subprocess.CompletedProcess:
+    """Run the batch to the end (a re-run) and check that it succeeded."""
+    rerun = run_batch(stream, lake_root, batch_id)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    return rerun
+
+
 def crash_then_rerun(lake_root: str, lake, checkpoints, stream: str, app_id: str, batch_id: int, crash_after: str) -> subprocess.CompletedProcess:
     """Kill the batch right after its commit to `crash_after`, check what that left, re-run it; returns the
     re-run, which must have finished the batch and found `crash_after` already committed."""
-    crashed = run_batch(stream, lake_root, batch_id, failpoint=after_commit(stream, crash_after))
-    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    killed_at(stream, lake_root, batch_id, crash_after)
     assert not checkpoints.is_done(stream, batch_id)
     assert lake.committed_version(crash_after, app_id) == batch_id
 
-    rerun = run_batch(stream, lake_root, batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun = finished(stream, lake_root, batch_id)
     assert checkpoints.is_done(stream, batch_id)
     assert checkpoints.states(stream, batch_id)[crash_after] == "already_committed"
     return rerun

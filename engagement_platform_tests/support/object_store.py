@@ -21,6 +21,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
+    """Until the server started as `proc` accepts connections on `port`; RuntimeError with its log if it dies or is late."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{proc.args[0]} did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+
+
 def stop(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL if the server is still there after a few seconds (Azurite can linger on open connections)."""
     proc.terminate()
@@ -41,15 +54,7 @@ def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
     options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
                "AWS_SECRET_ACCESS_KEY": "test", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"moto_server did not start: {log.read_text()[-2000:]}")
-                time.sleep(0.2)
+        wait_until_listening(port, proc, log)
         bucket = f"lake-{uuid.uuid4().hex[:8]}"
         import pyarrow.fs as pafs
 
@@ -78,15 +83,7 @@ def azurite_endpoint(folder: Path) -> Iterator[dict[str, str]]:
     options = {"AZURE_STORAGE_ACCOUNT_NAME": account, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
                "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{account}", "AZURE_ALLOW_HTTP": "true"}
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"azurite did not start: {(folder / 'azurite.log').read_text()[-2000:]}")
-                time.sleep(0.2)
+        wait_until_listening(port, proc, folder / "azurite.log")
         container = f"lake{uuid.uuid4().hex[:8]}"
         authority = f"127.0.0.1:{port}"
         pafs.AzureFileSystem(account_name=account, account_key=AZURITE_KEY, blob_storage_authority=authority, blob_storage_scheme="http",

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from engagement_platform.engagement.mutation.org_outcome import CHANGE_TYPE, FILE, ROW, change_rows, orgs_outcome, rewritten_file
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES
-from engagement_platform.lake.change_log import COMMIT_VERSION
+from engagement_platform.lake.change_log import stamped
 from engagement_platform.lake.file_writes import WrittenFile, read_file, write_files
 from engagement_platform.spark.handoff import handoff
 from engagement_platform.spark.handoff_files import read_handoff
@@ -120,8 +120,7 @@ def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_versio
             write_ms = lap()
             changes = change_rows(rows, outcome.source, ENGAGEMENT_ACTIVITY.schema)
             log_files = [] if log_version is None else write_files(
-                log_uri, ENGAGEMENT_ACTIVITY_CHANGES, changes.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(log_version, pa.int64()), changes.num_rows)),
-                tag, storage_options)
+                log_uri, ENGAGEMENT_ACTIVITY_CHANGES, stamped(changes, log_version), tag, storage_options)
             stats = dict(applied=outcome.applied, actions=outcome.actions, rows_scanned=outcome.rows_scanned, files_read=len(files),
                          **{k: outcome.counts[k] for k in ("updated", "replaced", "deleted", "unchanged")},
                          task_read_ms=read_ms, task_compute_ms=compute_ms, task_write_ms=write_ms, task_changes_ms=lap())

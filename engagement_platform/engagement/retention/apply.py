@@ -210,7 +210,7 @@ def apply_retention_batch(
         # delta-rs writes no commit when nothing matched: report "nothing committed" like a re-run
         return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
 
-    def change_log_step(txn: BatchTxn, _: Outcomes) -> int | None:
+    def change_log_delete(txn: BatchTxn, _: Outcomes) -> int | None:
         """The log holds the same columns (and personal data): the same predicate erases and expires its rows."""
         predicate = activity_predicate(ordered)
         if predicate is None or not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
@@ -251,7 +251,7 @@ def apply_retention_batch(
         [
             CommitStep(QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
-            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_step),
+            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_delete),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, as_of),
             CommitStep(GDPR_AUDIT.name, audit),

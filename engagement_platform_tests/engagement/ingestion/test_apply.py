@@ -12,7 +12,7 @@ from engagement_platform.engagement.integrity import audit_notifications, duplic
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform.lake.file_writes import unreferenced_files
-from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
+from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
 from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
 from engagement_platform_tests.support.duckdb_reader import read_delta, same_rows
 
@@ -100,14 +100,12 @@ def test_process_killed_after_the_executors_wrote_their_files_then_rerun_is_exac
     commit: no reader sees those files, the re-run deletes them and commits its own, once."""
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
     p = plan(kafka, checkpoints, topic)
-    crashed = run_batch(STREAM, lake_root, p.batch_id, failpoint=after_commit(STREAM, DATA_FILES))
-    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    killed_at(STREAM, lake_root, p.batch_id, DATA_FILES)
     orphans = unreferenced_files(lake, ENGAGEMENT_ACTIVITY)
     assert orphans, "the executors had written files"
     assert lake.read(ENGAGEMENT_ACTIVITY.name).num_rows == 0, "uncommitted files are invisible"
 
-    rerun = run_batch(STREAM, lake_root, p.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    finished(STREAM, lake_root, p.batch_id)
     assert checkpoints.is_done(STREAM, p.batch_id)
     assert unreferenced_files(lake, ENGAGEMENT_ACTIVITY) == [], "the dead attempt's files are gone"
     assert_lake_equals_kafka(lake, expected, 1)

@@ -24,7 +24,7 @@ from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMEN
 from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
-from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
+from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
 from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests, req
 
 COMPARED = ("engagement_id", *OWNER_FIELDS, "engagement_date")
@@ -186,17 +186,22 @@ def test_expired_pending_and_malformed_requests_are_quarantined(spark, kafka, to
     assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["ghost"]
 
 
-@pytest.mark.parametrize("crash_after", [DATA_FILES, ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name,
-                                         ENGAGEMENT_MUTATIONS_PENDING.name])
-def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
-    """Killed after each commit, and after the executors wrote their files but before any commit: the re-run
-    commits each table once, no file of the dead attempt stays behind, each change is logged once."""
+def ingested_org_with_a_lead(spark, kafka, topic, lake, checkpoints) -> tuple[str, str, list[dict], set[str]]:
+    """40 activities ingested; (an org, one of its lead ids, the org's rows, the engagements on that lead)."""
     records = produce_activities(kafka, topic, 40)
     ingest(spark, kafka, lake, checkpoints, topic)
     org = sorted({r["org_id"] for r in records.values()})[0]
     lead = pick(records, org, "lead_id")[0]
     before = rows_of(lake, org)
-    lead_rows = {r["engagement_id"] for r in before if r["lead_id"] == lead}
+    return org, lead, before, {r["engagement_id"] for r in before if r["lead_id"] == lead}
+
+
+@pytest.mark.parametrize("crash_after", [DATA_FILES, ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name,
+                                         ENGAGEMENT_MUTATIONS_PENDING.name])
+def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
+    """Killed after each commit, and after the executors wrote their files but before any commit: the re-run
+    commits each table once, no file of the dead attempt stays behind, each change is logged once."""
+    org, lead, before, lead_rows = ingested_org_with_a_lead(spark, kafka, topic, lake, checkpoints)
     requests = [
         req("r1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="lead_id", to_id="00QMID"),
         req("r2", org, 2, "convert", from_field="lead_id", from_id="00QMID", to_field="contact_id", to_id="003END"),
@@ -207,12 +212,10 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
     p = plan_mutations(kafka, checkpoints, mutation_topic)
 
     if crash_after == DATA_FILES:
-        crashed = run_batch(STREAM, lake_root, p.batch_id, failpoint=after_commit(STREAM, DATA_FILES))
-        assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+        killed_at(STREAM, lake_root, p.batch_id, DATA_FILES)
         assert written_by_batch(lake, p.batch_id), "the executors had written files"
         assert projected(rows_of(lake, org)) == projected(before), "uncommitted files are invisible"
-        rerun = run_batch(STREAM, lake_root, p.batch_id)
-        assert rerun.returncode == 0, rerun.stderr[-2000:]
+        rerun = finished(STREAM, lake_root, p.batch_id)
     else:
         rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
@@ -355,20 +358,13 @@ def test_rerun_after_another_writer_replaced_the_batch_files_falls_back_to_a_mer
     from engagement_platform.lake.change_log import logged_versions
     from engagement_platform.lake.changes import START, changes_since
 
-    records = produce_activities(kafka, topic, 40)
-    ingest(spark, kafka, lake, checkpoints, topic)
-    org = sorted({r["org_id"] for r in records.values()})[0]
-    lead = pick(records, org, "lead_id")[0]
-    before = rows_of(lake, org)
-    lead_rows = {r["engagement_id"] for r in before if r["lead_id"] == lead}
+    org, lead, before, lead_rows = ingested_org_with_a_lead(spark, kafka, topic, lake, checkpoints)
     produce_requests(kafka, mutation_topic, [req("r1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id="003FB")])
     p = plan_mutations(kafka, checkpoints, mutation_topic)
-    crashed = run_batch(STREAM, lake_root, p.batch_id, failpoint=after_commit(STREAM, ENGAGEMENT_MUTATION_REQUESTS.name))
-    assert crashed.returncode == KILLED, crashed.stderr[-2000:]
+    killed_at(STREAM, lake_root, p.batch_id, ENGAGEMENT_MUTATION_REQUESTS.name)
     lake.z_order(ENGAGEMENT_ACTIVITY.name, ["engagement_date"], partition_filters=[("org_id", "=", org)])
 
-    rerun = run_batch(STREAM, lake_root, p.batch_id)
-    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    rerun = finished(STREAM, lake_root, p.batch_id)
     assert json.loads(rerun.stdout.strip().splitlines()[-1])["activity_commit"] == "merge"
     after = rows_of(lake, org)
     assert {r["engagement_id"] for r in after if r["contact_id"] == "003FB"} == lead_rows
