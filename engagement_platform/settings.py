@@ -36,6 +36,33 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True)
+class ErasureSettings:
+    secret: bytes  # EP_ERASURE_SECRET: the key of the suppression list's hashes (a secret; never logged)
+    secret_is_default: bool  # no EP_ERASURE_SECRET: the development key (fine on a laptop, never in production)
+    window_seconds: float  # EP_ERASURE_WINDOW: an erased subject leaves every byte of the lake within this
+
+    @property
+    def retention_seconds(self) -> float:
+        """Half the window: how long removed files and log entries stay. The upkeep runs at least once per
+        half window (daily, by its schedule) and deletes what is older, so nothing outlives the window."""
+        return self.window_seconds / 2
+
+
+DEV_ERASURE_SECRET = "engagement-platform-development-only"
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '12h', '14d' (or plain seconds) -> seconds."""
+    text = text.strip().lower()
+    unit = DURATION_UNITS.get(text[-1:]) if text else None
+    value = float(text[:-1] if unit else text)
+    if value <= 0:
+        raise ValueError(f"a duration must be positive, got {text!r}")
+    return value * (unit or 1)
+
+
+@dataclass(frozen=True)
 class ProfileSettings:
     cdc_topic: str  # EP_PROFILE_CDC_TOPIC
     max_lag_seconds: float  # EP_PROFILE_MAX_LAG_SECONDS: replication lag above which the lag check fails
@@ -63,6 +90,7 @@ class Settings:
     mutation: MutationSettings
     retention: RetentionSettings
     profiles: ProfileSettings
+    erasure: ErasureSettings
     storage_options: dict[str, str]  # for an object-store lake root: STORAGE_ENV's variables that are set
 
     @property
@@ -94,8 +122,27 @@ def _flag(value: str) -> bool:
     return value.strip().lower() not in ("0", "off", "false", "no")
 
 
+def erasure_settings(env: Mapping[str, str]) -> ErasureSettings:
+    secret = env.get("EP_ERASURE_SECRET") or ""
+    return ErasureSettings(secret=(secret or DEV_ERASURE_SECRET).encode(), secret_is_default=not secret,
+                           window_seconds=parse_duration(env.get("EP_ERASURE_WINDOW") or "14d"))
+
+
+def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
+    """EP_VACUUM_RETENTION_HOURS, by default (and at most) half the erasure window, in whole hours."""
+    limit = int(erasure.retention_seconds // 3600)
+    if not env.get("EP_VACUUM_RETENTION_HOURS"):
+        return limit
+    hours = int(env["EP_VACUUM_RETENTION_HOURS"])
+    if hours > limit:
+        raise ValueError(f"EP_VACUUM_RETENTION_HOURS={hours} keeps removed files longer than half of EP_ERASURE_WINDOW "
+                         f"({erasure.window_seconds:g} s): erased rows would outlive the window; lower it or widen the window")
+    return hours
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
+    erasure = erasure_settings(env)
     state_dir = env.get("EP_STATE_DIR", str(REPO_ROOT / ".state"))
     return Settings(
         state_dir=state_dir,
@@ -129,11 +176,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         retention=RetentionSettings(
             topic=env.get("EP_GDPR_TOPIC", "engagement.gdpr"),
             interval_seconds=int(env.get("EP_RETENTION_INTERVAL_SECONDS", "86400")),
-            vacuum_retention_hours=int(env.get("EP_VACUUM_RETENTION_HOURS", "168")),
+            vacuum_retention_hours=vacuum_hours(env, erasure),
         ),
         profiles=ProfileSettings(
             cdc_topic=env.get("EP_PROFILE_CDC_TOPIC", "profile.cdc"),
             max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
         ),
+        erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},
     )

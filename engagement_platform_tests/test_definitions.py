@@ -12,6 +12,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "kafka/engagement_mutations", "engagement_mutation", "engagement_mutation_requests",
         "engagement_mutations_pending", "quarantine_engagement_mutations", "engagement_layout_upkeep",
         "kafka/engagement_gdpr", "engagement_retention", "gdpr_audit", "quarantine_engagement_gdpr",
+        "engagement_erased_subjects", "engagement_suppressed_records",
         # pipelines/rewards_members.yaml
         "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
         "kafka/profile_cdc", "profile_cdc_staging", "profile_raw", "profile_backfill", "profile_progress", "quarantine_profile_cdc",

@@ -16,7 +16,8 @@ from engagement_platform.engagement.mutation.tables import (
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import (
-    ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION,
+    ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_SUPPRESSED_RECORDS,
+    QUARANTINE_ENGAGEMENT_INGESTION,
 )
 from engagement_platform.lake.checkpoints import CHECKPOINTS
 from engagement_platform.lake.delta import TableSpec
@@ -56,5 +57,7 @@ engagement_tables = [
     table_spec(QUARANTINE_ENGAGEMENT_MUTATIONS, [MUTATION_ASSET, RETENTION_ASSET], "Malformed requests and requests whose target never arrived, with reason."),
     table_spec(GDPR_AUDIT, [RETENTION_ASSET], "One row per applied retention or erasure request: received, completed, rows removed per table."),
     table_spec(QUARANTINE_ENGAGEMENT_GDPR, [RETENTION_ASSET], "Retention / erasure requests that are malformed or repeated, with raw request and reason."),
+    table_spec(ENGAGEMENT_ERASED_SUBJECTS, [RETENTION_ASSET], "The suppression list: each erased subject's keyed hash per org; every stream drops their records."),
+    table_spec(ENGAGEMENT_SUPPRESSED_RECORDS, ALL, "Per batch: records dropped because they named an erased subject (hash and count, never the record)."),
 ]
 ENGAGEMENT_TABLES = Parts(assets=engagement_tables)

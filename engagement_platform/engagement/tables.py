@@ -7,6 +7,7 @@ import pyarrow as pa
 from engagement_platform.lake.change_log import change_log_spec
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.suppression_tables import erased_subjects_spec, suppressed_records_spec
 
 ACTIVITY_TYPES = (
     "email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced",
@@ -79,3 +80,8 @@ QUARANTINE_ENGAGEMENT_INGESTION = TableSpec(
     stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
     description="Engagement records that could not be ingested: raw bytes, source position, reason.",
 )
+
+# The engagement lake's suppression list (erased subjects as keyed hashes, per org) and the count of records
+# each batch dropped because they named one (lake/suppression_tables.py).
+ENGAGEMENT_ERASED_SUBJECTS = erased_subjects_spec("engagement_erased_subjects", "org_id")
+ENGAGEMENT_SUPPRESSED_RECORDS = suppressed_records_spec("engagement_suppressed_records", "org_id")

@@ -17,6 +17,9 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 
+LOG_RETENTION = "delta.logRetentionDuration"
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """Everything needed to create a table the same way in every environment."""
@@ -221,6 +224,20 @@ class DeltaLake:
         return self.table(name).vacuum(
             retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=retention_hours >= 168
         )
+
+    def expire_log(self, name: str, retention_seconds: float) -> int:
+        """Make log entries older than `retention_seconds` leave: the table's log retention set to it, a
+        checkpoint of the current version written, then the older commit files and checkpoints deleted
+        (delta-rs deletes only what precedes the newest checkpoint). An add action's statistics hold
+        min/max values in clear, so an erased id stays in the log until this runs. Returns the new
+        checkpoint's version."""
+        table = self.table(name)
+        wanted = f"interval {max(int(retention_seconds), 1)} seconds"
+        if table.metadata().configuration.get(LOG_RETENTION) != wanted:
+            table.alter.set_table_properties({LOG_RETENTION: wanted})
+        table.create_checkpoint()
+        table.cleanup_metadata()
+        return table.version()
 
     def file_stats(self, name: str) -> pa.Table:
         """One row per data file: path, size, partition values, min/max stats (flattened)."""

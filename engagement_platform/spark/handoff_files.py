@@ -78,3 +78,20 @@ def sweep_handoffs(parent: str, now: datetime, older_than: timedelta, storage_op
                 continue
             swept.append(info.path)
     return swept
+
+
+def sweep_all_handoffs(lake_root: str, older_than: timedelta, storage_options: Mapping[str, str] | None = None) -> list[str]:
+    """sweep_handoffs over every stream's folder under `<lake root>/_handoff` (the upkeep's pass: erased
+    subjects' requests in a crashed run's handoff leave within the erasure window)."""
+    parent = handoff_parent(lake_root, "").rstrip("/")
+    filesystem, path = lake_filesystem(parent, storage_options)
+    try:
+        streams = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
+    except FileNotFoundError:
+        return []
+    now = datetime.now(timezone.utc)
+    swept = []
+    for info in streams:
+        if info.type == pafs.FileType.Directory:
+            swept += sweep_handoffs(f"{parent}/{info.base_name}", now, older_than, storage_options)
+    return swept

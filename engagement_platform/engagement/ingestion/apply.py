@@ -6,7 +6,9 @@ compute: Spark reads the exact offsets (kafka_offsets data source); the ingest f
          rows. On the driver, later copies of a key within the slice and keys engagement_activity
          already holds (at the version pinned in the data commit's metadata, streams/pin.py, so a
          re-run marks the same rows) are quarantined, and the rare file holding one is rewritten.
-commit:  the data files in one commit, then quarantine, then notifications (counts from the files,
+         Records naming an erased subject (the suppression list at the pinned version) are dropped
+         in the tasks and only counted (engagement_suppressed_records, by hash).
+commit:  the data files in one commit, then quarantine, the suppressed counts, then notifications (counts from the files,
          or from the data commit's change feed when an earlier attempt made it), each with the txn
          (app id, batch id); then the checkpoint says done. Files an attempt wrote but never
          committed are deleted by the next attempt of the batch (lake/file_writes.py).
@@ -28,16 +30,20 @@ from engagement_platform.engagement.ingestion.records import ingestion_pipeline,
 from engagement_platform.engagement.tables import (
     ACTIVITY_LOCK,
     ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_ERASED_SUBJECTS,
     ENGAGEMENT_NOTIFICATIONS,
+    ENGAGEMENT_SUPPRESSED_RECORDS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, write_task
+from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, write_task
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validated_kafka_frame
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, rewrite_files, writer_tag
+from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.kafka import KafkaClient
@@ -61,10 +67,12 @@ class IngestResult:
     versions: Outcomes
     org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    records_suppressed: int = 0  # records naming an erased subject: dropped, stored nowhere
 
     def metadata(self) -> dict:
         return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read,
-                              rows_appended=self.rows_appended, rows_rejected=self.rows_rejected)
+                              rows_appended=self.rows_appended, rows_rejected=self.rows_rejected,
+                              records_suppressed=self.records_suppressed)
 
 
 EXISTING_SCHEMA = pa.schema([("org_id", pa.string()), ("engagement_id", pa.string()), ("batch_id", pa.int64())])
@@ -89,7 +97,7 @@ def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """The engagement_activity version this batch checks keys against (-1: no table): pinned in the metadata
     of its data commit once that exists (a re-run then marks the same rows), before that the current one."""
-    return pin_batch(lake, ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name])
+    return pin_batch(lake, ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ERASED_SUBJECTS.name])
 
 
 def flag_duplicates(keys: pa.Table, lake: DeltaLake, activity_version: int, batch_id: int) -> pa.Table:
@@ -162,12 +170,15 @@ def ingest_batch(
         lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
     ingested_at = datetime.now(timezone.utc)  # this attempt's clock: the pin fixes what the keys are checked against
     frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
-    task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options)
+    # the suppression list as pinned: a re-run drops the same records
+    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret, pin.versions[ENGAGEMENT_ERASED_SUBJECTS.name])
+    task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed)
     handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
     keys = handed.get(KEYS, pa.table({c: pa.array([], t) for c, t in KEY_TYPES.items()}))
     rejected = handed.get(REJECTED)
+    hits = handed.get(SUPPRESSED, hits_table([]))
     seconds["read_validate_write"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -188,6 +199,7 @@ def ingest_batch(
         [
             CommitStep(ENGAGEMENT_ACTIVITY.name, lambda txn, _: commit_files(lake, ENGAGEMENT_ACTIVITY, files, txn)),
             CommitStep(QUARANTINE_ENGAGEMENT_INGESTION.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_INGESTION, errors, txn)),
+            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, ingested_at)),
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, ingested_at, appended_counts=appended),
         ],
         checkpoints,
@@ -199,8 +211,8 @@ def ingest_batch(
     bad_records = (rejected.num_rows if rejected is not None else 0) + flagged.num_rows
     kept = pc.invert(pc.is_in(positions(keys), value_set=positions(flagged)))
     org_ids = sorted(pc.unique(keys.filter(kept)["org_id"]).to_pylist()) if valid else []
-    return IngestResult(plan, valid + (rejected.num_rows if rejected is not None else 0), valid - flagged.num_rows, bad_records,
-                        errors.num_rows, versions, org_ids, seconds)
+    return IngestResult(plan, valid + (rejected.num_rows if rejected is not None else 0) + hits.num_rows, valid - flagged.num_rows, bad_records,
+                        errors.num_rows, versions, org_ids, seconds, records_suppressed=hits.num_rows)
 
 
 KEY_TYPES = {"org_id": pa.string(), "engagement_id": pa.string(), SOURCE_PARTITION: pa.int32(), SOURCE_OFFSET: pa.int64()}

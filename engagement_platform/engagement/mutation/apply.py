@@ -61,13 +61,17 @@ from engagement_platform.engagement.mutation.request_columns import iso
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
+from engagement_platform.engagement.mutation.suppressed import drop_suppressed_requests
 from engagement_platform.engagement.mutation.validate import validate_requests
-from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import (
+    ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_SUPPRESSED_RECORDS,
+)
 from engagement_platform.ingest.errors import ERRORS
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import writer_tag
+from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.gc_pause import no_cyclic_gc
@@ -95,7 +99,8 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """The as-of time and the versions of engagement_activity and the pending table this batch computes
     against: pinned in the request log's commit (the batch's first) once it exists, so a re-run reaches
     the same decisions (pending ages, received_at / quarantined_at); before that, now and the current ones."""
-    return pin_batch(lake, ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
+    return pin_batch(lake, ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id,
+                     [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name, ENGAGEMENT_ERASED_SUBJECTS.name])
 
 
 def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
@@ -109,6 +114,7 @@ class MutationResult:
     requests_read: int
     requests_valid: int
     requests_malformed: int
+    requests_suppressed: int  # naming an erased subject: dropped, stored nowhere
     requests_in: int  # valid new + pending retried
     requests_applied: int
     actions: int  # owner + engagement actions after reduction
@@ -140,6 +146,7 @@ class MutationResult:
             requests_read=self.requests_read,
             requests_valid=self.requests_valid,
             requests_malformed=self.requests_malformed,
+            requests_suppressed=self.requests_suppressed,
             requests_in=self.requests_in,
             requests_applied=self.requests_applied,
             actions_after_reduction=self.actions,
@@ -186,7 +193,11 @@ def apply_mutation_batch(
     t1 = time.perf_counter()
     context = QuarantineContext(PIPELINE_NAME, batch, plan.topic, now, kafka=True)
     n_errors = pc.list_value_length(validated[ERRORS])
-    malformed = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context)
+    # requests naming an erased subject (the suppression list as pinned) are dropped and only counted
+    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret, pin.versions[ENGAGEMENT_ERASED_SUBJECTS.name])
+    checked, request_hits = drop_suppressed_requests(checked, suppressed)
+    malformed, malformed_hits = drop_suppressed_quarantine(quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context), suppressed)
+    hits = hits_table(request_hits + malformed_hits)
     gathered = gather_candidates(lake, pending_version, checked, batch, horizon_batches)
     candidates = gathered.table
     order = request_order(candidates)
@@ -240,6 +251,7 @@ def apply_mutation_batch(
             log_step(lake, APP_ID, batch, executed, log_version),
             pending_step(lake, delta),
             CommitStep(QUARANTINE_ENGAGEMENT_MUTATIONS.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn)),
+            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, batch, now)),
             # counts as the activity step found them (filled when it commits); a re-run reads them back
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, now, appended_counts=applied.counts),
         ],
@@ -253,7 +265,8 @@ def apply_mutation_batch(
         plan=plan,
         requests_read=validated.num_rows,
         requests_valid=gathered.arrived.num_rows,
-        requests_malformed=validated.num_rows - gathered.arrived.num_rows,
+        requests_malformed=validated.num_rows - gathered.arrived.num_rows - hits.num_rows,
+        requests_suppressed=hits.num_rows,
         requests_in=candidates.num_rows,
         requests_applied=int(active.sum()),
         actions=executed.stats["actions"],

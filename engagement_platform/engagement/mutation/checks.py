@@ -19,7 +19,8 @@ def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: MutationResu
     return [
         no_duplicate_engagement_ids(duplicates, len(result.org_ids)),
         conservation(REQUESTS_ACCOUNTED, ("requests_read", result.requests_read),
-                     {"requests_valid": result.requests_valid, "requests_malformed": result.requests_malformed},
+                     {"requests_valid": result.requests_valid, "requests_malformed": result.requests_malformed,
+                      "requests_suppressed": result.requests_suppressed},
                      extra={"requests_applied": result.requests_applied, "pending_now": result.pending_added + result.pending_retained,
                             "pending_expired": result.pending_expired}),
     ]
@@ -27,6 +28,6 @@ def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: MutationResu
 
 MUTATION_CHECKS = [
     BatchChecks({NO_DUPLICATE_ENGAGEMENT_IDS: NO_DUPLICATES_DESCRIPTION,
-                 REQUESTS_ACCOUNTED: "Requests in = applied + still pending + quarantined (malformed or expired); none dropped."}, evaluate),
+                 REQUESTS_ACCOUNTED: "Requests read = valid + malformed (quarantined) + suppressed (naming an erased subject); none unaccounted."}, evaluate),
     notifications_match_changes(ENGAGEMENT_NOTIFICATIONS.name, ENGAGEMENT_ACTIVITY.name, APP_ID, "data commit"),
 ]

@@ -4,7 +4,7 @@ per request. The request format is in requests.py.
 
 Lifecycle (streams/batch.py; txn app id `engagement.retention`, version = batch id, stream `retention`):
 
-compute  The ingest framework parses and validates the slice (pipeline.yaml); the kind's
+compute  The ingest framework parses and validates the slice (pipeline.yaml, validate.py); the kind's
          fields, request times in the future and repeated request ids (in the batch, or already in
          gdpr_audit) are checked on the driver in the same error schema. The batch's as-of time and the
          versions of gdpr_audit and of the tables below are pinned in the first commit's metadata
@@ -12,16 +12,21 @@ compute  The ingest framework parses and validates the slice (pipeline.yaml); th
          Erasure also reads each table of ERASABLE at its pinned version (only the org partitions /
          orgs involved, and quarantined records without an org) and picks, by key, the rows that
          mention a subject (requests.mentions over request JSON, raw bytes, parsed input).
-commit   quarantine_engagement_gdpr (append; carries the pin), engagement_activity (ONE delete: per
-         org, engagement_date < the latest cut-off OR lead_id/contact_id IN the erased subjects), the
-         same delete of its change log engagement_activity_changes (same columns; not counted in the
-         audit), each ERASABLE table (one delete by key each), engagement_notifications (deleted counts from the
-         delete commit's change data feed), gdpr_audit (one row per request: rows removed per table).
-         A delete that matches nothing writes no commit; a re-run then finds nothing to delete either.
+commit   quarantine_engagement_gdpr (append; carries the pin), engagement_erased_subjects (the
+         suppression list: the erased subjects' keyed hashes, lake/suppression.py; from this commit on
+         every stream drops their records), engagement_activity (ONE delete: per org, engagement_date <
+         the latest cut-off OR engagement_id IN the keys of the subjects' rows), its change log
+         engagement_activity_changes (rows older than the cut-offs, and the subjects' images by key; not
+         counted in the audit), each ERASABLE table (one delete by key each), engagement_notifications
+         (deleted counts from the delete commit's change data feed), gdpr_audit (one row per request:
+         rows removed per table; the subject as its hash). No delete names a subject id: Delta writes a
+         delete's predicate into the log in clear. A delete that matches nothing writes no commit; a
+         re-run then finds nothing to delete either.
 
 Files: a delete only tombstones the files holding the rows (and writes change-data files that hold the
 deleted rows too). They go when a full vacuum runs past the retention period: the layout upkeep's daily
-run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASABLE table and the change log.
+run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASABLE table and the change log,
+then drops their log entries older than half the erasure window (EP_ERASURE_WINDOW, README "Erasure").
 """
 
 from __future__ import annotations
@@ -30,24 +35,29 @@ import json
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.retention.erasure import ERASABLE, ERASED_TABLES, erasure_matches, read_at
+from engagement_platform.engagement.retention.erasure import (
+    ERASABLE, ERASED_TABLES, checkpoint_erased, erased_activity_keys, erased_log_rows, erasure_matches,
+)
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, error, keyed_predicate,
+    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, keyed_predicate, log_predicate,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.tables import ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
-from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
+from engagement_platform.engagement.retention.validate import validate_requests
+from engagement_platform.engagement.tables import (
+    ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS,
+    ENGAGEMENT_SUPPRESSED_RECORDS,
+)
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.suppression import Suppressed, subject_hash
+from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.notify import notification_step
@@ -58,8 +68,7 @@ from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_met
 STREAM = "retention"
 APP_ID = "engagement.retention"
 PIPELINE_NAME = "engagement_gdpr"
-PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
-PINNED = (GDPR_AUDIT.name, *(e.spec.name for e in ERASABLE))  # versions a re-run computes against
+PINNED = (GDPR_AUDIT.name, ENGAGEMENT_ERASED_SUBJECTS.name, *(e.spec.name for e in ERASABLE))  # versions a re-run computes against
 
 
 def gdpr_topic() -> str:
@@ -77,61 +86,12 @@ def vacuum_retention_hours() -> int:
     return load_settings().retention.vacuum_retention_hours
 
 
-def retention_pipeline(topic: str) -> PipelineConfig:
-    return load_kafka_pipeline(PIPELINE_FILE, topic)
-
-
 # ---- compute ------------------------------------------------------------------------------------
 
 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """(as-of time, versions of PINNED) of the batch: from its first commit (quarantine) once that exists, else now."""
     return pin_batch(lake, QUARANTINE_ENGAGEMENT_GDPR.name, APP_ID, batch_id, PINNED)
-
-
-def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], batch_id: int) -> set[tuple[str, str]]:
-    """(org_id, request_id) of these requests an earlier batch already applied (a producer retry)."""
-    if not requests:
-        return set()
-    expr = (ds.field("org_id").isin(sorted({r.org_id for r in requests}))
-            # cast: string_view in files a delta-rs delete rewrote (see erasure.activity_rows_of_subjects)
-            & ds.field("request_id").cast(pa.string()).isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
-    rows = read_at(lake, GDPR_AUDIT.name, version, expr, ["org_id", "request_id"])
-    return {(r["org_id"], r["request_id"]) for r in rows.to_pylist()}
-
-
-def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, as_of: datetime,
-                      audit_version: int, kafka_config: dict | None = None) -> tuple[pa.Table, list[RetentionRequest | None]]:
-    """(validated slice with every error in `_errors`, request per row or None if quarantined)."""
-    validated = validate_kafka_slice(spark, retention_pipeline(plan.topic), bootstrap_servers, plan, kafka_config)
-    validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
-    rows, errors = validated.to_pylist(), validated[ERRORS].to_pylist()
-    requests: list[RetentionRequest | None] = [None] * len(rows)
-    flagged, candidates = [], {}
-    for i, row in enumerate(rows):
-        if errors[i]:
-            continue
-        request, found = canonical_request(row, as_of)
-        if found:
-            errors[i] = found
-            flagged.append(i)
-        else:
-            candidates[i] = request
-    earlier = _audited(lake, audit_version, list(candidates.values()), plan.batch_id)
-    seen: set[tuple[str, str]] = set()
-    for i, r in candidates.items():
-        key = (r.org_id, r.request_id)
-        if key in seen:
-            errors[i] = [error("request_id", "duplicate_in_batch", f"request_id '{r.request_id}' already appears earlier in this batch", r.request_id)]
-        elif key in earlier:
-            errors[i] = [error("request_id", "duplicate_request", f"request_id '{r.request_id}' was already applied by an earlier batch", r.request_id)]
-        else:
-            seen.add(key)
-            requests[i] = r
-            continue
-        flagged.append(i)
-    validated = reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config)
-    return validated, requests
 
 
 # ---- the batch ---------------------------------------------------------------------------------
@@ -144,6 +104,7 @@ class RetentionResult:
     requests_read: int
     requests_applied: int
     requests_quarantined: int  # records (a record may have several error rows)
+    requests_suppressed: int  # rejected requests naming an erased subject: counted, not kept
     retention_requests: int
     erasure_requests: int
     quarantined_errors: int
@@ -161,6 +122,7 @@ class RetentionResult:
             requests_read=self.requests_read,
             requests_applied=self.requests_applied,
             requests_quarantined=self.requests_quarantined,
+            requests_suppressed=self.requests_suppressed,
             retention_requests=self.retention_requests,
             erasure_requests=self.erasure_requests,
             rows_removed=sum(self.rows_removed.values()),
@@ -179,6 +141,7 @@ def apply_retention_batch(
 ) -> RetentionResult:
     seconds: dict[str, float] = {}
     batch = plan.batch_id
+    secret = load_settings().erasure.secret
     pin = batch_pin(lake, batch)
     as_of, snapshot = pin.as_of, pin.versions
     t0 = time.perf_counter()
@@ -186,6 +149,10 @@ def apply_retention_batch(
     seconds["read_validate"] = time.perf_counter() - t0
     n_errors = pc.list_value_length(validated[ERRORS])
     quarantine = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), QuarantineContext(PIPELINE_NAME, batch, plan.topic, as_of, kafka=True))
+    # A request naming an erased subject (a repeated erasure, say) is not kept raw in quarantine: counted instead.
+    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret, snapshot[ENGAGEMENT_ERASED_SUBJECTS.name])
+    erasing = Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in requests if r is not None and r.kind == ERASURE))
+    quarantine, hits = drop_suppressed_quarantine(quarantine, Suppressed.of(secret, suppressed.pairs() | erasing.pairs()))
     positions = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
     applied = sorted(((r, p) for r, p in zip(requests, positions) if r is not None), key=lambda rp: rp[0].order)
     ordered = [r for r, _ in applied]
@@ -203,7 +170,8 @@ def apply_retention_batch(
     seconds["find_subjects"] = time.perf_counter() - t1
 
     def activity_step(txn: BatchTxn, _: Outcomes) -> int | None:
-        predicate = activity_predicate(ordered)
+        # the erased rows by key, found now: the lock keeps every other writer of the table out until the batch is done
+        predicate = activity_predicate(ordered, erased_activity_keys(lake, erasures))
         if predicate is None:
             return None
         metrics = lake.delete(ENGAGEMENT_ACTIVITY, predicate, txn)
@@ -211,9 +179,13 @@ def apply_retention_batch(
         return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
 
     def change_log_delete(txn: BatchTxn, _: Outcomes) -> int | None:
-        """The log holds the same columns (and personal data): the same predicate erases and expires its rows."""
-        predicate = activity_predicate(ordered)
-        if predicate is None or not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
+        """The log holds the same columns (and personal data): its rows older than the cut-offs go, and its
+        images of the erased subjects, named by key."""
+        if not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
+            return None
+        terms = [p for p in (activity_predicate([r for r in ordered if r.kind == RETENTION]), log_predicate(erased_log_rows(lake, erasures))) if p]
+        predicate = " OR ".join(f"({p})" for p in terms) if terms else None
+        if predicate is None:
             return None
         metrics = lake.delete(ENGAGEMENT_ACTIVITY_CHANGES, predicate, txn)
         return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
@@ -242,7 +214,7 @@ def apply_retention_batch(
                 r = activity_request(row, ordered)
                 if r is not None:
                     removed[r.request_id][ENGAGEMENT_ACTIVITY.name] += 1
-        return lake.append(GDPR_AUDIT, _audit_rows(applied, removed, plan, as_of, datetime.now(timezone.utc)), txn)
+        return lake.append(GDPR_AUDIT, _audit_rows(applied, removed, plan, as_of, datetime.now(timezone.utc), secret), txn)
 
     t2 = time.perf_counter()
     versions = commit_batch(
@@ -250,6 +222,9 @@ def apply_retention_batch(
         APP_ID,
         [
             CommitStep(QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)),
+            # the suppression list first: from here on every stream drops the subjects' records
+            suppressed_step(lake, ENGAGEMENT_ERASED_SUBJECTS, _erased_rows(erasures, secret, plan, as_of)),
+            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, as_of)),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
             CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_delete),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
@@ -260,11 +235,13 @@ def apply_retention_batch(
         ranges=plan.ranges_json(),
         **pin.metadata(),  # in every commit's metadata; the first commit's is read back by a re-run (batch_pin)
     )
+    if erasures:
+        checkpoint_erased(lake, versions)
     seconds["commit"] = time.perf_counter() - t2
     totals = {t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}
     return RetentionResult(
         plan=plan, as_of=as_of, requests_read=validated.num_rows, requests_applied=len(ordered),
-        requests_quarantined=validated.num_rows - len(ordered),
+        requests_quarantined=validated.num_rows - len(ordered) - len(hits), requests_suppressed=len(hits),
         retention_requests=sum(r.kind == RETENTION for r in ordered), erasure_requests=len(erasures),
         quarantined_errors=quarantine.num_rows, rows_removed=totals, versions=versions, snapshot=snapshot,
         erasures=erasures, org_ids=sorted({r.org_id for r in ordered}), seconds=seconds,
@@ -272,26 +249,37 @@ def apply_retention_batch(
 
 
 def _audit_rows(applied: list[tuple[RetentionRequest, dict]], removed: dict[str, dict[str, int]], plan: BatchPlan,
-                as_of: datetime, completed_at: datetime) -> pa.Table:
+                as_of: datetime, completed_at: datetime, secret: bytes) -> pa.Table:
+    """One row per request; an erasure's subject as its keyed hash only (in subject_hash and in the request JSON)."""
     rows = []
     for r, p in applied:
         counts = removed[r.request_id]
+        digest = subject_hash(secret, r.org_id, r.subject_id) if r.kind == ERASURE else None
+        request = {k: v for k, v in r.to_json().items() if k != "subject_id"} | ({"subject_hash": digest} if digest else {})
         rows.append(dict(
-            org_id=r.org_id, request_id=r.request_id, kind=r.kind, subject_id=r.subject_id, retention_days=r.retention_days,
+            org_id=r.org_id, request_id=r.request_id, kind=r.kind, subject_hash=digest, retention_days=r.retention_days,
             cutoff_date=r.cutoff, request_time=r.request_time, received_at=as_of, completed_at=completed_at,
             rows_removed=sum(counts.values()), rows_removed_by_table=json.dumps(counts, sort_keys=True),
-            request_json=json.dumps(r.to_json(), sort_keys=True), batch_id=plan.batch_id,
+            request_json=json.dumps(request, sort_keys=True), batch_id=plan.batch_id,
             source_partition=p[SOURCE_PARTITION], source_offset=p[SOURCE_OFFSET],
         ))
     return pa.Table.from_pylist(rows, schema=GDPR_AUDIT.schema)
 
 
-def audited_erasures(lake: DeltaLake, batch_id: int) -> list[RetentionRequest]:
-    """The erasures one batch applied, from gdpr_audit (what the check verifies, independent of the run)."""
+def _erased_rows(erasures: list[RetentionRequest], secret: bytes, plan: BatchPlan, as_of: datetime) -> pa.Table:
+    """The suppression list's rows of this batch's erasures."""
+    return pa.Table.from_pylist([
+        dict(org_id=r.org_id, subject_hash=subject_hash(secret, r.org_id, r.subject_id), request_id=r.request_id,
+             erased_at=as_of, batch_id=plan.batch_id) for r in erasures], schema=ENGAGEMENT_ERASED_SUBJECTS.schema)
+
+
+def audited_erasures(lake: DeltaLake, batch_id: int | None = None) -> list[tuple[str, str]]:
+    """(org, subject hash) of the erasures one batch (None: every batch) applied, from gdpr_audit."""
     if not lake.exists(GDPR_AUDIT.name):
         return []
-    rows = lake.read(GDPR_AUDIT.name, filters=[("batch_id", "=", batch_id), ("kind", "=", ERASURE)]).to_pylist()
-    return [RetentionRequest(r["request_id"], r["org_id"], r["request_time"], ERASURE, subject_id=r["subject_id"]) for r in rows]
+    filters = [("kind", "=", ERASURE)] + ([("batch_id", "=", batch_id)] if batch_id is not None else [])
+    rows = lake.read(GDPR_AUDIT.name, filters=filters, columns=["org_id", "subject_hash"]).to_pylist()
+    return [(r["org_id"], r["subject_hash"]) for r in rows]
 
 
 def seconds_until_due(checkpoints: CheckpointStore, interval: int, now: datetime | None = None) -> float:

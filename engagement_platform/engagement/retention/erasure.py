@@ -2,18 +2,21 @@
 (no Dagster, no Spark): the tables of ERASABLE are read at a pinned version, pruned to the orgs
 involved, and a row is erased when its content mentions the subject (requests.mentions).
 Quarantined records without an org (they did not parse far enough) are matched on content alone.
+The deletes name rows by their keys, never by the subject id: Delta logs a delete's predicate in clear.
+`rows_naming` counts what is left by the suppression list's hashes (the check needs no id).
 
 Vacuum: deletes only tombstone files; `vacuum_erased_tables` (run daily by the layout upkeep, over
 VACUUMED_TABLES) deletes them, and the change-data files that also hold the deleted rows, once older
-than the retention.
+than the retention; `expire_logs` then checkpoints those tables and drops their log entries older than
+half the erasure window (the add actions' statistics hold min/max ids in clear).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
@@ -21,9 +24,11 @@ from deltalake.exceptions import CommitFailedError
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
+from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.requests import SUBJECT_FIELDS, RetentionRequest, activity_request, content_request
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.pin import current_version
 
 UTC_US = pa.timestamp("us", tz="UTC")
@@ -37,19 +42,20 @@ class Erasable:
     spec: TableSpec
     key: tuple[str, str]  # the delete's key; every row of a key holds the same content
     texts: tuple[str, ...]  # content searched for the subject id
-    arrived: str | None  # arrival time column (the check ignores rows that came after the erasure)
 
 
 ERASABLE = (
-    Erasable(ENGAGEMENT_MUTATIONS_PENDING, ("org_id", "request_id"), ("request_json",), None),
-    Erasable(ENGAGEMENT_MUTATION_REQUESTS, ("org_id", "request_id"), ("request_json",), "received_at"),
-    Erasable(QUARANTINE_ENGAGEMENT_MUTATIONS, ("pipeline", "row_id"), ("raw", "input"), "quarantined_at"),
-    Erasable(QUARANTINE_ENGAGEMENT_INGESTION, ("pipeline", "row_id"), ("raw", "input"), "quarantined_at"),
+    Erasable(ENGAGEMENT_MUTATIONS_PENDING, ("org_id", "request_id"), ("request_json",)),
+    Erasable(ENGAGEMENT_MUTATION_REQUESTS, ("org_id", "request_id"), ("request_json",)),
+    Erasable(QUARANTINE_ENGAGEMENT_MUTATIONS, ("pipeline", "row_id"), ("raw", "input")),
+    Erasable(QUARANTINE_ENGAGEMENT_INGESTION, ("pipeline", "row_id"), ("raw", "input")),
 )
 ERASED_TABLES = (ENGAGEMENT_ACTIVITY.name, *(e.spec.name for e in ERASABLE))
 # What the daily full vacuum covers: every table erasure deletes from. engagement_activity's change log is
 # one (its rows go by engagement_activity's predicate) but not in ERASED_TABLES: gdpr_audit does not count them.
 VACUUMED_TABLES = (*ERASED_TABLES, ENGAGEMENT_ACTIVITY_CHANGES.name)
+# Tables erasure never deletes from whose log could still hold an id from before it stored hashes only.
+LOGGED_ELSEWHERE = (GDPR_AUDIT.name, QUARANTINE_ENGAGEMENT_GDPR.name)
 
 
 def read_at(lake: DeltaLake, name: str, version: int | None, expr: ds.Expression, columns: list[str]) -> pa.Table:
@@ -59,14 +65,11 @@ def read_at(lake: DeltaLake, name: str, version: int | None, expr: ds.Expression
     return lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr)
 
 
-def erasure_matches(lake: DeltaLake, erasable: Erasable, version: int | None, erasures: list[RetentionRequest],
-                    arrived_by: datetime | None = None) -> list[tuple[tuple[str, str], str]]:
+def erasure_matches(lake: DeltaLake, erasable: Erasable, version: int | None, erasures: list[RetentionRequest]) -> list[tuple[tuple[str, str], str]]:
     """(row key, request id) per row of `erasable` (at `version`; None = latest) that mentions an erased subject."""
     if not erasures:
         return []
     expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) | ds.field("org_id").is_null()
-    if arrived_by is not None and erasable.arrived:
-        expr = expr & (ds.field(erasable.arrived) <= pa.scalar(arrived_by, UTC_US))
     columns = list(dict.fromkeys((*erasable.key, "org_id", *erasable.texts)))
     rows = read_at(lake, erasable.spec.name, version, expr, columns).to_pylist()
     out = []
@@ -77,7 +80,7 @@ def erasure_matches(lake: DeltaLake, erasable: Erasable, version: int | None, er
     return out
 
 
-def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest], arrived_by: datetime | None = None) -> pa.Table:
+def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest]) -> pa.Table:
     """engagement_activity rows (latest version) of erased subjects, pruned by org partition and id stats."""
     if not erasures or not lake.exists(ENGAGEMENT_ACTIVITY.name):
         return ENGAGEMENT_ACTIVITY.schema.empty_table()
@@ -88,20 +91,67 @@ def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest],
     for f in SUBJECT_FIELDS[1:]:
         ids = ids | ds.field(f).cast(pa.string()).isin(subjects)
     expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) & ids
-    if arrived_by is not None:
-        expr = expr & (ds.field("ingestion_time") <= pa.scalar(arrived_by, UTC_US))
     table = lake.table(ENGAGEMENT_ACTIVITY.name).to_pyarrow_dataset().to_table(filter=expr)
     keep = [activity_request(row, erasures) is not None for row in table.select(["org_id", *SUBJECT_FIELDS]).to_pylist()]
     return table.filter(pa.array(keep, pa.bool_()))
 
 
-def subject_rows_remaining(lake: DeltaLake, erasures: list[RetentionRequest], as_of: datetime) -> dict[str, int]:
-    """Rows of the erased subjects still in each table, among rows that arrived by `as_of` (what the
-    blocking check measures; rows arriving later are the subject's new activity, not a failed erasure)."""
-    remaining = {ENGAGEMENT_ACTIVITY.name: activity_rows_of_subjects(lake, erasures, as_of).num_rows}
+def erased_activity_keys(lake: DeltaLake, erasures: list[RetentionRequest]) -> dict[str, set[str]]:
+    """org -> engagement ids of the erased subjects' engagement_activity rows (latest version): what the
+    delete names instead of the subject ids."""
+    keys: dict[str, set[str]] = {}
+    for row in activity_rows_of_subjects(lake, erasures).select(["org_id", "engagement_id"]).to_pylist():
+        keys.setdefault(row["org_id"], set()).add(row["engagement_id"])
+    return keys
+
+
+LOG_KEY = ["org_id", "_commit_version", "_change_type", "engagement_id"]
+
+
+def erased_log_rows(lake: DeltaLake, erasures: list[RetentionRequest]) -> list[dict]:
+    """Keys (LOG_KEY) of the change log's rows that hold an erased subject: pre- and post-images included."""
+    if not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name) or not erasures:
+        return []
+    subjects: dict[str, set[str]] = {}
+    for r in erasures:
+        subjects.setdefault(r.org_id, set()).add(r.subject_id)
+    table = lake.table(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pyarrow_dataset().to_table(
+        columns=[*LOG_KEY, *SUBJECT_FIELDS], filter=ds.field("org_id").isin(sorted(subjects)))
+    return [{k: row[k] for k in LOG_KEY} for row in table.to_pylist() if any(row[f] in subjects[row["org_id"]] for f in SUBJECT_FIELDS)]
+
+
+def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
+    """Rows of each table that name a suppressed subject of their org: by hash, so the check needs only the
+    suppression list, never the ids (what `no erased subject anywhere` measures). Each distinct id of an
+    org with suppressed subjects is hashed once."""
+    counts = {name: 0 for name in VACUUMED_TABLES}
+    if not suppressed:
+        return counts
+    for name in (ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name):
+        if not lake.exists(name):
+            continue
+        rows = lake.table(name).to_pyarrow_dataset().to_table(columns=["org_id", *SUBJECT_FIELDS], filter=ds.field("org_id").isin(suppressed.scopes))
+        for org in suppressed.scopes:
+            of_org = rows.filter(pc.equal(rows["org_id"], org))
+            ids = set()
+            for f in SUBJECT_FIELDS:
+                ids |= set(pc.unique(of_org[f]).to_pylist())
+            named = pa.array(sorted(v for v in ids if v is not None and suppressed.hit(org, [v])), pa.string())
+            if len(named):
+                hit = pc.or_(*(pc.fill_null(pc.is_in(of_org[f], value_set=named), False) for f in SUBJECT_FIELDS))
+                counts[name] += pc.sum(hit).as_py() or 0
     for e in ERASABLE:
-        remaining[e.spec.name] = len(erasure_matches(lake, e, None, erasures, as_of))
-    return remaining
+        if not lake.exists(e.spec.name):
+            continue
+        expr = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+        rows = lake.table(e.spec.name).to_pyarrow_dataset().to_table(columns=list(dict.fromkeys(("org_id", *e.texts))), filter=expr)
+        counts[e.spec.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in e.texts]))
+    return counts
+
+
+def subject_rows_remaining(lake: DeltaLake, erasures: list[RetentionRequest], secret: bytes) -> dict[str, int]:
+    """Rows of the erased subjects still in each table (their ids hashed like the suppression list's)."""
+    return rows_naming(lake, Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in erasures)))
 
 
 def vacuum_erased_tables(lake: DeltaLake, retention_hours: int, tables: tuple[str, ...] | None = None, dry_run: bool = False) -> dict[str, int]:
@@ -117,6 +167,34 @@ def vacuum_erased_tables(lake: DeltaLake, retention_hours: int, tables: tuple[st
                 commit_properties=CommitProperties(custom_metadata={"app_id": VACUUM_APP_ID}),
             )
             out[name] = len(files)
+        except CommitFailedError:
+            out[name] = -1
+    return out
+
+
+def checkpoint_erased(lake: DeltaLake, committed: dict[str, int | None]) -> list[str]:
+    """A checkpoint of each table this erasure batch committed to, right after its commits. delta-rs drops
+    log entries only before a checkpoint that is itself older than the log retention (so that every version
+    inside the retention stays readable): this one lets the first upkeep past half the window drop every
+    entry from before the erasure. A crash before it only delays that to the upkeep's own checkpoint."""
+    done = []
+    for name, version in committed.items():
+        if version is not None and name in (*VACUUMED_TABLES, *LOGGED_ELSEWHERE) and lake.exists(name):
+            lake.table(name).create_checkpoint()
+            done.append(name)
+    return done
+
+
+def expire_logs(lake: DeltaLake, retention_seconds: float, tables: tuple[str, ...] | None = None) -> dict[str, int]:
+    """Checkpoint the tables erasure deletes from (and the audit, the suppression list) and delete their
+    log entries older than `retention_seconds` (DeltaLake.expire_log): table -> the checkpoint's version
+    (-1: a commit conflicted, retried by the next run)."""
+    out = {}
+    for name in tables if tables is not None else (*VACUUMED_TABLES, *LOGGED_ELSEWHERE):
+        if not lake.exists(name):
+            continue
+        try:
+            out[name] = lake.expire_log(name, retention_seconds)
         except CommitFailedError:
             out[name] = -1
     return out

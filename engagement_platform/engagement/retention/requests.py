@@ -10,6 +10,8 @@ Requests (JSON, one per Kafka message on EP_GDPR_TOPIC, default `engagement.gdpr
                rows. Rows with a null engagement_date are kept.
     erasure    subject_id (str): a lead or contact id. Every engagement of the org whose lead_id or
                contact_id is it, and every row of the other tables that mentions it (see `mentions`).
+               The lake keeps only its keyed hash (lake/suppression.py): in the suppression list that
+               makes every stream drop the subject's later records, and in gdpr_audit.
 
     {"request_id": "g1", "org_id": "00D000001", "request_time": "2026-02-01T00:00:00Z", "kind": "retention", "retention_days": 365}
     {"request_id": "g2", "org_id": "00D000001", "request_time": "2026-02-01T00:00:00Z", "kind": "erasure", "subject_id": "00Q000123"}
@@ -144,22 +146,38 @@ def content_request(texts: list[str | bytes | None], org_id: str | None, erasure
     return None
 
 
-def activity_predicate(requests: list[RetentionRequest]) -> str | None:
-    """One delete predicate for the whole batch, each org's terms under its partition value."""
+def activity_predicate(requests: list[RetentionRequest], erased: dict[str, set[str]] | None = None) -> str | None:
+    """One delete predicate for the whole batch, each org's terms under its partition value: retention by
+    its cut-off, erasure by the keys (`erased`: org -> engagement ids) of the subjects' rows, never by the
+    subject ids themselves, because Delta logs a delete's predicate in clear (issue: erasure that holds)."""
     by_org: dict[str, list[RetentionRequest]] = {}
     for r in requests:
         by_org.setdefault(r.org_id, []).append(r)
+    for org in (erased or {}):
+        by_org.setdefault(org, [])
     parts = []
     for org, rs in sorted(by_org.items()):
         terms = []
         cutoffs = [r.cutoff for r in rs if r.kind == RETENTION]
         if cutoffs:  # the union of "older than" is "older than the latest cut-off"
             terms.append(f"engagement_date < CAST({sql_literal(max(cutoffs).isoformat())} AS DATE)")
-        subjects = sorted({r.subject_id for r in rs if r.kind == ERASURE})
-        if subjects:
-            ids = ", ".join(sql_literal(s) for s in subjects)
-            terms += [f"{f} IN ({ids})" for f in SUBJECT_FIELDS]
-        parts.append(f"(org_id = {sql_literal(org)} AND ({' OR '.join(terms)}))")
+        keys = sorted((erased or {}).get(org, ()))
+        if keys:
+            terms.append(f"engagement_id IN ({', '.join(sql_literal(k) for k in keys)})")
+        if terms:
+            parts.append(f"(org_id = {sql_literal(org)} AND ({' OR '.join(terms)}))")
+    return " OR ".join(parts) or None
+
+
+def log_predicate(rows: list[dict]) -> str | None:
+    """Delete predicate of a change log's rows by their keys (org, commit version, change type, engagement
+    id): exactly these rows, with no subject id in it."""
+    grouped: dict[tuple, set[str]] = {}
+    for r in rows:
+        grouped.setdefault((r["org_id"], r["_commit_version"], r["_change_type"]), set()).add(r["engagement_id"])
+    parts = [f"(org_id = {sql_literal(org)} AND _commit_version = {int(v)} AND _change_type = {sql_literal(t)} "
+             f"AND engagement_id IN ({', '.join(sql_literal(e) for e in sorted(ids))}))"
+             for (org, v, t), ids in sorted(grouped.items())]
     return " OR ".join(parts) or None
 
 

@@ -15,7 +15,7 @@ GDPR_AUDIT = TableSpec(
             ("org_id", pa.string()),
             ("request_id", pa.string()),
             ("kind", pa.string()),  # retention | erasure
-            ("subject_id", pa.string()),  # erasure: the lead/contact id erased
+            ("subject_hash", pa.string()),  # erasure: the subject's keyed hash (lake/suppression.py), never the id
             ("retention_days", pa.int32()),  # retention: rows older than this many days went
             ("cutoff_date", pa.date32()),  # retention: engagement_date < cutoff_date went (request day - days)
             ("request_time", pa.timestamp("us", tz="UTC")),
@@ -31,7 +31,7 @@ GDPR_AUDIT = TableSpec(
     ),
     partition_by=("org_id",),
     change_data_feed=False,
-    stats_columns=("request_id", "kind", "subject_id", "batch_id", "completed_at"),
+    stats_columns=("request_id", "kind", "batch_id", "completed_at"),
     description="One row per applied retention or erasure request: when it completed and how many rows went per table.",
 )
 

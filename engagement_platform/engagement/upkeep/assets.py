@@ -8,6 +8,7 @@ rewrites only the partitions that need it, so an idle lake costs one short run a
 """
 
 import json
+from datetime import timedelta
 
 from dagster import (
     AssetCheckResult,
@@ -38,7 +39,7 @@ from dagster import (
 from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
-from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, vacuum_erased_tables
+from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, expire_logs, vacuum_erased_tables
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
 from engagement_platform.lake.layout import partition_layout, upkeep
@@ -46,6 +47,7 @@ from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.resources import LakeResource
 from engagement_platform.settings import load_settings
+from engagement_platform.spark.handoff_files import sweep_all_handoffs
 
 UPKEEP_ASSET = AssetKey("engagement_layout_upkeep")
 DATE_RANGES_DO_NOT_OVERLAP = "date_ranges_do_not_overlap"
@@ -83,6 +85,11 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
     # GDPR erasure (the retention stream) also deletes from these tables (engagement_activity's change log
     # included): the same full vacuum makes the erased rows' files (data and change data) go once the retention has passed.
     others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in VACUUMED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
+    # ...and their log entries older than half the erasure window go too (statistics in add actions hold ids),
+    # with the handoff folders a crashed run left: nothing of an erased subject outlives EP_ERASURE_WINDOW.
+    erasure = load_settings().erasure
+    expired = expire_logs(lake.lake, erasure.retention_seconds)
+    swept = sweep_all_handoffs(lake.lake.root, timedelta(seconds=erasure.retention_seconds), lake.lake.storage_options)
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
     metadata, worst = upkeep_metadata(result, others, retention_hours, WORST_SHOWN)
@@ -90,7 +97,9 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
         asset_key=AssetKey(ENGAGEMENT_ACTIVITY.name),
         metadata={"files": result["files_after"], **layout_summary(result["layout_after"]), "table_version": result["version_after"]},
     ))
-    return MaterializeResult(metadata={**metadata, "worst_partitions": MetadataValue.md(worst)})
+    return MaterializeResult(metadata={**metadata, "worst_partitions": MetadataValue.md(worst), "logs_expired": sum(v >= 0 for v in expired.values()),
+                                       "log_expiry_conflicts": sum(v < 0 for v in expired.values()), "handoff_folders_swept": len(swept),
+                                       "erasure_window_seconds": erasure.window_seconds})
 
 
 @asset_check(asset=UPKEEP_ASSET, name=DATE_RANGES_DO_NOT_OVERLAP, blocking=False,

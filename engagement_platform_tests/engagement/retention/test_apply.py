@@ -6,7 +6,6 @@ with its checks and the sensor's cadence; plus the pure logic (cut-off, content 
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,66 +18,30 @@ from hypothesis import strategies as st
 
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.engagement.mutation import apply as mutations
-from engagement_platform.engagement.retention.erasure import ERASED_TABLES, subject_rows_remaining
+from engagement_platform.engagement.retention.erasure import ERASED_TABLES, VACUUMED_TABLES, subject_rows_remaining
 from engagement_platform.engagement.integrity import audit_notifications
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.retention.apply import APP_ID, STREAM, apply_retention_batch
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, keyed_predicate, mentions,
+    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, keyed_predicate, log_predicate, mentions,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.assets import engagement_retention, engagement_retention_sensor, retention_batches
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
+from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
-from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform.settings import load_settings
 from engagement_platform_tests.support.activities import ingest, rows_of
+from engagement_platform_tests.support.erasure import ASKED, activity, gdpr, plan_retention, produce, retain
 from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
 from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests
 
 A, B = "00D000001", "00D000002"
 SUBJECT, CONTACT = "00QERASE01", "003ERASE02"
-ASKED = "2026-02-01T10:00:00Z"
-
-
-@pytest.fixture
-def gdpr_topic(kafka) -> str:
-    name = f"test.gdpr.{uuid.uuid4().hex[:10]}"
-    kafka.create_topics({name: 1})
-    return name
-
-
-@pytest.fixture
-def mutation_topic(kafka) -> str:
-    name = f"test.mutations.{uuid.uuid4().hex[:10]}"
-    kafka.create_topics({name: 3})
-    return name
-
-
-def activity(eid, org, day, lead=None, contact=None) -> dict:
-    return {"engagement_id": eid, "org_id": org, "activity_type": "call", "event_time": f"{day}T09:00:00Z",
-            "engagement_date": str(day), "lead_id": lead, "contact_id": contact, "user_id": "005000001"}
-
-
-def produce(kafka, topic, messages: list) -> None:
-    kafka.produce(topic, [(b"k", m if isinstance(m, bytes) else json.dumps(m).encode()) for m in messages])
-
-
-def gdpr(rid, org, kind, at=ASKED, **fields) -> dict:
-    return {"request_id": rid, "org_id": org, "request_time": at, "kind": kind, **fields}
-
-
-def plan_retention(kafka, checkpoints, topic):
-    p = plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 10_000)
-    assert checkpoints.record_plan(p)
-    return p
-
-
-def retain(spark, kafka, lake, checkpoints, topic, requests):
-    produce(kafka, topic, requests)
-    return apply_retention_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_retention(kafka, checkpoints, topic))
+SECRET = load_settings().erasure.secret
 
 
 def audit_rows(lake) -> dict[str, dict]:
@@ -176,7 +139,7 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     assert lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).num_rows == 0
     kept = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name)
     assert {json.loads(i)["engagement_id"] for i in kept["input"].to_pylist()} == {"q3"}, "a longer id containing the subject is not the subject"
-    assert subject_rows_remaining(lake, result.erasures, result.as_of) == {t: 0 for t in ERASED_TABLES}
+    assert subject_rows_remaining(lake, result.erasures, SECRET) == {t: 0 for t in VACUUMED_TABLES}
 
     after = {t: count(lake, t) for t in ERASED_TABLES}
     audit = audit_rows(lake)
@@ -187,7 +150,8 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     assert e1[ENGAGEMENT_ACTIVITY.name] == 2 and e2[ENGAGEMENT_ACTIVITY.name] == 1
     assert (e1[QUARANTINE_ENGAGEMENT_INGESTION.name], e1[ENGAGEMENT_MUTATIONS_PENDING.name], e1[ENGAGEMENT_MUTATION_REQUESTS.name]) == (2, 1, 1)
     assert e1[QUARANTINE_ENGAGEMENT_MUTATIONS.name] == before[QUARANTINE_ENGAGEMENT_MUTATIONS.name] > 0
-    assert audit["e1"]["subject_id"] == SUBJECT and audit["e1"]["rows_removed"] == sum(e1.values())
+    assert audit["e1"]["subject_hash"] == subject_hash(SECRET, A, SUBJECT) and audit["e1"]["rows_removed"] == sum(e1.values())
+    assert SUBJECT not in json.dumps(list(audit.values()), default=str), "the audit keeps the hash, never the id"
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
     assert [(n["org_id"], n["deleted"]) for n in notes] == [(A, 3)]
 
@@ -305,7 +269,7 @@ def test_sensor_plans_on_its_cadence_and_the_asset_applies_with_checks(spark, ka
         assert set(checks) == {"subject_erased_everywhere", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted"}
         assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
         erased = checks["subject_erased_everywhere"].metadata
-        assert erased["erasures_checked"].value == 1 and erased["rows_remaining"].value == 0
+        assert erased["erasures_in_batch"].value == erased["subjects_suppressed"].value == 1 and erased["rows_remaining"].value == 0
         assert erased[f"rows_remaining_{ENGAGEMENT_ACTIVITY.name}"].value == 0
         accounted = checks["requests_accounted"].metadata
         assert (accounted["requests_read"].value, accounted["requests_applied"].value, accounted["requests_quarantined"].value) == (2, 1, 1)
@@ -369,9 +333,13 @@ def test_predicates_group_by_partition_and_quote_values():
     requests = [RetentionRequest("r1", A, datetime(2026, 2, 1, tzinfo=timezone.utc), RETENTION, retention_days=30),
                 RetentionRequest("r2", A, datetime(2026, 2, 1, tzinfo=timezone.utc), ERASURE, subject_id="O'Brien"),
                 RetentionRequest("r3", B, datetime(2026, 2, 3, tzinfo=timezone.utc), RETENTION, retention_days=1)]
-    assert activity_predicate(requests) == (
-        f"(org_id = '{A}' AND (engagement_date < CAST('2026-01-02' AS DATE) OR lead_id IN ('O''Brien') OR contact_id IN ('O''Brien')))"
-        f" OR (org_id = '{B}' AND (engagement_date < CAST('2026-02-02' AS DATE)))")
+    assert activity_predicate(requests, {A: {"e'1", "e2"}, "C": {"e3"}}) == (
+        f"(org_id = '{A}' AND (engagement_date < CAST('2026-01-02' AS DATE) OR engagement_id IN ('e''1', 'e2')))"
+        f" OR (org_id = '{B}' AND (engagement_date < CAST('2026-02-02' AS DATE)))"
+        " OR (org_id = 'C' AND (engagement_id IN ('e3')))"), "an erasure names rows by key, never the subject id"
+    assert "O''Brien" not in activity_predicate(requests)
+    assert log_predicate([{"org_id": A, "_commit_version": 3, "_change_type": "delete", "engagement_id": "e1"}]) == (
+        f"(org_id = '{A}' AND _commit_version = 3 AND _change_type = 'delete' AND engagement_id IN ('e1'))")
     assert activity_predicate([]) is None
     assert keyed_predicate(("pipeline", "row_id"), {("p", "t:0:2"), ("p", "t:0:1")}) == "(pipeline = 'p' AND row_id IN ('t:0:1', 't:0:2'))"
     assert mutations.STREAM != STREAM  # each stream its own txn app id and checkpoint partition
@@ -406,7 +374,7 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert checkpoints.is_done(mutations.STREAM, p.batch_id)
     assert sorted(lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist()) == ["m2", "m4"]
-    assert subject_rows_remaining(lake, result.erasures, result.as_of) == {t: 0 for t in ERASED_TABLES}
+    assert subject_rows_remaining(lake, result.erasures, SECRET) == {t: 0 for t in VACUUMED_TABLES}
     q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name) if lake.exists(QUARANTINE_ENGAGEMENT_MUTATIONS.name) else None
     assert q is None or not any(mentions(v, SUBJECT) for v in q["input"].to_pylist() if v)
     # the re-run is still exactly-once: one pending commit for the batch, the same decisions
