@@ -19,12 +19,13 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.landing.apply import run_file_batch, stream_name as landing_stream
 from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
 from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
+from engagement_platform.profiles.erasure.apply import SPEC as PROFILE_ERASURE
 from engagement_platform.profiles.staging.apply import SPEC as PROFILE_CDC
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, BatchResult, StreamSpec
 
-SPECS: dict[str, StreamSpec] = {spec.name: spec for spec in (INGESTION, MUTATION, RETENTION, PROFILE_CDC)}
+SPECS: dict[str, StreamSpec] = {spec.name: spec for spec in (INGESTION, MUTATION, RETENTION, PROFILE_CDC, PROFILE_ERASURE)}
 PROCESSOR, BACKFILL, LANDING = "profile_processor", "profile_backfill", "ingest"  # families: <family>/<tenant or pipeline>
 STREAM_NAMES = (*SPECS, f"{PROCESSOR}/<tenant>", f"{BACKFILL}/<tenant>", f"{LANDING}/<pipeline>")
 

@@ -22,14 +22,14 @@ from datetime import date
 
 from engagement_platform.settings import load_settings
 
-PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3}  # per topic, when the CLI creates it
+PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3, "profile_erasure": 1}  # per topic, when the CLI creates it
 
 
 def configured_topics() -> dict[str, int]:
     """Topic name -> partitions, named as the streams read them at run time (EP_*_TOPIC overrides included)."""
     settings = load_settings()
     names = {"activities": settings.ingestion.topic, "mutations": settings.mutation.topic, "gdpr": settings.retention.topic,
-             "profile_cdc": settings.profiles.cdc_topic}
+             "profile_cdc": settings.profiles.cdc_topic, "profile_erasure": settings.profiles.erasure_topic}
     return {names[stream]: partitions for stream, partitions in PARTITIONS.items()}
 
 

@@ -66,6 +66,8 @@ def parse_duration(text: str) -> float:
 class ProfileSettings:
     cdc_topic: str  # EP_PROFILE_CDC_TOPIC
     max_lag_seconds: float  # EP_PROFILE_MAX_LAG_SECONDS: replication lag above which the lag check fails
+    erasure_topic: str  # EP_PROFILE_ERASURE_TOPIC: profile erasure requests
+    staging_retention_seconds: float  # EP_PROFILE_STAGING_RETENTION: merged staging buckets older than this are deleted
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         profiles=ProfileSettings(
             cdc_topic=env.get("EP_PROFILE_CDC_TOPIC", "profile.cdc"),
             max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
+            erasure_topic=env.get("EP_PROFILE_ERASURE_TOPIC", "profile.erasure"),
+            staging_retention_seconds=parse_duration(env.get("EP_PROFILE_STAGING_RETENTION") or "7d"),
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},

@@ -162,7 +162,8 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
     def run(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource,
             checkpoints: CheckpointStore, coordinator: CoordinatorResource | None) -> MaterializeResult:
         spec = definition.spec
-        batch = BatchContext(spark.spark_session, lake.lake, checkpoints, kafka.servers)
+        batch = BatchContext(spark.spark_session, lake.lake, checkpoints, kafka.servers,
+                             coordinator.coordinator() if coordinator is not None and coordinator.is_enabled else None)
         plan = checkpoints.plan(spec.name, int(context.partition_key))
         if coordinator is None:
             result = spec.run_batch(batch, plan)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from engagement_platform.profiles.tables import raw_table_name
-from engagement_platform.streams.batch import fenced
+from engagement_platform.streams.batch import AllLeases, active_lease, fenced
 from engagement_platform.streams.coordinator import Coordinator, Lease, LockBusy
 
 LOCK_TIMEOUT_S = 30.0
@@ -41,3 +41,23 @@ def tenant_lock(coordinator: Coordinator | None, tenant: str, owner: str, timeou
             yield lease
     finally:
         coordinator.unlock(lease)
+
+
+@contextmanager
+def tenant_locks(coordinator: Coordinator | None, tenants: list[str], owner: str, timeout_s: float = LOCK_TIMEOUT_S,
+                 patience_s: float | None = None) -> Iterator[list[Lease]]:
+    """Hold several tenants' locks for the block (taken in sorted order, so two such runs cannot deadlock),
+    commits fenced by all of them and by the lock the run already holds; `coordinator` None = no locks."""
+    if coordinator is None:
+        yield []
+        return
+    held: list[Lease] = []
+    try:
+        for tenant in sorted(set(tenants)):
+            held.append(coordinator.wait_for_lock(tenant_lock_name(tenant), owner, timeout_s, patience_s))
+        outer = active_lease()
+        with fenced(AllLeases(([outer] if outer is not None else []) + held)):
+            yield held
+    finally:
+        for lease in reversed(held):
+            coordinator.unlock(lease)

@@ -6,6 +6,8 @@ profile_raw/<tenant>    one table per tenant: the current profile rows (one per 
                         as a JSON string (schema on read) plus promoted columns for pushdown
 profile_progress        per tenant and processor batch: which staging versions were merged
 quarantine_profile_cdc  CDC records that never reach staging, in the one quarantine schema
+profile_erased_subjects the suppression list (erased identities' ids as keyed hashes), with its
+                        audit and the suppressed-record counts (profiles/erasure/)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pyarrow as pa
 
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.suppression_tables import erased_subjects_spec, suppressed_records_spec
 
 # Tenants name folders and ZooKeeper lock paths: keep them to a charset that needs no escaping.
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -143,4 +146,37 @@ QUARANTINE_PROFILE_CDC = TableSpec(
     partition_by=("pipeline", "quarantine_date"),
     stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
     description="Profile CDC records that never reached staging: raw bytes, topic:partition:offset, reason.",
+)
+
+# Erasure (profiles/erasure/): the suppression list (every id of an erased identity, as a keyed hash per
+# tenant), the count of records each batch dropped because they named one, and one audit row per request.
+PROFILE_ERASED_SUBJECTS = erased_subjects_spec("profile_erased_subjects", "tenant")
+PROFILE_SUPPRESSED_RECORDS = suppressed_records_spec("profile_suppressed_records", "tenant")
+
+PROFILE_ERASURE_AUDIT = TableSpec(
+    name="profile_erasure_audit",
+    schema=pa.schema([
+        ("tenant", pa.string()),
+        ("request_id", pa.string()),
+        ("subject_hash", pa.string()),  # the requested id's keyed hash (lake/suppression.py), never the id
+        ("ids_erased", pa.int64()),  # ids of the merged identity erased with it (the documented rule)
+        ("request_time", UTC_US),
+        ("completed_at", UTC_US),
+        ("rows_removed", pa.int64()),
+        ("rows_removed_by_table", pa.string()),  # JSON {table: rows}
+        ("batch_id", pa.int64()),
+        ("source_partition", pa.int32()),
+        ("source_offset", pa.int64()),
+    ]),
+    change_data_feed=False,
+    stats_columns=("tenant", "request_id", "batch_id", "completed_at"),
+    description="One row per applied profile erasure: the subject's hash, how many linked ids went with it, rows removed per table.",
+)
+
+QUARANTINE_PROFILE_ERASURE = TableSpec(
+    name="quarantine_profile_erasure",
+    schema=QUARANTINE_SCHEMA,
+    partition_by=("pipeline", "quarantine_date"),
+    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
+    description="Profile erasure requests that are malformed or repeated: raw request, position, reason.",
 )

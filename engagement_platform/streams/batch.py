@@ -59,6 +59,21 @@ def fenced(lease: Lease | None) -> Iterator[Lease | None]:
         _LEASE.reset(token)
 
 
+class AllLeases:
+    """Several held locks fencing one batch's commits (a batch that writes tables of several lock owners,
+    e.g. an erasure across tenants): checked together before each commit, all named in its metadata."""
+
+    def __init__(self, leases: list[Lease]):
+        self.leases = leases
+        self.token = ",".join(str(lease.token) for lease in leases)
+        self.lock_name = ",".join(lease.lock_name for lease in leases)
+        self.owner = ",".join(sorted({lease.owner for lease in leases}))
+
+    def check(self) -> None:
+        for lease in self.leases:
+            lease.check()
+
+
 def active_lease() -> Lease | None:
     return _LEASE.get()
 

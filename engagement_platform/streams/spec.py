@@ -19,13 +19,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BatchContext:
-    """What a batch runs against: the Spark session (a Connect client), the lake, its checkpoint store and
-    the Kafka bootstrap servers."""
+    """What a batch runs against: the Spark session (a Connect client), the lake, its checkpoint store,
+    the Kafka bootstrap servers and, when the run is coordinated, the coordinator (for a batch that takes
+    locks of its own besides its stream's, e.g. one per tenant it writes)."""
 
     spark: Any
     lake: DeltaLake
     checkpoints: CheckpointStore
     kafka_servers: str
+    coordinator: Any = None  # streams.coordinator.Coordinator, or None: no locks
 
 
 class BatchResult(Protocol):

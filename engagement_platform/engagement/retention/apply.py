@@ -25,7 +25,7 @@ commit   quarantine_engagement_gdpr (append; carries the pin), engagement_erased
 
 Files: a delete only tombstones the files holding the rows (and writes change-data files that hold the
 deleted rows too). They go when a full vacuum runs past the retention period: the layout upkeep's daily
-run vacuums engagement_activity and, through `vacuum_erased_tables`, every ERASABLE table and the change log,
+run vacuums engagement_activity, every ERASABLE table and the change log (lake/row_erasure.py),
 then drops their log entries older than half the erasure window (EP_ERASURE_WINDOW, README "Erasure").
 """
 
@@ -41,10 +41,10 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.retention.erasure import (
-    ERASABLE, ERASED_TABLES, checkpoint_erased, erased_activity_keys, erased_log_rows, erasure_matches,
+    ERASABLE, ERASED_TABLES, WINDOW_TABLES, erased_activity_keys, erased_log_rows, erasure_matches,
 )
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, keyed_predicate, log_predicate,
+    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, log_predicate,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.validate import validate_requests
@@ -56,6 +56,7 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.row_erasure import checkpoint_tables, keyed_predicate
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
@@ -235,8 +236,8 @@ def apply_retention_batch(
         ranges=plan.ranges_json(),
         **pin.metadata(),  # in every commit's metadata; the first commit's is read back by a re-run (batch_pin)
     )
-    if erasures:
-        checkpoint_erased(lake, versions)
+    if erasures:  # log cleanup can then drop every entry from before the erasure (lake/row_erasure.py)
+        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t in WINDOW_TABLES])
     seconds["commit"] = time.perf_counter() - t2
     totals = {t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}
     return RetentionResult(

@@ -5,10 +5,9 @@ Quarantined records without an org (they did not parse far enough) are matched o
 The deletes name rows by their keys, never by the subject id: Delta logs a delete's predicate in clear.
 `rows_naming` counts what is left by the suppression list's hashes (the check needs no id).
 
-Vacuum: deletes only tombstone files; `vacuum_erased_tables` (run daily by the layout upkeep, over
-VACUUMED_TABLES) deletes them, and the change-data files that also hold the deleted rows, once older
-than the retention; `expire_logs` then checkpoints those tables and drops their log entries older than
-half the erasure window (the add actions' statistics hold min/max ids in clear).
+Vacuum: deletes only tombstone files; the layout upkeep (daily) vacuums VACUUMED_TABLES and expires the
+logs of WINDOW_TABLES (lake/row_erasure.py) once older than half the erasure window: the deleted rows'
+data and change-data files go, and the log entries whose statistics hold min/max ids in clear.
 """
 
 from __future__ import annotations
@@ -18,8 +17,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from deltalake import CommitProperties
-from deltalake.exceptions import CommitFailedError
 
 from engagement_platform.engagement.mutation.tables import (
     ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
@@ -32,7 +29,6 @@ from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.pin import current_version
 
 UTC_US = pa.timestamp("us", tz="UTC")
-VACUUM_APP_ID = "engagement.retention.vacuum"
 
 
 @dataclass(frozen=True)
@@ -56,6 +52,8 @@ ERASED_TABLES = (ENGAGEMENT_ACTIVITY.name, *(e.spec.name for e in ERASABLE))
 VACUUMED_TABLES = (*ERASED_TABLES, ENGAGEMENT_ACTIVITY_CHANGES.name)
 # Tables erasure never deletes from whose log could still hold an id from before it stored hashes only.
 LOGGED_ELSEWHERE = (GDPR_AUDIT.name, QUARANTINE_ENGAGEMENT_GDPR.name)
+# What the upkeep's window passes cover (lake/row_erasure.py): checkpoints and log expiry.
+WINDOW_TABLES = (*VACUUMED_TABLES, *LOGGED_ELSEWHERE)
 
 
 def read_at(lake: DeltaLake, name: str, version: int | None, expr: ds.Expression, columns: list[str]) -> pa.Table:
@@ -152,49 +150,3 @@ def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
 def subject_rows_remaining(lake: DeltaLake, erasures: list[RetentionRequest], secret: bytes) -> dict[str, int]:
     """Rows of the erased subjects still in each table (their ids hashed like the suppression list's)."""
     return rows_naming(lake, Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in erasures)))
-
-
-def vacuum_erased_tables(lake: DeltaLake, retention_hours: int, tables: tuple[str, ...] | None = None, dry_run: bool = False) -> dict[str, int]:
-    """Full vacuum (tombstoned data files and change-data files older than the retention) of the
-    tables erasure deletes from; files per table (-1: the vacuum's log commit conflicted, retried next run)."""
-    out = {}
-    for name in tables if tables is not None else VACUUMED_TABLES:
-        if not lake.exists(name):
-            continue
-        try:
-            files = lake.table(name).vacuum(
-                retention_hours=retention_hours, dry_run=dry_run, enforce_retention_duration=retention_hours >= 168, full=True,
-                commit_properties=CommitProperties(custom_metadata={"app_id": VACUUM_APP_ID}),
-            )
-            out[name] = len(files)
-        except CommitFailedError:
-            out[name] = -1
-    return out
-
-
-def checkpoint_erased(lake: DeltaLake, committed: dict[str, int | None]) -> list[str]:
-    """A checkpoint of each table this erasure batch committed to, right after its commits. delta-rs drops
-    log entries only before a checkpoint that is itself older than the log retention (so that every version
-    inside the retention stays readable): this one lets the first upkeep past half the window drop every
-    entry from before the erasure. A crash before it only delays that to the upkeep's own checkpoint."""
-    done = []
-    for name, version in committed.items():
-        if version is not None and name in (*VACUUMED_TABLES, *LOGGED_ELSEWHERE) and lake.exists(name):
-            lake.table(name).create_checkpoint()
-            done.append(name)
-    return done
-
-
-def expire_logs(lake: DeltaLake, retention_seconds: float, tables: tuple[str, ...] | None = None) -> dict[str, int]:
-    """Checkpoint the tables erasure deletes from (and the audit, the suppression list) and delete their
-    log entries older than `retention_seconds` (DeltaLake.expire_log): table -> the checkpoint's version
-    (-1: a commit conflicted, retried by the next run)."""
-    out = {}
-    for name in tables if tables is not None else (*VACUUMED_TABLES, *LOGGED_ELSEWHERE):
-        if not lake.exists(name):
-            continue
-        try:
-            out[name] = lake.expire_log(name, retention_seconds)
-        except CommitFailedError:
-            out[name] = -1
-    return out

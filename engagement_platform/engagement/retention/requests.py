@@ -179,14 +179,3 @@ def log_predicate(rows: list[dict]) -> str | None:
              f"AND engagement_id IN ({', '.join(sql_literal(e) for e in sorted(ids))}))"
              for (org, v, t), ids in sorted(grouped.items())]
     return " OR ".join(parts) or None
-
-
-def keyed_predicate(columns: tuple[str, str], keys: set[tuple[str, str]]) -> str | None:
-    """`(a = 'x' AND b IN (...)) OR ...`: deletes exactly the rows picked by key, grouped by the first column."""
-    grouped: dict[str, set[str]] = {}
-    for a, b in keys:
-        grouped.setdefault(a, set()).add(b)
-    first, second = columns
-    parts = [f"({first} = {sql_literal(a)} AND {second} IN ({', '.join(sql_literal(b) for b in sorted(bs))}))"
-             for a, bs in sorted(grouped.items())]
-    return " OR ".join(parts) or None

@@ -39,10 +39,11 @@ from dagster import (
 from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
-from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, expire_logs, vacuum_erased_tables
+from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, WINDOW_TABLES
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
 from engagement_platform.lake.layout import partition_layout, upkeep
+from engagement_platform.lake.row_erasure import expire_logs, vacuum_tables
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.resources import LakeResource
@@ -84,11 +85,11 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
     )
     # GDPR erasure (the retention stream) also deletes from these tables (engagement_activity's change log
     # included): the same full vacuum makes the erased rows' files (data and change data) go once the retention has passed.
-    others = vacuum_erased_tables(lake.lake, retention_hours, tables=tuple(t for t in VACUUMED_TABLES if t != ENGAGEMENT_ACTIVITY.name))
+    others = vacuum_tables(lake.lake, [t for t in VACUUMED_TABLES if t != ENGAGEMENT_ACTIVITY.name], retention_hours)
     # ...and their log entries older than half the erasure window go too (statistics in add actions hold ids),
     # with the handoff folders a crashed run left: nothing of an erased subject outlives EP_ERASURE_WINDOW.
     erasure = load_settings().erasure
-    expired = expire_logs(lake.lake, erasure.retention_seconds)
+    expired = expire_logs(lake.lake, WINDOW_TABLES, erasure.retention_seconds)
     swept = sweep_all_handoffs(lake.lake.root, timedelta(seconds=erasure.retention_seconds), lake.lake.storage_options)
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")

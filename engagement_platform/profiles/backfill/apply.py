@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 from pydantic import BaseModel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType, StructField, StructType
 
 from engagement_platform.ingest.config import load_pipeline
 from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather
@@ -48,14 +49,19 @@ from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.ingest.sources import INPUT, read_lines_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.profiles.processor.commit import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
 from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.processor.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
-from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant
+from engagement_platform.profiles.suppressed import SUPPRESSED_HASH, mark_suppressed
+from engagement_platform.profiles.tables import (
+    PROFILE_ERASED_SUBJECTS, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant,
+)
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
@@ -233,6 +239,7 @@ class BackfillResult:
     records_quarantined: int = 0
     rows_upserted: int = 0
     rows_relinked: int = 0
+    records_suppressed: int = 0  # naming an erased identity: dropped, stored nowhere
     raw_version_read: int | None = None
     versions: Outcomes = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -242,7 +249,7 @@ class BackfillResult:
         return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "path": snapshot.path, "until": snapshot.until.isoformat(),
                 "files": len(snapshot.files), "already_done": self.already_done, "records_read": self.records_read,
                 "rows_valid": self.rows_valid, "rows_beyond_boundary": self.rows_beyond_boundary,
-                "records_quarantined": self.records_quarantined, "rows_upserted": self.rows_upserted,
+                "records_quarantined": self.records_quarantined, "records_suppressed": self.records_suppressed, "rows_upserted": self.rows_upserted,
                 "rows_relinked": self.rows_relinked, **{f"{k}_version": v for k, v in self.versions.items()},
                 **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}}
 
@@ -274,14 +281,23 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
                          F.count(F.when(ok & ~inside, 1)).alias("beyond")).toArrow().to_pylist()[0]
     bad = checked.where(~ok).withColumn("tenant", F.lit(tenant)).toArrow()
     changes = snapshot_changes(checked.where(inside), tenant)
+    # rows naming an erased identity are dropped in the tasks and counted by hash (profiles/suppressed.py)
+    suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, load_settings().erasure.secret)
+    hits = hits_table([])
+    if suppressed.by_scope.get(tenant):
+        marked = changes.mapInArrow(mark_suppressed(suppressed), StructType([*changes.schema.fields, StructField(SUPPRESSED_HASH, StringType())]))
+        named = marked.where(F.col(SUPPRESSED_HASH).isNotNull()).select(SUPPRESSED_HASH).toArrow()[SUPPRESSED_HASH].to_pylist()
+        hits = hits_table([(tenant, h) for h in named])
+        changes = marked.where(F.col(SUPPRESSED_HASH).isNull()).drop(SUPPRESSED_HASH)
     raw = snapshots.read_files(spark, lake.table(spec.name, version=read_version).file_uris(), RAW_DDL)
     source = merge_source(changes, replaced(raw, changes)).toArrow()
     at = datetime.now(timezone.utc)
-    errors = _quarantine(bad, plan, files, at)
+    errors, quarantine_hits = drop_suppressed_quarantine(_quarantine(bad, plan, files, at), suppressed)
+    hits = pa.concat_tables([hits, hits_table(quarantine_hits)])
     t1 = time.perf_counter()
 
     result = BackfillResult(tenant, plan, records_read=counts["read"], rows_valid=counts["valid"], rows_beyond_boundary=counts["beyond"],
-                            records_quarantined=bad.num_rows, raw_version_read=read_version)
+                            records_quarantined=bad.num_rows - len(quarantine_hits), raw_version_read=read_version, records_suppressed=hits.num_rows)
     source = _with_batch(source, plan.batch_id, at)
     result.rows_upserted = pc.sum(pc.equal(source[ACTION], UPSERT)).as_py() or 0
     result.rows_relinked = pc.sum(pc.equal(source[ACTION], RELINK)).as_py() or 0
@@ -300,6 +316,7 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
     result.versions = commit_batch(plan, backfill_app_id(tenant), [
         CommitStep(spec.name, merge_step),
         CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
+        suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, plan.stream, plan.batch_id, at)),
     ], checkpoints, tenant=tenant)
     result.seconds = {"compute": t1 - t0, "commit": time.perf_counter() - t1}
     return result

@@ -2,8 +2,10 @@
 
 compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses and
          validates (pipeline.yaml + profiles/records.JsonShape); one Arrow result comes back.
-commit:  staging, then quarantine, each an append carrying the txn (app id, batch id); then the
-         checkpoint says done. A re-run of the same plan skips tables that already hold the batch.
+         Changes naming an erased identity (the suppression list, profiles/suppressed.py) are dropped
+         and counted by hash.
+commit:  staging, then quarantine, then the suppressed counts, each an append carrying the txn (app id,
+         batch id); then the checkpoint says done. A re-run of the same plan skips tables that already hold the batch.
 
 Staging is append-only, so dumpers of different streams (e.g. one per group of topic partitions)
 commit concurrently without conflicts; each stream's batches stay exactly-once through its own txn.
@@ -27,7 +29,10 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.profiles.records import profile_cdc_pipeline, validated_cdc
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC
+from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.profiles.suppressed import drop_suppressed_changes
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_metadata
@@ -50,10 +55,12 @@ class StageResult:
     versions: Outcomes
     tenants: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    records_suppressed: int = 0  # naming an erased identity: dropped, stored nowhere
 
     def metadata(self) -> dict:
         return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read, rows_staged=self.rows_staged,
-                              records_quarantined=self.records_quarantined, tenants=len(self.tenants))
+                              records_quarantined=self.records_quarantined, records_suppressed=self.records_suppressed,
+                              tenants=len(self.tenants))
 
 
 def validate_cdc_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, max_record_bytes: int | None = None,
@@ -85,6 +92,11 @@ def stage_cdc_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     seconds["read_validate"] = time.perf_counter() - t0
     staged_at = datetime.now(timezone.utc)
     good, errors = split_staged(validated, plan, staged_at)
+    # changes (and bad records) naming an erased identity are dropped, counted by hash only
+    suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, load_settings().erasure.secret)
+    good, staged_hits = drop_suppressed_changes(good, suppressed)
+    errors, quarantine_hits = drop_suppressed_quarantine(errors, suppressed)
+    hits = hits_table(staged_hits + quarantine_hits)
     tenants = sorted(pc.unique(good["tenant"]).to_pylist())
 
     def stage(txn: BatchTxn, _: Outcomes) -> int | None:
@@ -95,12 +107,13 @@ def stage_cdc_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     versions = commit_batch(
         plan, app_id(plan.stream),
         [CommitStep(PROFILE_CDC_STAGING.name, stage),
-         CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn))],
+         CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
+         suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, staged_at))],
         checkpoints, ranges=plan.ranges_json(),
     )
     seconds["commit"] = time.perf_counter() - t1
-    bad = validated.num_rows - good.num_rows
-    return StageResult(plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds)
+    bad = validated.num_rows - good.num_rows - hits.num_rows
+    return StageResult(plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds, hits.num_rows)
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> StageResult:

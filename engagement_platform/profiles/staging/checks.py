@@ -8,9 +8,10 @@ from dagster import AssetCheckResult
 from engagement_platform.lake.audit import quarantined_records, rows_of_batch
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.suppression_tables import suppressed_in_batch
 from engagement_platform.orchestration.checks import BatchChecks, conservation
 from engagement_platform.profiles.staging.apply import STREAM, StageResult
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC
 
 RECORDS_ACCOUNTED = "records_accounted"
 
@@ -19,10 +20,12 @@ def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: StageResult)
     batch_id = result.plan.batch_id
     staged = rows_of_batch(lake, PROFILE_CDC_STAGING.name, batch_id)
     quarantined = quarantined_records(lake, QUARANTINE_PROFILE_CDC.name, batch_id, pipeline=STREAM)
-    return [conservation(RECORDS_ACCOUNTED, ("records_read", result.records_read), {"rows_staged": staged, "records_quarantined": quarantined},
+    suppressed = suppressed_in_batch(lake, PROFILE_SUPPRESSED_RECORDS, STREAM, batch_id)
+    return [conservation(RECORDS_ACCOUNTED, ("records_read", result.records_read),
+                         {"rows_staged": staged, "records_quarantined": quarantined, "records_suppressed": suppressed},
                          planned=result.plan.record_count)]
 
 
 STAGING_CHECKS = [
-    BatchChecks({RECORDS_ACCOUNTED: "Records read = rows staged + records quarantined for the batch, and every planned offset was read."}, evaluate),
+    BatchChecks({RECORDS_ACCOUNTED: "Records read = rows staged + records quarantined + records suppressed (erased identities) for the batch, and every planned offset was read."}, evaluate),
 ]

@@ -25,12 +25,13 @@ from engagement_platform.engagement.mutation.tables import (
 )
 from engagement_platform.engagement.retention.apply import APP_ID, STREAM, apply_retention_batch
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, keyed_predicate, log_predicate, mentions,
+    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, log_predicate, mentions,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.assets import engagement_retention, engagement_retention_sensor, retention_batches
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
+from engagement_platform.lake.row_erasure import keyed_predicate
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings

@@ -11,13 +11,12 @@ import time
 from datetime import date
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from dagster import materialize
 from deltalake import DeltaTable
 
 from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS
 from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, rows_naming
-from engagement_platform.engagement.retention.requests import ERASURE, mentions
+from engagement_platform.engagement.retention.requests import ERASURE
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import (
     ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_SUPPRESSED_RECORDS, QUARANTINE_ENGAGEMENT_INGESTION,
@@ -30,6 +29,7 @@ from engagement_platform.settings import load_settings
 from engagement_platform_tests.support.activities import ingest, rows_of
 from engagement_platform_tests.support.duckdb_reader import same_rows
 from engagement_platform_tests.support.erasure import ASKED, activity, gdpr, produce, retain
+from engagement_platform_tests.support.lake_bytes import files_holding
 from engagement_platform_tests.support.mutations import mutate
 
 A, B = "00D000001", "00D000002"
@@ -56,24 +56,6 @@ def subject_world(spark, kafka, topic, mutation_topic, lake, checkpoints) -> Non
         request("m3", "convert", from_field="lead_id", from_id="00QNOTYET", to_field="contact_id", to_id=CONTACT),  # pending
     ])
     assert any(r["lead_id"] == LEAD for r in lake.read(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pylist())
-
-
-def parquet_cells(path: Path) -> list:
-    """Every cell of a Parquet file (data, change data, checkpoint), nested values flattened to text."""
-    return [json.dumps(v, default=str) for row in pq.read_table(path).to_pylist() for v in row.values()]
-
-
-def files_holding(root: Path, ids: tuple[str, ...]) -> list[str]:
-    """Files under `root` whose bytes hold an id, or whose Parquet cells do once decoded (compression can hide bytes)."""
-    found = []
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        data = path.read_bytes()
-        hit = any(i.encode() in data for i in ids)
-        if not hit and path.suffix == ".parquet":
-            hit = any(mentions(cell, i) for cell in parquet_cells(path) for i in ids)
-        if hit:
-            found.append(str(path.relative_to(root)))
-    return found
 
 
 def test_an_erased_subject_never_comes_back_and_leaves_every_byte_of_the_lake_within_the_window(

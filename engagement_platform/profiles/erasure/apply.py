@@ -1,0 +1,299 @@
+"""Profile erasure stream: one planned slice of `profile.erasure` -> each requested identity out of every
+profile table, and on the suppression list so that it never comes back.
+
+Requests (JSON, one per Kafka message on EP_PROFILE_ERASURE_TOPIC, default `profile.erasure`):
+
+    {"request_id": "pe1", "tenant": "acme", "subject_id": "u-000123", "request_time": "2026-02-01T00:00:00Z"}
+
+Which ids go with the subject: its whole merged identity (identity.py has the rule).
+
+Lifecycle (streams/batch.py; txn app id `profile.erasure`, version = batch id, stream `profile_erasure`):
+
+compute  The ingest framework validates the slice (pipeline.yaml); repeated request ids (in the batch, or
+         already in profile_erasure_audit) are flagged on the driver. The as-of time and the versions of
+         the tenants' raw tables and of staging are pinned in the first commit's metadata (a re-run finds
+         the same identities).
+commit   holding every involved tenant's lock (profiles/locks.py, fenced by all of them):
+         quarantine_profile_erasure (malformed or repeated requests, minus those naming an erased id),
+         profile_erased_subjects (every erased id's keyed hash: from this commit on the dumper and backfill
+         drop their changes), profile_raw/<tenant> per tenant and profile_cdc_staging (file rewrites
+         without the identity's rows: lake/row_erasure.py, no id in the log), quarantine_profile_cdc
+         (delete by key of the records naming an erased id), profile_suppressed_records,
+         profile_erasure_audit (per request: the subject's hash, ids erased, rows removed per table).
+         Then a checkpoint of each table it changed, so the upkeep's log cleanup can drop older entries.
+
+Staging rewrites: the processor reads staging by snapshot difference, so the rewritten files' other rows
+look new to it and are read once more as stale changes (dropped by the CDC sequence rule).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from pyspark.sql import SparkSession
+
+from engagement_platform.ingest.config import load_kafka_pipeline
+from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.row_erasure import checkpoint_tables, erase_rows, keyed_predicate, live_files
+from engagement_platform.lake.suppression import Suppressed, subject_hash
+from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
+from engagement_platform.profiles.locks import tenant_locks
+from engagement_platform.profiles.tables import (
+    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
+    QUARANTINE_PROFILE_ERASURE, raw_table_name, raw_table_spec,
+)
+from engagement_platform.settings import load_settings
+from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.pin import Pin, pin_batch
+from engagement_platform.streams.planning import BatchPlan
+from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_metadata
+
+STREAM = "profile_erasure"
+APP_ID = "profile.erasure"
+LOCK = "profile_erasure"  # one erasure batch at a time; each also takes its tenants' locks
+PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
+REMOVED_KEY = "rows_removed_by_request"  # a rewrite commit's metadata: JSON {request_id: rows}
+
+
+@dataclass(frozen=True)
+class ErasureRequest:
+    request_id: str
+    tenant: str
+    subject_id: str
+    request_time: datetime
+    source_partition: int
+    source_offset: int
+
+
+def _audited(lake: DeltaLake, requests: list[ErasureRequest], batch_id: int) -> set[tuple[str, str]]:
+    """(tenant, request_id) of these requests an earlier batch already applied (a producer retry)."""
+    if not requests or not lake.exists(PROFILE_ERASURE_AUDIT.name):
+        return set()
+    expr = (ds.field("tenant").isin(sorted({r.tenant for r in requests})) & (ds.field("batch_id") < batch_id)
+            & ds.field("request_id").cast(pa.string()).isin(sorted({r.request_id for r in requests})))
+    rows = lake.table(PROFILE_ERASURE_AUDIT.name).to_pyarrow_dataset().to_table(columns=["tenant", "request_id"], filter=expr)
+    return {(r["tenant"], r["request_id"]) for r in rows.to_pylist()}
+
+
+def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan,
+                      kafka_config: dict | None = None) -> tuple[pa.Table, list[ErasureRequest]]:
+    """(validated slice with every error in `_errors`, the requests to apply, in source order)."""
+    validated = validate_kafka_slice(spark, load_kafka_pipeline(PIPELINE_FILE, plan.topic), bootstrap_servers, plan, kafka_config)
+    validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
+    errors = validated[ERRORS].to_pylist()
+    candidates = [(i, ErasureRequest(r["request_id"], r["tenant"], r["subject_id"], r["request_time"], r[SOURCE_PARTITION], r[SOURCE_OFFSET]))
+                  for i, r in enumerate(validated.select(["request_id", "tenant", "subject_id", "request_time", SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist())
+                  if not errors[i]]
+    earlier = _audited(lake, [r for _, r in candidates], plan.batch_id)
+    seen, applied, flagged = set(), [], []
+    for i, r in candidates:
+        key = (r.tenant, r.request_id)
+        if key in seen or key in earlier:
+            errors[i] = [{"stage": "validate", "plugin": "profile_erasure", "column_name": "request_id", "error_code": "duplicate_request",
+                          "message": f"request_id '{r.request_id}' was already received", "value": r.request_id}]
+            flagged.append(i)
+        else:
+            seen.add(key)
+            applied.append(r)
+    return reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config), applied
+
+
+@dataclass
+class ProfileErasureResult:
+    plan: BatchPlan
+    requests_read: int
+    requests_applied: int
+    requests_quarantined: int
+    requests_suppressed: int
+    ids_erased: int
+    rows_removed: dict[str, int]
+    versions: Outcomes
+    tenants: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def metadata(self) -> dict:
+        return batch_metadata(self.plan, self.versions, self.seconds, requests_read=self.requests_read,
+                              requests_applied=self.requests_applied, requests_quarantined=self.requests_quarantined,
+                              requests_suppressed=self.requests_suppressed, ids_erased=self.ids_erased,
+                              rows_removed=sum(self.rows_removed.values()),
+                              **{f"rows_removed_{t.replace('/', '_')}": n for t, n in self.rows_removed.items()},
+                              tenants=",".join(self.tenants))
+
+
+def _rows_at(lake: DeltaLake, name: str, version: int, expr: ds.Expression, columns: list[str]) -> list[dict]:
+    if version < 0 or not lake.exists(name):
+        return []
+    return lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr).to_pylist()  # views read as str
+
+
+def erased_identities(lake: DeltaLake, requests: list[ErasureRequest], pin: Pin) -> dict[str, set[str]]:
+    """request id -> the ids its erasure removes (identity.identity_ids), read at the pinned versions."""
+    out = {}
+    for r in requests:
+        subject = ds.field("primary_id").cast(pa.string()) == r.subject_id  # string_view in files a MERGE wrote
+        raw = _rows_at(lake, raw_table_name(r.tenant), pin.versions[raw_table_name(r.tenant)], subject, ["primary_id", "related_ids"])
+        staged = _rows_at(lake, PROFILE_CDC_STAGING.name, pin.versions[PROFILE_CDC_STAGING.name],
+                          (ds.field("tenant") == r.tenant) & subject, ["primary_id", "related_ids"])
+        out[r.request_id] = identity_ids(r.subject_id, raw, staged)
+    return out
+
+
+class Tally:
+    """Rows each request's ids account for, table by table (the first request in order that names a row
+    gets it); read back from a rewrite commit's metadata when an earlier attempt made that commit."""
+
+    def __init__(self, requests: list[ErasureRequest], ids: dict[str, set[str]]):
+        self.requests, self.ids = requests, ids
+        self.removed: dict[str, dict[str, int]] = {r.request_id: {} for r in requests}
+
+    def remover(self, table: str, tenants: set[str]):
+        def remove(rows: pa.Table) -> pa.Array:
+            mask = pa.array([False] * rows.num_rows, pa.bool_())
+            for r in self.requests:
+                if r.tenant not in tenants:
+                    continue
+                hit = naming_rows(rows, self.ids[r.request_id])
+                if "tenant" in rows.column_names:
+                    hit = pc.and_(hit, pc.equal(rows["tenant"], r.tenant))
+                new = pc.and_(hit, pc.invert(mask))
+                self.add(r.request_id, table, pc.sum(new).as_py() or 0)
+                mask = pc.or_(mask, new)
+            return mask
+        return remove
+
+    def add(self, request_id: str, table: str, n: int) -> None:
+        counts = self.removed[request_id]
+        counts[table] = counts.get(table, 0) + n
+
+    def of_table(self, table: str) -> dict:
+        return {REMOVED_KEY: json.dumps({rid: c.get(table, 0) for rid, c in self.removed.items()}, sort_keys=True)}
+
+    def read_back(self, lake: DeltaLake, table: str, batch_id: int) -> None:
+        commit = lake.batch_commit(table, APP_ID, batch_id) or {}
+        for rid, n in json.loads(commit.get(REMOVED_KEY, "{}")).items():
+            if rid in self.removed:
+                self.add(rid, table, n)
+
+
+def _raw_files(lake: DeltaLake, tenant: str, ids: set[str]):
+    """The tenant raw table's files whose primary_id range can hold one of `ids` (a row naming an id in its
+    related ids is in the same identity, so its primary id is one of them too)."""
+    spec = raw_table_spec(tenant)
+    if not lake.exists(spec.name):
+        return []
+    stats = lake.file_stats(spec.name)
+    low = stats["min.primary_id"].to_pylist() if "min.primary_id" in stats.column_names else [None] * stats.num_rows
+    high = stats["max.primary_id"].to_pylist() if "max.primary_id" in stats.column_names else [None] * stats.num_rows
+    keep = {p for p, lo, hi in zip(stats["path"].to_pylist(), low, high) if lo is None or hi is None or any(lo <= i <= hi for i in ids)}
+    return [f for f in live_files(lake, spec) if f.path in keep]
+
+
+def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, bootstrap_servers: str, plan: BatchPlan,
+                         coordinator=None, kafka_config: dict | None = None) -> ProfileErasureResult:
+    seconds: dict[str, float] = {}
+    batch, secret = plan.batch_id, load_settings().erasure.secret
+    t0 = time.perf_counter()
+    validated, requests = validate_requests(spark, lake, bootstrap_servers, plan, kafka_config)
+    seconds["read_validate"] = time.perf_counter() - t0
+    tenants = sorted({r.tenant for r in requests})
+    pin = pin_batch(lake, QUARANTINE_PROFILE_ERASURE.name, APP_ID, batch, [*(raw_table_name(t) for t in tenants), PROFILE_CDC_STAGING.name])
+    bad = validated.filter(pc.greater(pc.list_value_length(validated[ERRORS]), 0))
+    quarantine = quarantine_rows(bad, QuarantineContext(STREAM, batch, plan.topic, pin.as_of, kafka=True), org_column="tenant")
+
+    with tenant_locks(coordinator, tenants, f"{STREAM}/{batch}"):
+        t1 = time.perf_counter()
+        ids = erased_identities(lake, requests, pin)
+        by_tenant: dict[str, set[str]] = {}
+        for r in requests:
+            by_tenant.setdefault(r.tenant, set()).update(ids[r.request_id])
+        erased = Suppressed.of_subjects(secret, ((t, i) for t, tids in by_tenant.items() for i in tids))
+        known = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
+        quarantine, hits = drop_suppressed_quarantine(quarantine, Suppressed.of(secret, known.pairs() | erased.pairs()))
+        tally = Tally(requests, ids)
+        seconds["identities"] = time.perf_counter() - t1
+
+        def raw_step(tenant: str) -> CommitStep:
+            spec = raw_table_spec(tenant)
+
+            def commit(txn: BatchTxn, _: Outcomes) -> int | None:
+                if lake.exists(spec.name) and lake.already_committed(spec.name, txn):
+                    tally.read_back(lake, spec.name, batch)
+                    return None
+                version, _ = erase_rows(lake, spec, _raw_files(lake, tenant, by_tenant[tenant]), tally.remover(spec.name, {tenant}), txn,
+                                        lambda: tally.of_table(spec.name))
+                return version
+            return CommitStep(spec.name, commit)
+
+        def staging_step(txn: BatchTxn, _: Outcomes) -> int | None:
+            if lake.exists(PROFILE_CDC_STAGING.name) and lake.already_committed(PROFILE_CDC_STAGING.name, txn):
+                tally.read_back(lake, PROFILE_CDC_STAGING.name, batch)
+                return None
+            files = [f for t in tenants for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
+            version, _ = erase_rows(lake, PROFILE_CDC_STAGING, files, tally.remover(PROFILE_CDC_STAGING.name, set(tenants)), txn,
+                                    lambda: tally.of_table(PROFILE_CDC_STAGING.name))
+            return version
+
+        def quarantine_step(txn: BatchTxn, _: Outcomes) -> int | None:
+            if not lake.exists(QUARANTINE_PROFILE_CDC.name) or not erased:
+                return None
+            expr = ds.field("org_id").isin(tenants) | ds.field("org_id").is_null()
+            rows = lake.table(QUARANTINE_PROFILE_CDC.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"], filter=expr)
+            keys = {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if erased.content_hit(r["org_id"], [r["raw"], r["input"]])}
+            predicate = keyed_predicate(("pipeline", "row_id"), keys)
+            if predicate is None:
+                return None
+            metrics = lake.delete(QUARANTINE_PROFILE_CDC, predicate, txn)
+            return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+
+        t2 = time.perf_counter()
+        versions = commit_batch(plan, APP_ID, [
+            CommitStep(QUARANTINE_PROFILE_ERASURE.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_ERASURE, quarantine, txn)),
+            suppressed_step(lake, PROFILE_ERASED_SUBJECTS, _erased_rows(requests, ids, secret, plan, pin.as_of)),
+            *(raw_step(t) for t in tenants),
+            CommitStep(PROFILE_CDC_STAGING.name, staging_step),
+            CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
+            suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of)),
+            CommitStep(PROFILE_ERASURE_AUDIT.name, lambda txn, _: lake.append(PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn)),
+        ], checkpoints, ranges=plan.ranges_json(), **pin.metadata())
+        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name])
+        seconds["commit"] = time.perf_counter() - t2
+    totals: dict[str, int] = {}
+    for counts in tally.removed.values():
+        for t, n in counts.items():
+            totals[t] = totals.get(t, 0) + n
+    return ProfileErasureResult(plan, validated.num_rows, len(requests), validated.num_rows - len(requests) - len(hits), len(hits),
+                                sum(len(v) for v in by_tenant.values()), totals, versions, tenants, seconds)
+
+
+def _erased_rows(requests: list[ErasureRequest], ids: dict[str, set[str]], secret: bytes, plan: BatchPlan, at: datetime) -> pa.Table:
+    """The suppression list's rows: every erased id of each request, as its keyed hash."""
+    rows = [dict(tenant=r.tenant, subject_hash=subject_hash(secret, r.tenant, i), request_id=r.request_id, erased_at=at, batch_id=plan.batch_id)
+            for r in requests for i in sorted(ids[r.request_id])]
+    return pa.Table.from_pylist(rows, schema=PROFILE_ERASED_SUBJECTS.schema)
+
+
+def _audit_rows(requests: list[ErasureRequest], ids: dict[str, set[str]], tally: Tally, secret: bytes, plan: BatchPlan) -> pa.Table:
+    now = datetime.now(timezone.utc)
+    rows = [dict(tenant=r.tenant, request_id=r.request_id, subject_hash=subject_hash(secret, r.tenant, r.subject_id), ids_erased=len(ids[r.request_id]),
+                 request_time=r.request_time, completed_at=now, rows_removed=sum(tally.removed[r.request_id].values()),
+                 rows_removed_by_table=json.dumps(tally.removed[r.request_id], sort_keys=True), batch_id=plan.batch_id,
+                 source_partition=r.source_partition, source_offset=r.source_offset) for r in requests]
+    return pa.Table.from_pylist(rows, schema=PROFILE_ERASURE_AUDIT.schema)
+
+
+def run_batch(ctx: BatchContext, plan: BatchPlan) -> ProfileErasureResult:
+    return erase_profiles_batch(ctx.spark, ctx.lake, ctx.checkpoints, ctx.kafka_servers, plan, ctx.coordinator)
+
+
+SPEC = StreamSpec(name=STREAM, app_id=APP_ID, run_batch=run_batch, lock_name=LOCK)

@@ -1,0 +1,87 @@
+"""The profile lake's daily upkeep (no Dagster): staging retention, then the erasure window's passes.
+
+Staging retention: staging is a mailbox, not an archive of personal data. A staged file goes when every
+row in it is merged (the file is in the staging snapshot the tenant's processor has merged up to) and its
+15-minute bucket ended more than EP_PROFILE_STAGING_RETENTION ago: one commit of removes (no predicate,
+no rewrite: whole files), then the vacuum deletes them once older than half the erasure window.
+
+The window (EP_ERASURE_WINDOW, README "Erasure"): full vacuum of staging, the quarantines and every
+tenant's raw table past half the window, their logs checkpointed and cleaned past it, and the handoff
+folders a crashed run left swept.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pyarrow.fs as pafs
+
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.file_writes import commit_files, filesystem
+from engagement_platform.lake.row_erasure import expire_logs, live_files, vacuum_tables
+from engagement_platform.profiles.processor.progress import latest_progress, staged_tenants
+from engagement_platform.profiles.snapshots import files_by_tenant
+from engagement_platform.profiles.tables import (
+    PROFILE_CDC_STAGING, PROFILE_ERASURE_AUDIT, QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE, bucket_end, raw_table_name,
+)
+from engagement_platform.settings import ErasureSettings
+from engagement_platform.spark.handoff_files import sweep_all_handoffs
+
+RETENTION_APP_ID = "profile.staging_retention"
+
+
+def expired_staging_files(lake: DeltaLake, tenant: str, merged_version: int, cutoff: datetime) -> list:
+    """The tenant's staging files that are merged (present in snapshot `merged_version`) and whose bucket
+    ended before `cutoff`."""
+    if merged_version < 0:
+        return []
+    merged = {uri.rsplit("/", 1)[-1] for uri in files_by_tenant(lake, PROFILE_CDC_STAGING.name, merged_version).get(tenant, set())}
+    return [f for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": tenant})
+            if f.path.rsplit("/", 1)[-1] in merged and bucket_end(f.partition_values["bucket"]) < cutoff]
+
+
+def expire_staging(lake: DeltaLake, retention_seconds: float, now: datetime | None = None) -> dict[str, int]:
+    """Remove every tenant's merged staging files older than the retention, in one commit: files per tenant."""
+    if not lake.exists(PROFILE_CDC_STAGING.name):
+        return {}
+    cutoff = (now or datetime.now(timezone.utc)) - timedelta(seconds=retention_seconds)
+    progress = latest_progress(lake)
+    expired = {t: expired_staging_files(lake, t, progress[t]["staging_version"], cutoff) for t in sorted(staged_tenants(lake)) if t in progress}
+    removes = [f for files in expired.values() for f in files]
+    if removes:
+        # an upkeep run is its own writer: the txn version only has to grow (a retried run lists anew)
+        commit_files(lake, PROFILE_CDC_STAGING, [], BatchTxn(RETENTION_APP_ID, int(time.time() * 1000)), removes,
+                     {"rewrite": "staging_retention", "cutoff": cutoff.isoformat()})
+    return {t: len(files) for t, files in expired.items() if files}
+
+
+def raw_tenants(lake: DeltaLake) -> list[str]:
+    """Tenants with a raw table, from a listing of `<lake>/profile_raw/` (a backfilled tenant may have no
+    staging and no progress, and retention may have emptied a tenant's staging)."""
+    fs, root = filesystem(lake.uri(raw_table_name("x").rsplit("/", 1)[0]), lake.storage_options)
+    infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and lake.exists(raw_table_name(i.base_name)))
+
+
+def window_tables(lake: DeltaLake) -> list[str]:
+    """The profile tables that can hold a person: staging, the quarantines, the erasure audit, every raw table."""
+    raw = [raw_table_name(t) for t in raw_tenants(lake)]
+    return [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name, QUARANTINE_PROFILE_ERASURE.name, PROFILE_ERASURE_AUDIT.name, *raw]
+
+
+def profile_upkeep(lake: DeltaLake, erasure: ErasureSettings, staging_retention_seconds: float, vacuum_hours: int) -> dict:
+    """Staging retention, then vacuum, log expiry and handoff sweep over window_tables: figures for the run."""
+    started = time.perf_counter()
+    expired = expire_staging(lake, staging_retention_seconds)
+    tables = window_tables(lake)
+    vacuumed = vacuum_tables(lake, tables, vacuum_hours)
+    logs = expire_logs(lake, tables, erasure.retention_seconds)
+    swept = sweep_all_handoffs(lake.root, timedelta(seconds=erasure.retention_seconds), lake.storage_options)
+    return {
+        "staging_files_expired": sum(expired.values()), "tenants_with_expired_staging": len(expired),
+        "tables": len(tables), "files_vacuumed": sum(n for n in vacuumed.values() if n > 0),
+        "logs_expired": sum(v >= 0 for v in logs.values()), "log_expiry_conflicts": sum(v < 0 for v in logs.values()),
+        "handoff_folders_swept": len(swept), "erasure_window_seconds": erasure.window_seconds,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
