@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.spark import handoff_files
@@ -36,7 +37,8 @@ from engagement_platform.profiles.processor.planning import plan_tenant_batches,
 from engagement_platform.profiles.processor.progress import unprocessed_tenants
 from engagement_platform.profiles.processor.resolution import STAGED_DDL, batch_stats, merge_sources_to_files, with_partition_values
 from engagement_platform.profiles.snapshots import SnapshotListings
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
@@ -107,7 +109,8 @@ def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[l
     handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
     handoff = handoff_files.new_handoff(parent, now, uuid.uuid4().hex)
     try:
-        handed = merge_sources_to_files(spark, files, handoff, lake.storage_options).toArrow().to_pylist()
+        suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, load_settings().erasure.secret)
+        handed = merge_sources_to_files(spark, files, handoff, lake.storage_options, suppressed).toArrow().to_pylist()
         return {row["tenant"]: handoff_files.read_handoff(row["file"], lake.storage_options) for row in handed}
     finally:
         try:

@@ -24,6 +24,7 @@ import json
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.profiles.processor.merge_source import ProfileMergeDataSource
 from engagement_platform.spark.session import register_data_source
 from engagement_platform.profiles.processor.tenant_merge import (
@@ -80,8 +81,15 @@ def merge_source(staged: DataFrame, raw: DataFrame) -> DataFrame:
     return changes.cogroup(stored).applyInArrow(tenant_merge_source, schema=SOURCE_DDL)
 
 
+def suppressed_option(suppressed: Suppressed | None, tenants: list[str]) -> str:
+    """The tenants' suppression lists for the tasks (the backstop behind the dumper: a change staged by a
+    dumper batch that raced an erasure is dropped here, before it can be merged)."""
+    by_tenant = {t: sorted(suppressed.by_scope[t]) for t in tenants if suppressed and suppressed.by_scope.get(t)}
+    return json.dumps({"secret": suppressed.secret.hex(), "by_tenant": by_tenant} if by_tenant else {})
+
+
 def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]], handoff: str,
-                           storage_options: dict[str, str] | None = None) -> DataFrame:
+                           storage_options: dict[str, str] | None = None, suppressed: Suppressed | None = None) -> DataFrame:
     """merge_source for the processor, whose inputs are files: {tenant: (staged file uris, raw file
     uris)}. Each tenant is read and folded in one task of the `profile_merge` data source
     (merge_source.py, registered here), with no shuffle, and its MERGE source written to an Arrow file
@@ -89,4 +97,4 @@ def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str]
     register_data_source(spark, ProfileMergeDataSource)
     tenants = {t: {"staged": staged, "raw": raw} for t, (staged, raw) in files.items()}
     return (spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).option("handoff", handoff)
-            .option("storage_options", json.dumps(storage_options or {})).load())
+            .option("storage_options", json.dumps(storage_options or {})).option("suppressed", suppressed_option(suppressed, list(files))).load())
