@@ -118,6 +118,27 @@ class ErrorRatePolicy(_Strict):
     severity: Literal["warn", "block"] = "warn"
 
 
+class SuppressionSpec(_Strict):
+    """The pipeline's records name people: drop the records of subjects an erasure suppressed
+    (lake/suppression.py), before anything is stored, and count them by hash."""
+
+    list_table: str  # the lake's suppression list: engagement_erased_subjects (per org) or profile_erased_subjects (per tenant)
+    subject_columns: list[str] = Field(min_length=1)  # target columns that hold a person's id
+    scope_column: str | None = None  # the target column holding each record's org / tenant
+    scope: str | None = None  # or one org / tenant for every record of the pipeline
+
+    @model_validator(mode="after")
+    def _one_scope(self) -> SuppressionSpec:
+        if (self.scope_column is None) == (self.scope is None):
+            raise ValueError("give exactly one of scope_column (a target column) and scope (one org / tenant)")
+        if not NAME.match(self.list_table) or not self.list_table.endswith(SUPPRESSION_LIST_SUFFIX):
+            raise ValueError(f"list_table '{self.list_table}' must be a suppression list table (name ending in {SUPPRESSION_LIST_SUFFIX})")
+        return self
+
+
+SUPPRESSION_LIST_SUFFIX = "_erased_subjects"
+
+
 class PluginRef(_Strict):
     """One `- plugin: <name>` entry; every other key is the plugin's own parameter."""
 
@@ -137,6 +158,17 @@ class PipelineConfig(_Strict):
     converters: list[PluginRef] = []
     validators: list[PluginRef] = []
     error_rate: ErrorRatePolicy = ErrorRatePolicy()
+    suppression: SuppressionSpec | None = None
+
+    @model_validator(mode="after")
+    def _suppression_columns(self) -> PipelineConfig:
+        spec = self.suppression
+        if spec is not None:
+            named = [*spec.subject_columns, *([spec.scope_column] if spec.scope_column else [])]
+            missing = [c for c in named if c not in self.target.columns]
+            if missing:
+                raise ValueError(f"suppression names columns not in the target schema: {missing}")
+        return self
 
     @field_validator("name")
     @classmethod

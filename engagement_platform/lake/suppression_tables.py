@@ -113,3 +113,13 @@ def drop_suppressed_quarantine(quarantine: pa.Table, suppressed: Suppressed) -> 
             seen.add(row_id)
             hits.append(found)
     return quarantine.filter(pa.array(keep, pa.bool_())), hits
+
+
+def suppression_of(lake: DeltaLake, list_name: str) -> tuple[TableSpec, TableSpec] | None:
+    """(suppression list, suppressed-records table) of the lake whose list is `list_name` (its scope column
+    read from the table), or None while nothing was ever erased there (no list yet)."""
+    if not lake.exists(list_name):
+        return None
+    scope = lake.table(list_name).to_pyarrow_dataset().schema.names[0]
+    counts = list_name.removesuffix("_erased_subjects") + "_suppressed_records"
+    return erased_subjects_spec(list_name, scope), suppressed_records_spec(counts, scope)

@@ -3,7 +3,8 @@
 plan:    the sensor fixes the file (a FileSlice: path and size) as batch N of stream `ingest.<pipeline>`
          in the checkpoint store.
 compute: parse -> converters -> validators in Spark; one Arrow result split on the driver.
-commit:  target table, then quarantine table, each with the txn (app id, batch id); then done.
+         A pipeline with a `suppression:` section drops the records of erased subjects (landing/suppressed.py).
+commit:  target table, then quarantine table (then the suppressed counts), each with the txn (app id, batch id); then done.
 A re-run of the same batch re-reads the same file and skips the tables that already hold it.
 """
 
@@ -23,7 +24,10 @@ from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, spl
 from engagement_platform.ingest.sources import read_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.landing.suppressed import drop_suppressed_records
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step, suppression_of
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.planning import BatchPlan, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
@@ -91,6 +95,7 @@ class LandingResult:
     errors_by_code: dict[str, int]
     versions: dict[str, int | None]
     seconds: dict[str, float] = field(default_factory=dict)
+    records_suppressed: int = 0  # naming an erased subject: dropped, stored nowhere
 
     @property
     def error_rate(self) -> float:
@@ -99,7 +104,7 @@ class LandingResult:
     def metadata(self) -> dict:
         return {
             "batch_id": self.plan.batch_id, "file": self.plan.slice_as(FileSlice).path, "records_read": self.records_read,
-            "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "errors": self.errors,
+            "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "records_suppressed": self.records_suppressed, "errors": self.errors,
             "error_rate": round(self.error_rate, 6), **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
             **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
         }
@@ -127,15 +132,24 @@ def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoint
     t0 = time.perf_counter()
     at = datetime.now(timezone.utc)
     good, quarantine, read = compute_file(spark, config, path, plan.batch_id, at)
+    steps, suppressed_n = [], 0
+    tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None
+    if tables:  # records naming an erased subject are dropped, counted by hash (landing/suppressed.py)
+        erased, counts = tables
+        good, quarantine, hits = drop_suppressed_records(good, quarantine, config.suppression, load_suppressed(lake, erased, load_settings().erasure.secret))
+        steps.append(suppressed_step(lake, counts, suppressed_rows(counts, hits_table(hits), stream_name(config), plan.batch_id, at)))
+        suppressed_n = len(hits)
     seconds["compute"] = time.perf_counter() - t0
     target, quarantined = target_spec(config), quarantine_spec(config)
     t1 = time.perf_counter()
     versions = commit_batch(plan, app_id(config), [
         CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
         CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
+        *steps,
     ], checkpoints, file=path)
     seconds["commit"] = time.perf_counter() - t1
     codes: dict[str, int] = {}
     for code in quarantine["error_code"].to_pylist():
         codes[code] = codes.get(code, 0) + 1
-    return LandingResult(plan, read, good.num_rows, read - good.num_rows, quarantine.num_rows, codes, versions, seconds)
+    return LandingResult(plan, read, good.num_rows, read - good.num_rows - suppressed_n, quarantine.num_rows, codes, versions, seconds,
+                         records_suppressed=suppressed_n)

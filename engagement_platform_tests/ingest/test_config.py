@@ -138,6 +138,13 @@ BAD = {
     "plugin regex bad": (lambda d: d["validators"][1].update(pattern="(["), "validators[1].pattern", "regex does not compile"),
     "range without bounds": (_append("validators", {"plugin": "range", "column": "points"}), "validators[2]", "give min, max or both"),
     "range bound of the wrong kind": (_append("validators", {"plugin": "range", "column": "birth_date", "max": 5}), "validators[2].max", "5.0 is not an ISO date"),
+    # the suppression section (records that name people)
+    "suppression with two scopes": (_set("suppression", {"list_table": "engagement_erased_subjects", "subject_columns": ["email"], "scope": "o",
+                                                         "scope_column": "email"}), "suppression", "give exactly one of scope_column"),
+    "suppression of a column not in the target": (_set("suppression", {"list_table": "engagement_erased_subjects", "subject_columns": ["mail"],
+                                                                       "scope": "o"}), "(top level)", "suppression names columns not in the target schema: ['mail']"),
+    "suppression list not a list table": (_set("suppression", {"list_table": "gdpr_audit", "subject_columns": ["email"], "scope": "o"}),
+                                          "suppression", "must be a suppression list table"),
 }
 
 

@@ -7,12 +7,18 @@ import json
 from datetime import date, datetime, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import yaml
 
-from engagement_platform.ingest.config import load_pipeline
+from engagement_platform.ingest.config import SuppressionSpec, load_pipeline
 from engagement_platform.landing.apply import app_id, file_plan, run_file_batch, stream_name
+from engagement_platform.landing.checks import evaluate_pipeline_checks
+from engagement_platform.lake.delta import BatchTxn
+from engagement_platform.lake.suppression import subject_hash
+from engagement_platform.lake.suppression_tables import erased_subjects_spec
+from engagement_platform.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_RECORD_BYTES = 120
@@ -139,3 +145,26 @@ def test_a_file_that_changed_since_it_was_planned_is_refused(spark, lake, checkp
         run_file_batch(spark, lake, checkpoints, config, plan)
     assert not lake.exists(config.target.table) and not lake.exists(config.target.quarantine_table)
     assert not checkpoints.is_done(stream_name(config), 1)
+
+
+def test_a_pipeline_naming_people_drops_the_records_of_erased_subjects_and_counts_them(spark, lake, checkpoints, members, tmp_path):
+    config, path = members
+    org, secret = "00D000001", load_settings().erasure.secret
+    config = config.model_copy(update={"suppression": SuppressionSpec(list_table="engagement_erased_subjects", scope=org,
+                                                                       subject_columns=["member_id", "email"])})
+    erased = erased_subjects_spec("engagement_erased_subjects", "org_id")
+    rows = [dict(org_id=org, subject_hash=subject_hash(secret, org, sid), request_id=f"e{i}", erased_at=datetime.now(timezone.utc), batch_id=1)
+            for i, sid in enumerate(["2", "gus@example.com", "dan@example.com"])]
+    lake.append(erased, pa.Table.from_pylist(rows, schema=erased.schema), BatchTxn("test.erasure", 1))
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    result = run_file_batch(spark, lake, checkpoints, config, plan)
+
+    assert (result.records_read, result.rows_written, result.rows_rejected, result.records_suppressed) == (9, 1, 5, 3)
+    assert lake.read(config.target.table)["member_id"].to_pylist() == [1]
+    quarantined = lake.read(config.target.quarantine_table)
+    assert "dan@example.com" not in json.dumps(quarantined.to_pylist(), default=str), "a rejected record naming a subject is not kept"
+    counts = lake.read("engagement_suppressed_records").to_pylist()
+    assert sum(r["records"] for r in counts) == 3 and {r["stream"] for r in counts} == {stream_name(config)}
+    checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
+    assert checks["records_conserved"].passed and checks["records_conserved"].metadata["records_suppressed"].value == 3
