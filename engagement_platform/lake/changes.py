@@ -17,6 +17,7 @@ from datetime import date
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
 
 from engagement_platform.lake.change_log import CHANGE_TYPE, COMMIT_VERSION, change_log_name, logged_changes, logged_versions
 from engagement_platform.lake.delta import DeltaLake, TableSpec, sql_literal
@@ -43,7 +44,18 @@ def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id:
     versions = sorted(set(notes["table_version"].to_pylist()))
     if not versions:
         return ChangeSet(pa.table({}), current, [])
-    return ChangeSet(changes_at(lake, table, versions, org_id), current, versions)
+    try:
+        rows = changes_at(lake, table, versions, org_id)
+    except (DeltaError, OSError) as exc:  # the versions' log entries or change-data files are gone
+        raise ChangesExpired(
+            f"{table}: the changes of versions {versions[0]}..{versions[-1]} (checkpoint {checkpoint}) are no longer kept: removed files "
+            f"and log entries stay half of EP_ERASURE_WINDOW (README \"Erasure that holds\"). Re-read the org in full "
+            f"(read_org_dates) and continue from checkpoint {current}. ({type(exc).__name__}: {str(exc)[:200]})") from exc
+    return ChangeSet(rows, current, versions)
+
+
+class ChangesExpired(Exception):
+    """A consumer fell further behind than the lake keeps changes: it must re-read in full."""
 
 
 def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str) -> pa.Table:
@@ -78,6 +90,9 @@ def unlogged_runs(versions: list[int], logged: list[int]) -> list[list[int]]:
 
 def feed_rows(lake: DeltaLake, table: str, versions: list[int], org_id: str) -> pa.Table:
     """One org's change data feed rows at exactly these versions (read over their range)."""
+    # delta-rs reads a change feed whose older commits log cleanup removed as if they had no changes: a
+    # version the table cannot be loaded at any more is an error here, never silently empty
+    lake.table(table, versions[0])
     rows = lake.changes(table, versions[0], versions[-1], predicate=f"org_id = {sql_literal(org_id)}")
     return rows.filter(pc.is_in(rows[COMMIT_VERSION], pa.array(versions, rows[COMMIT_VERSION].type)))
 

@@ -11,6 +11,7 @@ import time
 from datetime import date
 from pathlib import Path
 
+import pytest
 from dagster import materialize
 from deltalake import DeltaTable
 
@@ -19,9 +20,11 @@ from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, ro
 from engagement_platform.engagement.retention.requests import ERASURE
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import (
-    ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_SUPPRESSED_RECORDS, QUARANTINE_ENGAGEMENT_INGESTION,
+    ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_SUPPRESSED_RECORDS,
+    QUARANTINE_ENGAGEMENT_INGESTION,
 )
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
+from engagement_platform.lake.changes import START, ChangesExpired, changes_since
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.resources import LakeResource
@@ -113,6 +116,12 @@ def test_an_erased_subject_never_comes_back_and_leaves_every_byte_of_the_lake_wi
     assert left == [], (left, {p: sorted(x.name for x in (root / p.split("/")[0] / "_delta_log").iterdir()) for p in left})
     assert files_holding(root, (KEPT,)), "other people's data stays"
     assert sorted(r["engagement_id"] for r in rows_of(lake, A)) == ["a4", "n3"] and [r["engagement_id"] for r in rows_of(lake, B)] == ["b1"]
+
+    # -- a consumer that lags beyond the window gets a clear error, one that kept up reads on
+    with pytest.raises(ChangesExpired, match="no longer kept.*EP_ERASURE_WINDOW.*Re-read the org in full"):
+        changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, A, START)
+    current = lake.table(ENGAGEMENT_NOTIFICATIONS.name).version()
+    assert changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, A, current).rows.num_rows == 0
 
     # -- every table still reads, with deltalake and with an independent reader
     tables = sorted(p.parent for p in root.rglob("_delta_log"))
