@@ -20,24 +20,17 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result
 from engagement_platform.ingest.sources import read_file
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.landing.suppressed import drop_suppressed_records
-from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step, suppression_of
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.planning import BatchPlan, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
-
-SPARK_TO_ARROW = {
-    "string": pa.string(), "boolean": pa.bool_(), "int": pa.int32(), "integer": pa.int32(), "short": pa.int16(),
-    "long": pa.int64(), "bigint": pa.int64(), "double": pa.float64(), "float": pa.float32(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
-}
-
 
 def stream_name(config: PipelineConfig) -> str:
     return f"ingest.{config.name}"
@@ -45,26 +38,6 @@ def stream_name(config: PipelineConfig) -> str:
 
 def app_id(config: PipelineConfig) -> str:
     return f"ingest.{config.name}"
-
-
-def _arrow_type(type_: str) -> pa.DataType:
-    if type_.startswith("decimal"):
-        precision, scale = (int(x) for x in type_[type_.index("(") + 1 : -1].split(","))
-        return pa.decimal128(precision, scale)
-    return SPARK_TO_ARROW[type_]
-
-
-def target_spec(config: PipelineConfig) -> TableSpec:
-    schema = pa.schema([(name, _arrow_type(spec.type)) for name, spec in config.target.columns.items()]
-                       + [("batch_id", pa.int64()), ("ingested_at", pa.timestamp("us", tz="UTC"))])
-    return TableSpec(name=config.target.table, schema=schema, partition_by=tuple(config.target.partition_by),
-                     description=config.description or f"Target table of ingest pipeline {config.name}.")
-
-
-def quarantine_spec(config: PipelineConfig) -> TableSpec:
-    return TableSpec(name=config.target.quarantine_table, schema=QUARANTINE_SCHEMA, partition_by=("pipeline", "quarantine_date"),
-                     stats_columns=("source_offset", "batch_id", "error_code"),
-                     description=f"Records pipeline {config.name} rejected: raw content, input columns, position, every reason.")
 
 
 def landing_files(landing_root: str, config: PipelineConfig) -> list[Path]:

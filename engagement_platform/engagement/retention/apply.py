@@ -52,6 +52,7 @@ from engagement_platform.engagement.tables import (
     ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS,
     ENGAGEMENT_SUPPRESSED_RECORDS,
 )
+from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines_naming_people
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
@@ -217,6 +218,7 @@ def apply_retention_batch(
                     removed[r.request_id][ENGAGEMENT_ACTIVITY.name] += 1
         return lake.append(GDPR_AUDIT, _audit_rows(applied, removed, plan, as_of, datetime.now(timezone.utc), secret), txn)
 
+    landing_removed: dict[str, int] = {}
     t2 = time.perf_counter()
     versions = commit_batch(
         plan,
@@ -229,6 +231,9 @@ def apply_retention_batch(
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
             CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_delete),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
+            # landing pipelines whose records name this lake's people (their `suppression:` section)
+            *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, ENGAGEMENT_ERASED_SUBJECTS.name),
+                                    Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in erasures)), landing_removed),
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, as_of),
             CommitStep(GDPR_AUDIT.name, audit),
         ],
@@ -239,7 +244,7 @@ def apply_retention_batch(
     if erasures:  # log cleanup can then drop every entry from before the erasure (lake/row_erasure.py)
         checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t in WINDOW_TABLES])
     seconds["commit"] = time.perf_counter() - t2
-    totals = {t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}
+    totals = {**{t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}, **landing_removed}
     return RetentionResult(
         plan=plan, as_of=as_of, requests_read=validated.num_rows, requests_applied=len(ordered),
         requests_quarantined=validated.num_rows - len(ordered) - len(hits), requests_suppressed=len(hits),

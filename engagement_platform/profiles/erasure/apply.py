@@ -40,6 +40,7 @@ import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import load_kafka_pipeline
+from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines_naming_people
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
@@ -256,6 +257,7 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
             metrics = lake.delete(QUARANTINE_PROFILE_CDC, predicate, txn)
             return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
 
+        landing_removed: dict[str, int] = {}
         t2 = time.perf_counter()
         versions = commit_batch(plan, APP_ID, [
             CommitStep(QUARANTINE_PROFILE_ERASURE.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_ERASURE, quarantine, txn)),
@@ -263,12 +265,13 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
             *(raw_step(t) for t in tenants),
             CommitStep(PROFILE_CDC_STAGING.name, staging_step),
             CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
+            *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, PROFILE_ERASED_SUBJECTS.name), erased, landing_removed),
             suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of)),
             CommitStep(PROFILE_ERASURE_AUDIT.name, lambda txn, _: lake.append(PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn)),
         ], checkpoints, ranges=plan.ranges_json(), **pin.metadata())
         checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name])
         seconds["commit"] = time.perf_counter() - t2
-    totals: dict[str, int] = {}
+    totals: dict[str, int] = dict(landing_removed)
     for counts in tally.removed.values():
         for t, n in counts.items():
             totals[t] = totals.get(t, 0) + n

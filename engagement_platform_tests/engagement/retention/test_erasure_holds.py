@@ -12,6 +12,7 @@ from datetime import date
 from pathlib import Path
 
 import pytest
+import yaml
 from dagster import materialize
 from deltalake import DeltaTable
 
@@ -24,6 +25,8 @@ from engagement_platform.engagement.tables import (
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
+from engagement_platform.ingest.config import load_pipelines
+from engagement_platform.landing.apply import file_plan, run_file_batch
 from engagement_platform.lake.changes import START, ChangesExpired, changes_since
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import load_suppressed
@@ -35,6 +38,7 @@ from engagement_platform_tests.support.erasure import ASKED, activity, gdpr, pro
 from engagement_platform_tests.support.lake_bytes import files_holding
 from engagement_platform_tests.support.mutations import mutate
 
+REPO = Path(__file__).resolve().parents[3]
 A, B = "00D000001", "00D000002"
 LEAD, CONTACT, KEPT = "00QGONE0001", "003GONE0002", "00QSTAYS001"
 WINDOW_S = 4  # EP_ERASURE_WINDOW for this test: removed files and log entries leave after half of it
@@ -130,3 +134,28 @@ def test_an_erased_subject_never_comes_back_and_leaves_every_byte_of_the_lake_wi
         rows = DeltaTable(str(folder)).to_pyarrow_table()
         columns = [f.name for f in rows.schema if not str(f.type).startswith(("list", "struct", "map"))]
         assert same_rows(rows, str(folder), columns), folder.name
+
+
+def test_an_erasure_removes_the_rows_a_landing_pipeline_stored_before_it(spark, kafka, gdpr_topic, lake, lake_root, checkpoints, tmp_path, monkeypatch):
+    """A pipeline whose records name people (its `suppression:` section names this lake's list): the rows
+    and quarantined records it stored before the erasure go with it; other members stay."""
+    data = yaml.safe_load((REPO / "pipelines" / "rewards_members.yaml").read_text())
+    data["suppression"] = {"list_table": ENGAGEMENT_ERASED_SUBJECTS.name, "scope": A, "subject_columns": ["member_id", "email"]}
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    (pipelines / "rewards_members.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.setenv("EP_PIPELINES_DIR", str(pipelines))
+    config = load_pipelines(pipelines)[0]
+    landed = tmp_path / "members.csv"
+    landed.write_text("id,name,bday,level,email,points\n1,Ann Lee,01/02/1990,G,ann@example.com,10\n"
+                      "2,Bob Ray,1985-03-04,silver,bob@example.com,20\n3,Cy Bo,1985-03-04,silver,bob@example.com,lots\n")
+    plan = file_plan(config, 1, str(landed), landed.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    assert run_file_batch(spark, lake, checkpoints, config, plan).rows_written == 2
+
+    result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id="bob@example.com")])
+    assert lake.read(config.target.table)["member_id"].to_pylist() == [1]
+    assert lake.read(config.target.quarantine_table).num_rows == 0, "the rejected record naming the subject went too"
+    assert (result.rows_removed[config.target.table], result.rows_removed[config.target.quarantine_table]) == (1, 1)
+    history = json.dumps(lake.table(config.target.table).history(), default=str)
+    assert "bob@example.com" not in history, "the target's rows went by file rewrite: no predicate in the log"
