@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -40,6 +41,12 @@ class ErasureSettings:
     secret: bytes  # EP_ERASURE_SECRET: the key of the suppression list's hashes (a secret; never logged)
     secret_is_default: bool  # no EP_ERASURE_SECRET: the development key (fine on a laptop, never in production)
     window_seconds: float  # EP_ERASURE_WINDOW: an erased subject leaves every byte of the lake within this
+
+    @property
+    def handoff_age(self) -> timedelta:
+        """Age after which the upkeep deletes a handoff folder: half the window, but never under an hour, so a
+        short test window cannot delete the folder of a run still in flight."""
+        return timedelta(seconds=max(self.retention_seconds, 3600))
 
     @property
     def retention_seconds(self) -> float:

@@ -12,15 +12,18 @@ than the retention) and `expire_logs` (log entries older than the retention, aft
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, sql_literal
 from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, read_file, write_files, writer_tag
+from engagement_platform.lake.suppression import Suppressed
 
 VACUUM_APP_ID = "lake.erasure_window.vacuum"
 
@@ -75,6 +78,23 @@ def keyed_predicate(columns: tuple[str, str], keys: set[tuple[str, str]]) -> str
     parts = [f"({first} = {sql_literal(a)} AND {second} IN ({', '.join(sql_literal(b) for b in sorted(bs))}))"
              for a, bs in sorted(grouped.items())]
     return " OR ".join(parts) or None
+
+
+def purge_quarantine(lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, app_id: str) -> int:
+    """Delete by key the quarantined records (QUARANTINE_SCHEMA) whose raw content or parsed input names a
+    suppressed subject of their org / tenant (any, without one): what the upkeep sweeps up that no batch
+    could, e.g. a malformed erasure request naming the subject a later valid one erased. Returns rows deleted."""
+    if not suppressed or not lake.exists(spec.name):
+        return 0
+    expr = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+    rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"], filter=expr)
+    keys = {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])}
+    predicate = keyed_predicate(("pipeline", "row_id"), keys)
+    if predicate is None:
+        return 0
+    # an upkeep run is its own writer: the txn version only has to grow
+    metrics = lake.delete(spec, predicate, BatchTxn(app_id, int(time.time() * 1000)))
+    return (metrics or {}).get("num_deleted_rows", 0)
 
 
 def checkpoint_tables(lake: DeltaLake, names: Iterable[str]) -> list[str]:

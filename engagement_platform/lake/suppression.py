@@ -11,8 +11,9 @@ with the hash) and stored nowhere, quarantine included. What "naming" means:
 
 - an id field (engagement_activity's lead_id / contact_id, a profile's identity) whose hash is suppressed;
 - raw content (a quarantined record's bytes, a request's JSON): a whole token of letters, digits and
-  underscores, or a whole JSON string value, whose hash is suppressed. A record too broken to have an org
-  is tested against every scope.
+  underscores, a whole JSON string value, or a piece between separators (whitespace, quotes, brackets,
+  , : ; = & | < >), in the text and in its JSON-unescaped form, whose hash is suppressed. A record too
+  broken to have an org is tested against every scope.
 
 Only scopes that have suppressed subjects cost anything: the others are never hashed.
 """
@@ -27,6 +28,9 @@ from dataclasses import dataclass, field
 SEPARATOR = "\x1f"
 _TOKEN = re.compile(r"[A-Za-z0-9_]+")
 _JSON_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+# What separates values in JSON, CSV, query strings and free text: an id never contains these, so the
+# pieces between them are candidates too (a malformed record's misplaced quote cannot hide an id).
+_SEPARATORS = re.compile(r"[\s\"'{}\[\](),:;=&|<>]+")
 
 
 def subject_hash(secret: bytes, scope: str, subject_id: str) -> str:
@@ -40,7 +44,17 @@ def candidate_ids(content: str | bytes | None) -> set[str]:
         return set()
     if isinstance(content, (bytes, bytearray, memoryview)):
         content = bytes(content).decode("utf-8", errors="replace")
-    return set(_TOKEN.findall(content)) | {v for v in _JSON_STRING.findall(content) if v}
+    texts = [content]
+    if "\\u" in content:  # JSON escapes (\u002d for "-"): the decoded text is searched too
+        try:
+            texts.append(content.encode("utf-8", errors="replace").decode("unicode_escape"))
+        except UnicodeDecodeError:
+            pass
+    found: set[str] = set()
+    for text in texts:
+        found |= set(_TOKEN.findall(text)) | {v for v in _JSON_STRING.findall(text) if v} | set(_SEPARATORS.split(text))
+    found.discard("")
+    return found
 
 
 @dataclass(frozen=True)

@@ -58,3 +58,13 @@ def test_quarantine_keeps_every_record_but_those_naming_an_erased_subject_and_co
     assert set(kept["row_id"].to_pylist()) == {r["row_id"] for r in rows} - named
     assert kept.num_rows == sum(1 for r in rows if r["row_id"] not in named)
     assert len(hits) == len(named)
+
+
+def test_an_id_in_malformed_or_escaped_content_is_still_found():
+    suppressed = Suppressed.of_subjects(SECRET, [("00D1", "usr-gone-0001")])
+    for content in ('{"primary_id:"usr-gone-0001","x":1}',  # a misplaced quote
+                    b'{"lead_id": "usr-gone-0001", "tru',  # truncated bytes
+                    '{"a": "usr\\u002dgone\\u002d0001"}',  # JSON escapes
+                    "id=usr-gone-0001&x=2", "usr-gone-0001,Bob,1990"):  # a query string, a CSV line
+        assert suppressed.content_hit("00D1", [content]) is not None, content
+    assert suppressed.content_hit("00D1", ["usr-gone-00012 and xusr-gone-0001"]) is None, "a longer id is another id"

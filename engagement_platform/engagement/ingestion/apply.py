@@ -6,7 +6,7 @@ compute: Spark reads the exact offsets (kafka_offsets data source); the ingest f
          rows. On the driver, later copies of a key within the slice and keys engagement_activity
          already holds (at the version pinned in the data commit's metadata, streams/pin.py, so a
          re-run marks the same rows) are quarantined, and the rare file holding one is rewritten.
-         Records naming an erased subject (the suppression list at the pinned version) are dropped
+         Records naming an erased subject (the latest suppression list) are dropped
          in the tasks and only counted (engagement_suppressed_records, by hash).
 commit:  the data files in one commit, then quarantine, the suppressed counts, then notifications (counts from the files,
          or from the data commit's change feed when an earlier attempt made it), each with the txn
@@ -97,7 +97,7 @@ def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """The engagement_activity version this batch checks keys against (-1: no table): pinned in the metadata
     of its data commit once that exists (a re-run then marks the same rows), before that the current one."""
-    return pin_batch(lake, ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ERASED_SUBJECTS.name])
+    return pin_batch(lake, ENGAGEMENT_ACTIVITY.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name])
 
 
 def flag_duplicates(keys: pa.Table, lake: DeltaLake, activity_version: int, batch_id: int) -> pa.Table:
@@ -170,8 +170,9 @@ def ingest_batch(
         lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
     ingested_at = datetime.now(timezone.utc)  # this attempt's clock: the pin fixes what the keys are checked against
     frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
-    # the suppression list as pinned: a re-run drops the same records
-    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret, pin.versions[ENGAGEMENT_ERASED_SUBJECTS.name])
+    # the latest suppression list, not the pinned one: an erasure between a crashed attempt and this re-run
+    # must hold for every step not committed yet (retention shares the lock, so it cannot change mid-batch)
+    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
     task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed)
     handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed

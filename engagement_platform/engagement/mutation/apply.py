@@ -99,8 +99,7 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """The as-of time and the versions of engagement_activity and the pending table this batch computes
     against: pinned in the request log's commit (the batch's first) once it exists, so a re-run reaches
     the same decisions (pending ages, received_at / quarantined_at); before that, now and the current ones."""
-    return pin_batch(lake, ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id,
-                     [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name, ENGAGEMENT_ERASED_SUBJECTS.name])
+    return pin_batch(lake, ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
 
 
 def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
@@ -193,8 +192,9 @@ def apply_mutation_batch(
     t1 = time.perf_counter()
     context = QuarantineContext(PIPELINE_NAME, batch, plan.topic, now, kafka=True)
     n_errors = pc.list_value_length(validated[ERRORS])
-    # requests naming an erased subject (the suppression list as pinned) are dropped and only counted
-    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret, pin.versions[ENGAGEMENT_ERASED_SUBJECTS.name])
+    # requests naming an erased subject are dropped and only counted: the latest list, not the pinned one (an
+    # erasure between a crashed attempt and this re-run must hold for every step not committed yet)
+    suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
     checked, request_hits = drop_suppressed_requests(checked, suppressed)
     malformed, malformed_hits = drop_suppressed_quarantine(quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context), suppressed)
     hits = hits_table(request_hits + malformed_hits)

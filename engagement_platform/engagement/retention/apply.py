@@ -57,7 +57,7 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.row_erasure import checkpoint_tables, keyed_predicate
+from engagement_platform.lake.row_erasure import checkpoint_tables, keyed_predicate, purge_quarantine
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
@@ -70,6 +70,7 @@ from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_met
 STREAM = "retention"
 APP_ID = "engagement.retention"
 PIPELINE_NAME = "engagement_gdpr"
+PURGE_APP_ID = "engagement.retention.purge"
 PINNED = (GDPR_AUDIT.name, ENGAGEMENT_ERASED_SUBJECTS.name, *(e.spec.name for e in ERASABLE))  # versions a re-run computes against
 
 
@@ -241,8 +242,13 @@ def apply_retention_batch(
         ranges=plan.ranges_json(),
         **pin.metadata(),  # in every commit's metadata; the first commit's is read back by a re-run (batch_pin)
     )
-    if erasures:  # log cleanup can then drop every entry from before the erasure (lake/row_erasure.py)
-        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t in WINDOW_TABLES])
+    if erasures:
+        # refused requests of earlier batches naming a subject erased now (its own txn: the batch already
+        # appended to that quarantine; idempotent, so a re-run just finds nothing)
+        purged = purge_quarantine(lake, QUARANTINE_ENGAGEMENT_GDPR, load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret), PURGE_APP_ID)
+        # log cleanup can then drop every entry from before the erasure (lake/row_erasure.py)
+        touched = [t for t, v in versions.items() if v is not None and t in WINDOW_TABLES]
+        checkpoint_tables(lake, touched + ([QUARANTINE_ENGAGEMENT_GDPR.name] if purged else []))
     seconds["commit"] = time.perf_counter() - t2
     totals = {**{t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}, **landing_removed}
     return RetentionResult(

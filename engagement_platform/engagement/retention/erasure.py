@@ -49,9 +49,11 @@ ERASABLE = (
 ERASED_TABLES = (ENGAGEMENT_ACTIVITY.name, *(e.spec.name for e in ERASABLE))
 # What the daily full vacuum covers: every table erasure deletes from. engagement_activity's change log is
 # one (its rows go by engagement_activity's predicate) but not in ERASED_TABLES: gdpr_audit does not count them.
-VACUUMED_TABLES = (*ERASED_TABLES, ENGAGEMENT_ACTIVITY_CHANGES.name)
-# Tables erasure never deletes from whose log could still hold an id from before it stored hashes only.
-LOGGED_ELSEWHERE = (GDPR_AUDIT.name, QUARANTINE_ENGAGEMENT_GDPR.name)
+# The retention stream's own quarantine too: a refused request naming a subject a later one erased is
+# purged by the erasure batch (after its commits) and by the upkeep.
+VACUUMED_TABLES = (*ERASED_TABLES, ENGAGEMENT_ACTIVITY_CHANGES.name, QUARANTINE_ENGAGEMENT_GDPR.name)
+# A table erasure never deletes from whose log could still hold an id from before it stored hashes only.
+LOGGED_ELSEWHERE = (GDPR_AUDIT.name,)
 # What the upkeep's window passes cover (lake/row_erasure.py): checkpoints and log expiry.
 WINDOW_TABLES = (*VACUUMED_TABLES, *LOGGED_ELSEWHERE)
 
@@ -138,12 +140,12 @@ def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
             if len(named):
                 hit = pc.or_(*(pc.fill_null(pc.is_in(of_org[f], value_set=named), False) for f in SUBJECT_FIELDS))
                 counts[name] += pc.sum(hit).as_py() or 0
-    for e in ERASABLE:
-        if not lake.exists(e.spec.name):
+    for spec, texts in (*((e.spec, e.texts) for e in ERASABLE), (QUARANTINE_ENGAGEMENT_GDPR, ("raw", "input"))):
+        if not lake.exists(spec.name):
             continue
         expr = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
-        rows = lake.table(e.spec.name).to_pyarrow_dataset().to_table(columns=list(dict.fromkeys(("org_id", *e.texts))), filter=expr)
-        counts[e.spec.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in e.texts]))
+        rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=list(dict.fromkeys(("org_id", *texts))), filter=expr)
+        counts[spec.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in texts]))
     return counts
 
 

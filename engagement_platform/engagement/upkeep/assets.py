@@ -8,7 +8,6 @@ rewrites only the partitions that need it, so an idle lake costs one short run a
 """
 
 import json
-from datetime import timedelta
 
 from dagster import (
     AssetCheckResult,
@@ -40,10 +39,12 @@ from engagement_platform.engagement.assets import GROUP, REWRITE_POOL
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STREAM
 from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, WINDOW_TABLES
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.engagement.retention.tables import QUARANTINE_ENGAGEMENT_GDPR
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ERASED_SUBJECTS
 from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
 from engagement_platform.lake.layout import partition_layout, upkeep
-from engagement_platform.lake.row_erasure import expire_logs, vacuum_tables
+from engagement_platform.lake.row_erasure import expire_logs, purge_quarantine, vacuum_tables
+from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.resources import LakeResource
@@ -57,6 +58,7 @@ UPKEEP_TAG = "engagement/upkeep"
 UPKEEP_EVERY_BATCHES = 50
 COUNTED_STREAMS = (INGESTION_STREAM, MUTATION_STREAM)  # streams whose completed batches the sensor counts
 WORST_SHOWN = 5
+PURGE_APP_ID = "engagement.upkeep.purge"
 
 
 class LayoutUpkeepConfig(Config):
@@ -74,6 +76,10 @@ class LayoutUpkeepConfig(Config):
 def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource) -> MaterializeResult:
     """Per org partition of engagement_activity: files, mean file size and engagement_date overlap after compaction, z-ordering and vacuum."""
     retention_hours = load_settings().retention.vacuum_retention_hours if config.vacuum_retention_hours is None else config.vacuum_retention_hours
+    erasure = load_settings().erasure
+    # a malformed or repeated erasure request naming a subject a later request erased is kept raw until here
+    purged = purge_quarantine(lake.lake, QUARANTINE_ENGAGEMENT_GDPR, load_suppressed(lake.lake, ENGAGEMENT_ERASED_SUBJECTS, erasure.secret),
+                              PURGE_APP_ID)
     result = upkeep(
         lake.lake,
         ENGAGEMENT_ACTIVITY,
@@ -88,9 +94,8 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
     others = vacuum_tables(lake.lake, [t for t in VACUUMED_TABLES if t != ENGAGEMENT_ACTIVITY.name], retention_hours)
     # ...and their log entries older than half the erasure window go too (statistics in add actions hold ids),
     # with the handoff folders a crashed run left: nothing of an erased subject outlives EP_ERASURE_WINDOW.
-    erasure = load_settings().erasure
     expired = expire_logs(lake.lake, WINDOW_TABLES, erasure.retention_seconds)
-    swept = sweep_all_handoffs(lake.lake.root, timedelta(seconds=erasure.retention_seconds), lake.lake.storage_options)
+    swept = sweep_all_handoffs(lake.lake.root, erasure.handoff_age, lake.lake.storage_options)
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
     metadata, worst = upkeep_metadata(result, others, retention_hours, WORST_SHOWN)
@@ -99,7 +104,7 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
         metadata={"files": result["files_after"], **layout_summary(result["layout_after"]), "table_version": result["version_after"]},
     ))
     return MaterializeResult(metadata={**metadata, "worst_partitions": MetadataValue.md(worst), "logs_expired": sum(v >= 0 for v in expired.values()),
-                                       "log_expiry_conflicts": sum(v < 0 for v in expired.values()), "handoff_folders_swept": len(swept),
+                                       "log_expiry_conflicts": sum(v < 0 for v in expired.values()), "handoff_folders_swept": len(swept), "quarantined_requests_purged": purged,
                                        "erasure_window_seconds": erasure.window_seconds})
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import load_kafka_pipeline
@@ -45,11 +46,14 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.row_erasure import checkpoint_tables, erase_rows, keyed_predicate, live_files
+from engagement_platform.lake.file_writes import filesystem
+from engagement_platform.lake.row_erasure import checkpoint_tables, erase_rows, keyed_predicate, live_files, purge_quarantine
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
 from engagement_platform.profiles.locks import tenant_locks
+from engagement_platform.profiles.processor.progress import processed_version
+from engagement_platform.profiles.snapshots import SnapshotListings
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
     QUARANTINE_PROFILE_ERASURE, raw_table_name, raw_table_spec,
@@ -64,7 +68,8 @@ STREAM = "profile_erasure"
 APP_ID = "profile.erasure"
 LOCK = "profile_erasure"  # one erasure batch at a time; each also takes its tenants' locks
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
-REMOVED_KEY = "rows_removed_by_request"  # a rewrite commit's metadata: JSON {request_id: rows}
+REMOVED_KEY = "rows_removed_by_request"
+PURGE_APP_ID = "profile.erasure.purge"  # a rewrite commit's metadata: JSON {request_id: rows}
 
 
 @dataclass(frozen=True)
@@ -132,22 +137,31 @@ class ProfileErasureResult:
                               tenants=",".join(self.tenants))
 
 
-def _rows_at(lake: DeltaLake, name: str, version: int, expr: ds.Expression, columns: list[str]) -> list[dict]:
+def _rows_at(lake: DeltaLake, name: str, version: int, expr: ds.Expression | None, columns: list[str]) -> list[dict]:
     if version < 0 or not lake.exists(name):
         return []
     return lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr).to_pylist()  # views read as str
 
 
 def erased_identities(lake: DeltaLake, requests: list[ErasureRequest], pin: Pin) -> dict[str, set[str]]:
-    """request id -> the ids its erasure removes (identity.identity_ids), read at the pinned versions."""
-    out = {}
-    for r in requests:
-        subject = ds.field("primary_id").cast(pa.string()) == r.subject_id  # string_view in files a MERGE wrote
-        raw = _rows_at(lake, raw_table_name(r.tenant), pin.versions[raw_table_name(r.tenant)], subject, ["primary_id", "related_ids"])
-        staged = _rows_at(lake, PROFILE_CDC_STAGING.name, pin.versions[PROFILE_CDC_STAGING.name],
-                          (ds.field("tenant") == r.tenant) & subject, ["primary_id", "related_ids"])
-        out[r.request_id] = identity_ids(r.subject_id, raw, staged)
-    return out
+    """request id -> the ids its erasure removes (identity.identity_ids over every link of the tenant's raw
+    table and staged changes), read at the pinned versions (inside the tenants' locks)."""
+    links: dict[str, tuple[list[dict], list[dict]]] = {}
+    listings = SnapshotListings(lake, PROFILE_CDC_STAGING.name)
+    for tenant in sorted({r.tenant for r in requests}):
+        raw = _rows_at(lake, raw_table_name(tenant), pin.versions[raw_table_name(tenant)], None, ["primary_id", "related_ids"])
+        # only changes not merged yet: merged ones are in the raw table's links (and may carry links split since)
+        unmerged = listings.added(tenant, processed_version(lake, tenant), pin.versions[PROFILE_CDC_STAGING.name])
+        links[tenant] = (raw, _staged_links(lake, unmerged))
+    return {r.request_id: identity_ids(r.subject_id, *links[r.tenant]) for r in requests}
+
+
+def _staged_links(lake: DeltaLake, uris: list[str]) -> list[dict]:
+    rows = []
+    for uri in uris:
+        fs, path = filesystem(uri, lake.storage_options)
+        rows += pq.read_table(path, columns=["primary_id", "related_ids"], filesystem=fs).to_pylist()
+    return rows
 
 
 class Tally:
@@ -189,7 +203,7 @@ class Tally:
 
 def _raw_files(lake: DeltaLake, tenant: str, ids: set[str]):
     """The tenant raw table's files whose primary_id range can hold one of `ids` (a row naming an id in its
-    related ids is in the same identity, so its primary id is one of them too)."""
+    related ids is linked to it, so identity_ids put its primary id among them too)."""
     spec = raw_table_spec(tenant)
     if not lake.exists(spec.name):
         return []
@@ -208,11 +222,12 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
     validated, requests = validate_requests(spark, lake, bootstrap_servers, plan, kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
     tenants = sorted({r.tenant for r in requests})
-    pin = pin_batch(lake, QUARANTINE_PROFILE_ERASURE.name, APP_ID, batch, [*(raw_table_name(t) for t in tenants), PROFILE_CDC_STAGING.name])
     bad = validated.filter(pc.greater(pc.list_value_length(validated[ERRORS]), 0))
-    quarantine = quarantine_rows(bad, QuarantineContext(STREAM, batch, plan.topic, pin.as_of, kafka=True), org_column="tenant")
 
     with tenant_locks(coordinator, tenants, f"{STREAM}/{batch}"):
+        # pinned inside the locks: no processor or backfill merge can land between the pin and the rewrites
+        pin = pin_batch(lake, QUARANTINE_PROFILE_ERASURE.name, APP_ID, batch, [*(raw_table_name(t) for t in tenants), PROFILE_CDC_STAGING.name])
+        quarantine = quarantine_rows(bad, QuarantineContext(STREAM, batch, plan.topic, pin.as_of, kafka=True), org_column="tenant")
         t1 = time.perf_counter()
         ids = erased_identities(lake, requests, pin)
         by_tenant: dict[str, set[str]] = {}
@@ -269,7 +284,10 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
             suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of)),
             CommitStep(PROFILE_ERASURE_AUDIT.name, lambda txn, _: lake.append(PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn)),
         ], checkpoints, ranges=plan.ranges_json(), **pin.metadata())
-        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name])
+        # refused requests of earlier batches naming an id erased now (own txn; idempotent on a re-run)
+        purged = purge_quarantine(lake, QUARANTINE_PROFILE_ERASURE, load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret), PURGE_APP_ID)
+        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name]
+                          + ([QUARANTINE_PROFILE_ERASURE.name] if purged else []))
         seconds["commit"] = time.perf_counter() - t2
     totals: dict[str, int] = dict(landing_removed)
     for counts in tally.removed.values():

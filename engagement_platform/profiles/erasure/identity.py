@@ -1,9 +1,9 @@
 """Which ids a profile erasure removes, and which rows hold them (pure: no Spark, no Dagster, no I/O).
 
 The rule: a person is their merged identity, so an erasure of one id removes the whole identity: every id
-of the subject's connected component as the processor keeps it in the raw table (`related_ids`, self
-included), plus every id the subject's not-yet-merged staged changes name (their `related_ids`: the links
-the processor would add). An id that appears nowhere is still suppressed: its later changes never land.
+connected to the subject through the raw table's links (`related_ids`, the components the processor keeps)
+and through the links of changes staged but not merged yet (the links the processor would add, which can
+join two stored components). An id that appears nowhere is still suppressed: its later changes never land.
 """
 
 from __future__ import annotations
@@ -13,15 +13,23 @@ import pyarrow.compute as pc
 
 
 def identity_ids(subject: str, raw_rows: list[dict], staged_rows: list[dict]) -> set[str]:
-    """The ids erased with `subject`: its raw row's component and what its staged changes link to it."""
-    ids = {subject}
-    for row in raw_rows:
-        if row["primary_id"] == subject:
-            ids |= set(row.get("related_ids") or ())
-    for row in staged_rows:
-        if row["primary_id"] == subject:
-            ids |= set(row.get("related_ids") or ())
-    return ids
+    """The ids erased with `subject`: its connected component in the graph whose edges are every raw row's
+    and every not-yet-merged staged change's links (primary_id <-> each related id). A staged change can
+    join two stored components; the whole joined identity goes."""
+    edges: dict[str, set[str]] = {}
+    for row in (*raw_rows, *staged_rows):
+        primary = row["primary_id"]
+        for other in row.get("related_ids") or ():
+            if other and other != primary:
+                edges.setdefault(primary, set()).add(other)
+                edges.setdefault(other, set()).add(primary)
+    seen, frontier = {subject}, [subject]
+    while frontier:
+        for other in edges.get(frontier.pop(), ()):
+            if other not in seen:
+                seen.add(other)
+                frontier.append(other)
+    return seen
 
 
 def naming_rows(rows: pa.Table, ids: set[str]) -> pa.Array:

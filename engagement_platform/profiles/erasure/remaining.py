@@ -12,26 +12,28 @@ from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, raw_table_name
 
 
-def _rows_with_suppressed_ids(rows: pa.Table, tenant: str, suppressed: Suppressed) -> int:
-    """Rows whose primary id or any related / linked id hashes to a suppressed subject of `tenant` (each
-    distinct id hashed once)."""
+def suppressed_mask(rows: pa.Table, tenant: str, suppressed: Suppressed) -> pa.Array:
+    """Which rows have a primary id or a related / linked id that hashes to a suppressed subject of `tenant`
+    (each distinct id hashed once)."""
     if rows.num_rows == 0:
-        return 0
+        return pa.array([], pa.bool_())
     rows = plain_strings(rows)
     lists = [c for c in ("related_ids", "linked_ids") if c in rows.column_names]
     ids = set(pc.unique(rows["primary_id"]).to_pylist())
     for c in lists:
         ids |= set(pc.unique(pc.list_flatten(rows[c])).to_pylist())
     named = pa.array(sorted(i for i in ids if i is not None and suppressed.hit(tenant, [i])), pa.string())
-    if not len(named):
-        return 0
     hit = pc.fill_null(pc.is_in(rows["primary_id"], value_set=named), False)
     for c in lists:
         column = rows[c].combine_chunks()
         flat = pc.fill_null(pc.is_in(pc.list_flatten(column), value_set=named), False)
         parents = pc.cast(pc.unique(pc.filter(pc.list_parent_indices(column), flat)), pa.int64())
         hit = pc.or_(hit, pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=parents))
-    return pc.sum(hit).as_py() or 0
+    return hit
+
+
+def _rows_with_suppressed_ids(rows: pa.Table, tenant: str, suppressed: Suppressed) -> int:
+    return pc.sum(suppressed_mask(rows, tenant, suppressed)).as_py() or 0 if rows.num_rows else 0
 
 
 def plain_strings(rows: pa.Table) -> pa.Table:

@@ -1,4 +1,5 @@
-"""The profile lake's daily upkeep (no Dagster): staging retention, then the erasure window's passes.
+"""The profile lake's daily upkeep (no Dagster): a purge of raced rows naming erased ids, staging
+retention, then the erasure window's passes.
 
 Staging retention: staging is a mailbox, not an archive of personal data. A staged file goes when every
 row in it is merged (the file is in the staging snapshot the tenant's processor has merged up to) and its
@@ -15,20 +16,26 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import commit_files, filesystem
-from engagement_platform.lake.row_erasure import expire_logs, live_files, vacuum_tables
+from engagement_platform.lake.row_erasure import erase_rows, expire_logs, live_files, purge_quarantine, vacuum_tables
+from engagement_platform.lake.suppression_tables import load_suppressed
+from engagement_platform.profiles.erasure.remaining import suppressed_mask
 from engagement_platform.profiles.processor.progress import latest_progress, staged_tenants
 from engagement_platform.profiles.snapshots import files_by_tenant
 from engagement_platform.profiles.tables import (
-    PROFILE_CDC_STAGING, PROFILE_ERASURE_AUDIT, QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE, bucket_end, raw_table_name,
+    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE, bucket_end,
+    raw_table_name,
 )
 from engagement_platform.settings import ErasureSettings
 from engagement_platform.spark.handoff_files import sweep_all_handoffs
 
 RETENTION_APP_ID = "profile.staging_retention"
+PURGE_APP_ID = "profile.upkeep.purge"
 
 
 def expired_staging_files(lake: DeltaLake, tenant: str, merged_version: int, cutoff: datetime) -> list:
@@ -70,15 +77,37 @@ def window_tables(lake: DeltaLake) -> list[str]:
     return [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name, QUARANTINE_PROFILE_ERASURE.name, PROFILE_ERASURE_AUDIT.name, *raw]
 
 
+def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
+    """Rows naming an erased id that no erasure batch could remove: changes a dumper batch staged while racing
+    an erasure (checked before it, committed after), and quarantined records or requests naming an id a later
+    request erased. Staging is rewritten without them; the quarantines lose them by key. Rows per table."""
+    suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
+    if not suppressed:
+        return {}
+
+    def remove(rows: pa.Table) -> pa.Array:
+        mask = pa.array([False] * rows.num_rows, pa.bool_())
+        for tenant in suppressed.scopes:
+            mask = pc.or_(mask, pc.and_(pc.equal(rows["tenant"], tenant), suppressed_mask(rows, tenant, suppressed)))
+        return mask
+
+    files = [f for t in suppressed.scopes for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
+    _, staged = erase_rows(lake, PROFILE_CDC_STAGING, files, remove, BatchTxn(PURGE_APP_ID, int(time.time() * 1000)))
+    return {PROFILE_CDC_STAGING.name: staged,
+            **{spec.name: purge_quarantine(lake, spec, suppressed, PURGE_APP_ID) for spec in (QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE)}}
+
+
 def profile_upkeep(lake: DeltaLake, erasure: ErasureSettings, staging_retention_seconds: float, vacuum_hours: int) -> dict:
-    """Staging retention, then vacuum, log expiry and handoff sweep over window_tables: figures for the run."""
+    """Purge of raced rows, staging retention, then vacuum, log expiry and handoff sweep over window_tables."""
     started = time.perf_counter()
+    purged = purge_suppressed(lake, erasure.secret)
     expired = expire_staging(lake, staging_retention_seconds)
     tables = window_tables(lake)
     vacuumed = vacuum_tables(lake, tables, vacuum_hours)
     logs = expire_logs(lake, tables, erasure.retention_seconds)
-    swept = sweep_all_handoffs(lake.root, timedelta(seconds=erasure.retention_seconds), lake.storage_options)
+    swept = sweep_all_handoffs(lake.root, erasure.handoff_age, lake.storage_options)
     return {
+        "rows_purged": sum(purged.values()), **{f"rows_purged_{t}": n for t, n in purged.items()},
         "staging_files_expired": sum(expired.values()), "tenants_with_expired_staging": len(expired),
         "tables": len(tables), "files_vacuumed": sum(n for n in vacuumed.values() if n > 0),
         "logs_expired": sum(v >= 0 for v in logs.values()), "log_expiry_conflicts": sum(v < 0 for v in logs.values()),

@@ -71,6 +71,8 @@ def test_an_erased_subject_never_comes_back_and_leaves_every_byte_of_the_lake_wi
     monkeypatch.setenv("EP_ERASURE_WINDOW", f"{WINDOW_S}s")
     secret = load_settings().erasure.secret
     subject_world(spark, kafka, topic, mutation_topic, lake, checkpoints)
+    early = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e0", A, ERASURE, subject_id=LEAD, at="2031-01-01T00:00:00Z")])
+    assert early.requests_quarantined == 1, "a request from the future is refused, and kept raw with the id until the erasure"
     erased = retain(spark, kafka, lake, checkpoints, gdpr_topic, [
         gdpr("e1", A, ERASURE, subject_id=LEAD), gdpr("e2", A, ERASURE, subject_id=CONTACT, at="2026-02-01T11:00:00Z")])
     assert erased.erasure_requests == 2
@@ -116,6 +118,7 @@ def test_an_erased_subject_never_comes_back_and_leaves_every_byte_of_the_lake_wi
     assert out.success
     metadata = out.asset_materializations_for_node("engagement_layout_upkeep")[0].metadata
     assert metadata["logs_expired"].value >= 3 and metadata["log_expiry_conflicts"].value == 0
+    assert metadata["quarantined_requests_purged"].value == 0, "the erasure batch purged the refused request already"
     left = files_holding(root, (LEAD, CONTACT))
     assert left == [], (left, {p: sorted(x.name for x in (root / p.split("/")[0] / "_delta_log").iterdir()) for p in left})
     assert files_holding(root, (KEPT,)), "other people's data stays"

@@ -28,7 +28,8 @@ from engagement_platform.profiles.erasure.remaining import profile_rows_naming
 from engagement_platform.profiles.erasure.upkeep import expire_staging
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
 from engagement_platform.profiles.tables import (
-    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC, raw_table_name,
+    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
+    QUARANTINE_PROFILE_ERASURE, raw_table_name,
 )
 from engagement_platform.resources import LakeResource
 from engagement_platform.settings import load_settings
@@ -89,9 +90,10 @@ def identity_world(spark, kafka, lake, checkpoints, topic) -> None:
 
 
 def test_the_rule_erases_the_whole_merged_identity():
-    raw = [{"primary_id": "a", "related_ids": ["a", "b", "c"]}, {"primary_id": "d", "related_ids": ["d"]}]
+    raw = [{"primary_id": i, "related_ids": ["a", "b", "c"]} for i in "abc"] + [{"primary_id": i, "related_ids": ["d", "e"]} for i in "de"]
     assert identity_ids("a", raw, []) == {"a", "b", "c"}
     assert identity_ids("x", raw, [{"primary_id": "x", "related_ids": ["y"]}]) == {"x", "y"}, "not merged yet: its staged links"
+    assert identity_ids("a", raw, [{"primary_id": "x", "related_ids": ["b", "e"]}]) == set("abcdex"), "a staged link joins two identities"
     assert identity_ids("z", raw, []) == {"z"}, "unknown: still suppressed"
 
 
@@ -102,8 +104,12 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     identity_world(spark, kafka, lake, checkpoints, cdc_topic)
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 1
 
+    early = erase(spark, kafka, lake, checkpoints, erasure_topic, [{"request_id": "pe0", "tenant": "acme", "subject_id": SUBJECT}])
+    assert early.requests_quarantined == 1, "no request_time: refused, and kept raw with the id until the erasure"
     result = erase(spark, kafka, lake, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT), b"{not json"])
     assert (result.requests_read, result.requests_applied, result.requests_quarantined, result.ids_erased) == (2, 1, 1, 2)
+    refused = json.dumps(lake.read(QUARANTINE_PROFILE_ERASURE.name).to_pylist(), default=str)
+    assert SUBJECT not in refused and "{not json" in refused, "the earlier refused request naming the subject went; the other stays"
     assert ids_of(lake, "acme") == {KEPT} and ids_of(lake, "beta") == {ELSEWHERE}
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
     assert suppressed.pairs() == {("acme", subject_hash(secret, "acme", SUBJECT)), ("acme", subject_hash(secret, "acme", LINKED))}
