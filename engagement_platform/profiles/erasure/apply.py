@@ -18,7 +18,8 @@ commit   holding every involved tenant's lock (profiles/locks.py, fenced by all 
          profile_erased_subjects (every erased id's keyed hash: from this commit on the dumper and backfill
          drop their changes), profile_raw/<tenant> per tenant and profile_cdc_staging (file rewrites
          without the identity's rows: lake/row_erasure.py, no id in the log), quarantine_profile_cdc
-         (delete by key of the records naming an erased id), profile_suppressed_records,
+         (delete by key of the records naming an erased id), profile_segments and profile_segment_changes
+         (file rewrites without the identity), profile_suppressed_records,
          profile_erasure_audit (per request: the subject's hash, ids erased, rows removed per table).
          Then a checkpoint of each table it changed, so the upkeep's log cleanup can drop older entries.
 
@@ -53,6 +54,7 @@ from engagement_platform.lake.suppression_tables import drop_suppressed_quaranti
 from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
 from engagement_platform.profiles.locks import tenant_locks
 from engagement_platform.profiles.processor.progress import processed_version
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.snapshots import SnapshotListings
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
@@ -260,6 +262,19 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
                                     lambda: tally.of_table(PROFILE_CDC_STAGING.name))
             return version
 
+        def membership_step(spec):
+            def commit(txn: BatchTxn, _: Outcomes) -> int | None:
+                """Segment membership and its entries / exits: an identity is keyed by its component id, one of its ids."""
+                def remove(rows: pa.Table) -> pa.Array:
+                    mask = pa.array([False] * rows.num_rows, pa.bool_())
+                    for tenant, tids in by_tenant.items():
+                        hit = pc.and_(pc.equal(rows["tenant"], tenant), pc.is_in(rows["identity"], value_set=pa.array(sorted(tids), pa.string())))
+                        mask = pc.or_(mask, hit)
+                    return mask
+                files = [f for t in tenants for f in live_files(lake, spec, {"tenant": t})]
+                return erase_rows(lake, spec, files, remove, txn)[0]
+            return CommitStep(spec.name, commit)
+
         def quarantine_step(txn: BatchTxn, _: Outcomes) -> int | None:
             if not lake.exists(QUARANTINE_PROFILE_CDC.name) or not erased:
                 return None
@@ -280,6 +295,7 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
             *(raw_step(t) for t in tenants),
             CommitStep(PROFILE_CDC_STAGING.name, staging_step),
             CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
+            membership_step(PROFILE_SEGMENTS), membership_step(PROFILE_SEGMENT_CHANGES),
             *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, PROFILE_ERASED_SUBJECTS.name), erased, landing_removed),
             suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of)),
             CommitStep(PROFILE_ERASURE_AUDIT.name, lambda txn, _: lake.append(PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn)),

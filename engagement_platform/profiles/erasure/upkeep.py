@@ -26,6 +26,7 @@ from engagement_platform.lake.row_erasure import erase_rows, expire_logs, live_f
 from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.profiles.erasure.remaining import suppressed_mask
 from engagement_platform.profiles.processor.progress import latest_progress, staged_tenants
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.snapshots import files_by_tenant
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE, bucket_end,
@@ -72,9 +73,11 @@ def raw_tenants(lake: DeltaLake) -> list[str]:
 
 
 def window_tables(lake: DeltaLake) -> list[str]:
-    """The profile tables that can hold a person: staging, the quarantines, the erasure audit, every raw table."""
+    """The profile tables that can hold a person: staging, the quarantines, the erasure audit, segment membership,
+    every raw table."""
     raw = [raw_table_name(t) for t in raw_tenants(lake)]
-    return [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name, QUARANTINE_PROFILE_ERASURE.name, PROFILE_ERASURE_AUDIT.name, *raw]
+    return [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name, QUARANTINE_PROFILE_ERASURE.name, PROFILE_ERASURE_AUDIT.name,
+            PROFILE_SEGMENTS.name, PROFILE_SEGMENT_CHANGES.name, *raw]
 
 
 def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:

@@ -27,6 +27,9 @@ from engagement_platform.profiles.erasure.identity import identity_ids
 from engagement_platform.profiles.erasure.remaining import profile_rows_naming
 from engagement_platform.profiles.erasure.upkeep import expire_staging
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
+from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation
+from engagement_platform.profiles.segments.definitions import parse_segment
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
     QUARANTINE_PROFILE_ERASURE, raw_table_name,
@@ -103,6 +106,9 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     secret = load_settings().erasure.secret
     identity_world(spark, kafka, lake, checkpoints, cdc_topic)
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 1
+    everyone = parse_segment({"name": "everyone", "where": {"ids": {"op": ">=", "value": 1}}}, "test")[0]
+    evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [everyone])
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {SUBJECT, KEPT}, "the identity's component id is an id"
 
     early = erase(spark, kafka, lake, checkpoints, erasure_topic, [{"request_id": "pe0", "tenant": "acme", "subject_id": SUBJECT}])
     assert early.requests_quarantined == 1, "no request_time: refused, and kept raw with the id until the erasure"
@@ -111,6 +117,8 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     refused = json.dumps(lake.read(QUARANTINE_PROFILE_ERASURE.name).to_pylist(), default=str)
     assert SUBJECT not in refused and "{not json" in refused, "the earlier refused request naming the subject went; the other stays"
     assert ids_of(lake, "acme") == {KEPT} and ids_of(lake, "beta") == {ELSEWHERE}
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {KEPT}, "it left every segment"
+    assert SUBJECT not in json.dumps(lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist(), default=str), "and the entries log"
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
     assert suppressed.pairs() == {("acme", subject_hash(secret, "acme", SUBJECT)), ("acme", subject_hash(secret, "acme", LINKED))}
     assert profile_rows_naming(lake, suppressed) == {PROFILE_CDC_STAGING.name: 0, QUARANTINE_PROFILE_CDC.name: 0, raw_table_name("acme"): 0}

@@ -1,0 +1,60 @@
+"""Segment evaluation on the real stack: profiles staged and merged by the processor, every segment
+evaluated in one Spark task per tenant, membership and its entries / exits committed exactly once; a
+profile linked to another enters as its merged identity dictates; a deleted profile leaves every segment."""
+
+from __future__ import annotations
+
+import pytest
+
+from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
+from engagement_platform.profiles.segments.definitions import parse_segment
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
+
+SEGMENTS = [parse_segment(d, "test")[0] for d in (
+    {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}},
+    {"name": "vip_linked", "where": {"all": [{"ids": {"op": ">=", "value": 2}}, {"exists": {"where": {"path": "fields.tier", "op": "=", "value": "vip"}}}]}},
+)]
+
+
+@pytest.fixture
+def cdc_topic(kafka):
+    return new_topic(kafka)
+
+
+def evaluate(spark, lake, checkpoints):
+    plan = plan_evaluation(lake, checkpoints, "acme")
+    return evaluate_tenant(spark, lake, checkpoints, "acme", plan, SEGMENTS)
+
+
+def membership(lake) -> set[tuple[str, str]]:
+    return {(r["segment"], r["identity"]) for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()}
+
+
+def test_membership_follows_merged_identities_links_and_deletes(spark, kafka, lake, checkpoints, cdc_topic):
+    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [
+        record("acme", "p1", 1, {"country": "DE", "tier": "vip"}), record("acme", "p2", 1, {"country": "FR"}),
+        record("acme", "p3", 1, {"country": "DE"}),
+    ], "acme")
+    first = evaluate(spark, lake, checkpoints)
+    assert (first.identities_evaluated, first.members, first.entered, first.exited) == (3, 2, 2, 0)
+    assert membership(lake) == {("germans", "p1"), ("germans", "p3")}
+
+    # p2 links to p1: one identity {p1, p2}, its newest country is FR (p2's change is newer) and it is a linked vip
+    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
+                                                                   record("acme", "p3", 2, op="delete")], "acme")
+    second = evaluate(spark, lake, checkpoints)
+    assert membership(lake) == {("vip_linked", "p1")}, "the merged identity's newest country is FR; p3 is deleted"
+    assert (second.entered, second.exited) == (1, 2)
+    changes = {(r["batch_id"], r["segment"], r["identity"], r["change"]) for r in lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist()}
+    assert changes == {(1, "germans", "p1", "entered"), (1, "germans", "p3", "entered"),
+                       (2, "germans", "p1", "exited"), (2, "germans", "p3", "exited"), (2, "vip_linked", "p1", "entered")}
+    assert not any(r["identity"] == "p3" for r in lake.read(PROFILE_SEGMENTS.name).to_pylist())
+
+    # the same plan again commits nothing; a new evaluation with no change writes no entries or exits
+    again = evaluate_tenant(spark, lake, checkpoints, "acme", checkpoints.plan(segments_stream("acme"), 2), SEGMENTS)
+    assert set(again.versions.values()) == {None}
+    third = evaluate(spark, lake, checkpoints)
+    assert (third.entered, third.exited, third.members) == (0, 0, 1) and membership(lake) == {("vip_linked", "p1")}
+    commits = [c for c in lake.table(PROFILE_SEGMENTS.name).history() if c.get("app_id") == segments_app_id("acme")]
+    assert sorted(int(c["batch_id"]) for c in commits) == [1, 2, 3]
