@@ -19,6 +19,7 @@ from engagement_platform.profiles.assets import PROFILE_TABLES
 from engagement_platform.profiles.backfill.assets import BACKFILL
 from engagement_platform.profiles.erasure.assets import ERASURE
 from engagement_platform.profiles.processor.sensors import PROCESSOR
+from engagement_platform.profiles.segments.assets import SEGMENTS
 from engagement_platform.profiles.staging.assets import PROFILE_CDC
 from engagement_platform.resources import platform_resources
 from engagement_platform.settings import load_settings
@@ -27,7 +28,7 @@ defs = Definitions(
     **combine(
         INGESTION, MUTATION, RETENTION, ENGAGEMENT_TABLES, UPKEEP,  # the engagement activity lake
         *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)),  # landing-file pipelines
-        PROFILE_CDC, PROCESSOR, BACKFILL, PROFILE_TABLES, ERASURE,  # the unified-profile CDC lake
+        PROFILE_CDC, PROCESSOR, BACKFILL, PROFILE_TABLES, ERASURE, SEGMENTS,  # the unified-profile CDC lake
     ),
     resources=platform_resources(),
 )

@@ -75,6 +75,7 @@ class ProfileSettings:
     max_lag_seconds: float  # EP_PROFILE_MAX_LAG_SECONDS: replication lag above which the lag check fails
     erasure_topic: str  # EP_PROFILE_ERASURE_TOPIC: profile erasure requests
     staging_retention_seconds: float  # EP_PROFILE_STAGING_RETENTION: merged staging buckets older than this are deleted
+    segments_dir: str  # EP_SEGMENTS_DIR: segment definitions, <dir>/all/*.yaml and <dir>/<tenant>/*.yaml
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
             erasure_topic=env.get("EP_PROFILE_ERASURE_TOPIC", "profile.erasure"),
             staging_retention_seconds=parse_duration(env.get("EP_PROFILE_STAGING_RETENTION") or "7d"),
+            segments_dir=env.get("EP_SEGMENTS_DIR") or str(REPO_ROOT / "segments"),
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},

@@ -5,10 +5,14 @@ profile linked to another enters as its merged identity dictates; a deleted prof
 from __future__ import annotations
 
 import pytest
+from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
 
+from engagement_platform.profiles.assets import profile_tenants
+from engagement_platform.profiles.segments.assets import profile_segments, profile_segments_sensor
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
 from engagement_platform.profiles.segments.definitions import parse_segment
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform.resources import LakeResource, SparkResource
 from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
 
 SEGMENTS = [parse_segment(d, "test")[0] for d in (
@@ -58,3 +62,27 @@ def test_membership_follows_merged_identities_links_and_deletes(spark, kafka, la
     assert (third.entered, third.exited, third.members) == (0, 0, 1) and membership(lake) == {("vip_linked", "p1")}
     commits = [c for c in lake.table(PROFILE_SEGMENTS.name).history() if c.get("app_id") == segments_app_id("acme")]
     assert sorted(int(c["batch_id"]) for c in commits) == [1, 2, 3]
+
+
+def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_the_reference(spark, kafka, lake, lake_root, checkpoints,
+                                                                                              cdc_topic, stack, tmp_path, monkeypatch):
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "germans.yaml").write_text("name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n")
+    (tmp_path / "acme").mkdir()
+    (tmp_path / "acme" / "linked.yaml").write_text("name: linked\nwhere: {ids: {op: '>=', value: 2}}\n")
+    monkeypatch.setenv("EP_SEGMENTS_DIR", str(tmp_path))
+    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [
+        record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
+        record("acme", "p3", 1, {"country": "DE"}),
+    ], "acme")
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
+        out = materialize([profile_segments], partition_key="acme", instance=instance,
+                          resources={"lake": LakeResource(root=lake_root), "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        assert out.success
+        meta = out.asset_materializations_for_node("profile_segments")[0].metadata
+        assert (meta["segments"].value, meta["identities_evaluated"].value, meta["size_germans"].value, meta["size_linked"].value) == (2, 2, 1, 1)
+        (check,) = out.get_asset_check_evaluations()
+        assert check.passed and check.metadata["sampled"].value == 2 and check.metadata["missing"].value == check.metadata["extra"].value == 0
+        tick = profile_segments_sensor(build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}))
+        assert isinstance(tick, SkipReason), "evaluated at the raw table's current version: nothing to request"

@@ -1,0 +1,88 @@
+"""Segments in Dagster: profile_segments, one partition per tenant, downstream of the raw tables; a sensor
+requests a tenant's evaluation once its raw table moved past the last evaluated version (the processor,
+backfill or an erasure committed). Each run reports identities evaluated, segments, entries, exits and
+every segment's size (plotted over runs); its check re-evaluates a sample of identities with the slow
+reference evaluator and compares with the committed membership.
+
+The definitions (EP_SEGMENTS_DIR) are loaded when the code location loads: a file with a problem fails
+the load, one line per problem, and `dagster dev` shows it."""
+
+import random
+
+from dagster import (
+    AssetCheckResult, AssetCheckSpec, AssetExecutionContext, AssetSelection, DefaultSensorStatus, MaterializeResult, RunRequest,
+    SensorEvaluationContext, SkipReason, asset, define_asset_job, in_process_executor, sensor,
+)
+
+from engagement_platform.orchestration.parts import Parts
+from engagement_platform.profiles.assets import GROUP, RAW_ASSET, profile_tenants
+from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
+from engagement_platform.profiles.segments.definitions import load_segments
+from engagement_platform.profiles.segments.reference import members
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform.profiles.tables import raw_table_name
+from engagement_platform.resources import LakeResource, SparkResource
+from engagement_platform.settings import load_settings
+from engagement_platform.streams.pin import pin_batch
+from engagement_platform.streams.slices import TableVersionsSlice
+
+SEGMENTS_ASSET = "profile_segments"
+MATCHES_REFERENCE = "membership_matches_reference"
+SAMPLE = 500
+
+load_segments(load_settings().profiles.segments_dir)  # every file checked when the code location loads
+
+
+@asset(key=SEGMENTS_ASSET, deps=[RAW_ASSET], partitions_def=profile_tenants, group_name=GROUP, kinds={"spark", "deltalake"},
+       check_specs=[AssetCheckSpec(MATCHES_REFERENCE, asset=SEGMENTS_ASSET,
+                                   description=f"On a sample of {SAMPLE} identities, the committed membership equals the slow reference's.")])
+def profile_segments(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
+    """Segment membership of one tenant: every segment evaluated over every merged profile in one pass."""
+    tenant = context.partition_key
+    segments = load_segments(load_settings().profiles.segments_dir, tenant)
+    plan = plan_evaluation(lake.lake, lake.checkpoints, tenant)
+    if plan is None:
+        return MaterializeResult(metadata={"tenant": tenant, "segments": len(segments), "identities_evaluated": 0},
+                                 check_results=[AssetCheckResult(check_name=MATCHES_REFERENCE, passed=True, metadata={"sampled": 0})])
+    result = evaluate_tenant(spark.spark_session, lake.lake, lake.checkpoints, tenant, plan, segments)
+    return MaterializeResult(metadata=result.metadata(), check_results=[sample_check(lake, tenant, plan, segments, result.plan.batch_id)])
+
+
+def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int) -> AssetCheckResult:
+    """The committed membership of a sample of identities against the reference evaluation of the same raw
+    version at the batch's pinned evaluation time."""
+    store = lake.lake
+    raw = plan.slice_as(TableVersionsSlice)
+    rows = [r for r in store.table(raw.table, raw.up_to).to_pyarrow_table().to_pylist() if not r["deleted"]]
+    identities: dict[str, list[dict]] = {}
+    for r in rows:
+        identities.setdefault(r["component_id"], []).append(r)
+    sample = dict(random.Random(batch_id).sample(sorted(identities.items()), min(SAMPLE, len(identities))))
+    now = pin_batch(store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []).as_of  # the evaluation's pinned time
+    committed = {(r["segment"], r["identity"]) for r in store.read(PROFILE_SEGMENTS.name, filters=[("tenant", "=", tenant)]).to_pylist()
+                 if r["identity"] in sample}
+    expected = {(s.name, key) for s in segments for key in members(s, sample, now)}
+    return AssetCheckResult(check_name=MATCHES_REFERENCE, passed=committed == expected,
+                            metadata={"sampled": len(sample), "missing": len(expected - committed), "extra": len(committed - expected)})
+
+
+profile_segments_job = define_asset_job("profile_segments_job", selection=AssetSelection.assets(SEGMENTS_ASSET), partitions_def=profile_tenants,
+                                        executor_def=in_process_executor, description="Evaluate every segment of one tenant.")
+
+
+@sensor(job=profile_segments_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def profile_segments_sensor(context: SensorEvaluationContext, lake: LakeResource):
+    """One evaluation per tenant whose raw table moved past the version its last evaluation read."""
+    store, requests = lake.lake, []
+    for tenant in context.instance.get_dynamic_partitions(profile_tenants.name):
+        if not store.exists(raw_table_name(tenant)):
+            continue
+        latest = lake.checkpoints.latest_plan(segments_stream(tenant))
+        evaluated = latest.slice_as(TableVersionsSlice).up_to if latest else -1
+        current = store.table(raw_table_name(tenant)).version()
+        if current > evaluated:
+            requests.append(RunRequest(run_key=f"{segments_stream(tenant)}/raw@{current}", partition_key=tenant))
+    return requests or SkipReason("every tenant's segments are evaluated at its raw table's current version")
+
+
+SEGMENTS = Parts(assets=[profile_segments], jobs=[profile_segments_job], sensors=[profile_segments_sensor])
