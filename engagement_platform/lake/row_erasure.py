@@ -12,6 +12,7 @@ than the retention) and `expire_logs` (log entries older than the retention, aft
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterable
 
@@ -22,7 +23,7 @@ from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, sql_literal
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, read_file, write_files, writer_tag
+from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, filesystem, read_file, write_files, writer_tag
 from engagement_platform.lake.suppression import Suppressed
 
 VACUUM_APP_ID = "lake.erasure_window.vacuum"
@@ -136,3 +137,20 @@ def expire_logs(lake: DeltaLake, names: Iterable[str], retention_seconds: float)
         except CommitFailedError:
             out[name] = -1
     return out
+
+
+def commit_bytes(lake: DeltaLake, name: str, version: int) -> tuple[int, int]:
+    """(bytes the commit added, bytes it removed), from its log entry (the `size` of its add and remove
+    actions): what an erasure batch reports as bytes rewritten. (0, 0) once log cleanup removed the entry."""
+    fs, root = filesystem(lake.uri(name), lake.storage_options)
+    try:
+        with fs.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as f:
+            lines = f.read().decode().splitlines()
+    except (FileNotFoundError, OSError):
+        return 0, 0
+    added = removed = 0
+    for line in lines:
+        action = json.loads(line) if line.strip() else {}
+        added += int((action.get("add") or {}).get("size") or 0)
+        removed += int((action.get("remove") or {}).get("size") or 0)
+    return added, removed

@@ -57,7 +57,7 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.row_erasure import checkpoint_tables, keyed_predicate, purge_quarantine
+from engagement_platform.lake.row_erasure import checkpoint_tables, commit_bytes, keyed_predicate, purge_quarantine
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
@@ -117,6 +117,8 @@ class RetentionResult:
     erasures: list[RetentionRequest] = field(default_factory=list)
     org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    bytes_written: int = 0  # by this attempt's deletes: files rewritten without the removed rows (and change data)
+    bytes_removed: int = 0  # files those deletes took out of the table (gone at the next vacuum past the window's half)
 
     def metadata(self) -> dict:
         return batch_metadata(
@@ -130,6 +132,7 @@ class RetentionResult:
             erasure_requests=self.erasure_requests,
             rows_removed=sum(self.rows_removed.values()),
             **{f"rows_removed_{t}": n for t, n in self.rows_removed.items()},
+            bytes_rewritten=self.bytes_written, bytes_removed=self.bytes_removed,
             org_ids=",".join(self.org_ids),
         )
 
@@ -251,12 +254,14 @@ def apply_retention_batch(
         checkpoint_tables(lake, touched + ([QUARANTINE_ENGAGEMENT_GDPR.name] if purged else []))
     seconds["commit"] = time.perf_counter() - t2
     totals = {**{t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}, **landing_removed}
+    rewritten = [commit_bytes(lake, t, v) for t, v in versions.items() if v is not None and t in (*WINDOW_TABLES, *landing_removed)]
     return RetentionResult(
         plan=plan, as_of=as_of, requests_read=validated.num_rows, requests_applied=len(ordered),
         requests_quarantined=validated.num_rows - len(ordered) - len(hits), requests_suppressed=len(hits),
         retention_requests=sum(r.kind == RETENTION for r in ordered), erasure_requests=len(erasures),
         quarantined_errors=quarantine.num_rows, rows_removed=totals, versions=versions, snapshot=snapshot,
         erasures=erasures, org_ids=sorted({r.org_id for r in ordered}), seconds=seconds,
+        bytes_written=sum(a for a, _ in rewritten), bytes_removed=sum(r for _, r in rewritten),
     )
 
 

@@ -48,7 +48,7 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import filesystem
-from engagement_platform.lake.row_erasure import checkpoint_tables, erase_rows, keyed_predicate, live_files, purge_quarantine
+from engagement_platform.lake.row_erasure import checkpoint_tables, commit_bytes, erase_rows, keyed_predicate, live_files, purge_quarantine
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
@@ -129,12 +129,15 @@ class ProfileErasureResult:
     versions: Outcomes
     tenants: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    bytes_written: int = 0  # by this attempt's commits (rewritten files, appended rows)
+    bytes_removed: int = 0  # files those commits took out of their tables
 
     def metadata(self) -> dict:
         return batch_metadata(self.plan, self.versions, self.seconds, requests_read=self.requests_read,
                               requests_applied=self.requests_applied, requests_quarantined=self.requests_quarantined,
                               requests_suppressed=self.requests_suppressed, ids_erased=self.ids_erased,
-                              rows_removed=sum(self.rows_removed.values()),
+                              rows_removed=sum(self.rows_removed.values()), bytes_rewritten=self.bytes_written,
+                              bytes_removed=self.bytes_removed,
                               **{f"rows_removed_{t.replace('/', '_')}": n for t, n in self.rows_removed.items()},
                               tenants=",".join(self.tenants))
 
@@ -309,8 +312,10 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
     for counts in tally.removed.values():
         for t, n in counts.items():
             totals[t] = totals.get(t, 0) + n
+    rewritten = [commit_bytes(lake, t, v) for t, v in versions.items() if v is not None]
     return ProfileErasureResult(plan, validated.num_rows, len(requests), validated.num_rows - len(requests) - len(hits), len(hits),
-                                sum(len(v) for v in by_tenant.values()), totals, versions, tenants, seconds)
+                                sum(len(v) for v in by_tenant.values()), totals, versions, tenants, seconds,
+                                bytes_written=sum(a for a, _ in rewritten), bytes_removed=sum(r for _, r in rewritten))
 
 
 def _erased_rows(requests: list[ErasureRequest], ids: dict[str, set[str]], secret: bytes, plan: BatchPlan, at: datetime) -> pa.Table:

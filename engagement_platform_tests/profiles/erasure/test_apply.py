@@ -114,6 +114,7 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     assert early.requests_quarantined == 1, "no request_time: refused, and kept raw with the id until the erasure"
     result = erase(spark, kafka, lake, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT), b"{not json"])
     assert (result.requests_read, result.requests_applied, result.requests_quarantined, result.ids_erased) == (2, 1, 1, 2)
+    assert result.bytes_written > 0 and result.bytes_removed > 0 and result.metadata()["bytes_rewritten"] == result.bytes_written
     refused = json.dumps(lake.read(QUARANTINE_PROFILE_ERASURE.name).to_pylist(), default=str)
     assert SUBJECT not in refused and "{not json" in refused, "the earlier refused request naming the subject went; the other stays"
     assert ids_of(lake, "acme") == {KEPT} and ids_of(lake, "beta") == {ELSEWHERE}
