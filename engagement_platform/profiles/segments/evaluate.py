@@ -181,3 +181,36 @@ def evaluate(identities: Iterable[tuple[str, list[ProfileRecord]]], segments: li
         view = IdentityView(list(records), now)
         out += [(key, name) for name, test in compiled if test(view)]
     return out
+
+
+def windows_of(segments: list[Segment]) -> set[float]:
+    """The time windows (seconds) the segments' aggregates use: what makes membership change with time alone."""
+    found: set[float] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, (AllOf, AnyOf)):
+            for item in node.items:
+                walk(item)
+        elif isinstance(node, Not):
+            walk(node.item)
+        elif isinstance(node, Aggregate) and node.within_s is not None:
+            found.add(node.within_s)
+
+    for s in segments:
+        walk(s.where)
+    return found
+
+
+def time_affected(records: Iterable[tuple[str, datetime]], windows: set[float], before: datetime, now: datetime) -> set[str]:
+    """Identities (of (identity, cdc_ts) pairs) whose windowed aggregates can differ between evaluations at
+    `before` and at `now` with no change to their rows: a record entered a window (cdc_ts in (before, now])
+    or left one (cdc_ts + window in (before, now])."""
+    if not windows:
+        return set()
+    lo, hi = before.timestamp(), now.timestamp()
+    out = set()
+    for key, ts in records:
+        t = _utc(ts).timestamp()
+        if lo < t <= hi or any(lo < t + w <= hi for w in windows):
+            out.add(key)
+    return out

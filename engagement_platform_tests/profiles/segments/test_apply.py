@@ -4,6 +4,9 @@ profile linked to another enters as its merged identity dictates; a deleted prof
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
 
@@ -11,8 +14,11 @@ from engagement_platform.profiles.assets import profile_tenants
 from engagement_platform.profiles.segments.assets import profile_segments, profile_segments_sensor
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
 from engagement_platform.profiles.segments.definitions import parse_segment
+from engagement_platform.profiles.segments.reference import members
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.resources import LakeResource, SparkResource
+from engagement_platform.streams.pin import pin_batch
+from engagement_platform.streams.slices import TableVersionsSlice
 from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
 
 SEGMENTS = [parse_segment(d, "test")[0] for d in (
@@ -86,3 +92,44 @@ def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_
         assert check.passed and check.metadata["sampled"].value == 2 and check.metadata["missing"].value == check.metadata["extra"].value == 0
         tick = profile_segments_sensor(build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}))
         assert isinstance(tick, SkipReason), "evaluated at the raw table's current version: nothing to request"
+
+
+def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str, str]]:
+    """What a full evaluation gives at the batch's pinned time over the raw table it read (the slow reference)."""
+    plan = checkpoints.plan(segments_stream("acme"), batch_id)
+    raw = plan.slice_as(TableVersionsSlice)
+    identities: dict[str, list[dict]] = {}
+    for r in lake.table(raw.table, raw.up_to).to_pyarrow_table().to_pylist():
+        if not r["deleted"]:
+            identities.setdefault(r["component_id"], []).append(r)
+    now = pin_batch(lake, PROFILE_SEGMENT_CHANGES.name, segments_app_id("acme"), batch_id, []).as_of
+    return {(s.name, key) for s in segments for key in members(s, identities, now)}
+
+
+def test_incremental_evaluation_gives_exactly_the_full_membership(spark, kafka, lake, checkpoints, cdc_topic):
+    started = time.time()
+    edge = (datetime.now(timezone.utc) - timedelta(days=1) + timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")  # in the 1-day window for 45 s
+    segments = [*SEGMENTS, parse_segment({"name": "active_today", "where": {"exists": {"within": "1d"}}}, "test")[0]]
+    rounds = [
+        [record("acme", "p1", 1, {"country": "DE", "tier": "vip"}), record("acme", "p2", 1, {"country": "FR"}),
+         record("acme", "p3", 1, {"country": "DE"}, ts=edge), record("acme", "p4", 1, {"country": "DE"})],
+        [record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"), record("acme", "p4", 2, op="delete")],
+        [],  # no change at all: only time moves (p3's record leaves the 1-day window)
+        [record("acme", "p5", 1, {"country": "DE"}, related=["p3"]), record("acme", "p1", 7, {"tier": "gold"})],
+    ]
+    modes = []
+    for i, changes in enumerate(rounds):
+        if changes:
+            stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, changes, "acme")
+        if i == 2:
+            assert ("active_today", "p3") in membership(lake), "p3's record is still inside the window before the wait"
+            time.sleep(max(0.0, started + 47 - time.time()))
+        result = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), segments)
+        modes.append((result.mode, result.identities_evaluated))
+        assert membership(lake) == full_membership(lake, checkpoints, segments, result.plan.batch_id), (i, result.metadata())
+    assert [m for m, _ in modes] == ["full", "incremental", "incremental", "incremental"]
+    assert modes[2][1] == 1, "with no row changed, only the identity whose record left a window is evaluated"
+    assert ("active_today", "p3") not in membership(lake)
+    changed = parse_segment({"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "FR"}}}, "test")[0]
+    redefined = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [changed, *segments[1:]])
+    assert redefined.mode == "full" and membership(lake) == full_membership(lake, checkpoints, [changed, *segments[1:]], redefined.plan.batch_id)
