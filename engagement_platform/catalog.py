@@ -2,7 +2,7 @@
 the crash tests' harness.
 
 A Kafka-fed stream is its apply module's spec, run on the plan its sensor stored in the checkpoint
-store. The profile processor and backfill plan per tenant themselves (`--batch-id` then names the
+store. The profile processor, backfill and segment evaluation plan per tenant themselves (`--batch-id` then names the
 unfinished batch the run resumes). A landing pipeline runs one planned file. Runs by hand take no
 coordinator lock. Like definitions.py, this module may import every domain; no domain imports it.
 """
@@ -20,14 +20,16 @@ from engagement_platform.landing.apply import run_file_batch, stream_name as lan
 from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
 from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
 from engagement_platform.profiles.erasure.apply import SPEC as PROFILE_ERASURE
+from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_stream
+from engagement_platform.profiles.segments.definitions import load_segments
 from engagement_platform.profiles.staging.apply import SPEC as PROFILE_CDC
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, BatchResult, StreamSpec
 
 SPECS: dict[str, StreamSpec] = {spec.name: spec for spec in (INGESTION, MUTATION, RETENTION, PROFILE_CDC, PROFILE_ERASURE)}
-PROCESSOR, BACKFILL, LANDING = "profile_processor", "profile_backfill", "ingest"  # families: <family>/<tenant or pipeline>
-STREAM_NAMES = (*SPECS, f"{PROCESSOR}/<tenant>", f"{BACKFILL}/<tenant>", f"{LANDING}/<pipeline>")
+PROCESSOR, BACKFILL, SEGMENTS, LANDING = "profile_processor", "profile_backfill", "profile_segments", "ingest"  # <family>/<tenant or pipeline>
+STREAM_NAMES = (*SPECS, f"{PROCESSOR}/<tenant>", f"{BACKFILL}/<tenant>", f"{SEGMENTS}/<tenant>", f"{LANDING}/<pipeline>")
 
 BatchRun = Callable[[BatchContext], BatchResult | None]  # None: the processor found nothing staged
 
@@ -47,6 +49,14 @@ def batch_run(stream: str, checkpoints: CheckpointStore, batch_id: int | None = 
     if family == PROCESSOR and key:
         check_resumed(checkpoints, tenant_stream(processor_stream, key), batch_id)
         return lambda ctx: process_tenant(ctx.spark, ctx.lake, ctx.checkpoints, key)
+    if family == SEGMENTS and key:
+        check_resumed(checkpoints, tenant_stream(segments_stream, key), batch_id)
+
+        def evaluate(ctx: BatchContext):
+            plan = plan_evaluation(ctx.lake, ctx.checkpoints, key)
+            return None if plan is None else evaluate_tenant(ctx.spark, ctx.lake, ctx.checkpoints, key, plan,
+                                                             load_segments(load_settings().profiles.segments_dir, key))
+        return evaluate
     if family == BACKFILL and key:
         if not (path and until):
             raise BatchRequestError(f"{stream} needs --path and --until (the snapshot export and its time boundary)")

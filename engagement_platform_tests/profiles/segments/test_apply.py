@@ -20,6 +20,7 @@ from engagement_platform.resources import LakeResource, SparkResource
 from engagement_platform.streams.pin import pin_batch
 from engagement_platform.streams.slices import TableVersionsSlice
 from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
+from engagement_platform_tests.support.crash import finished, killed_at
 
 SEGMENTS = [parse_segment(d, "test")[0] for d in (
     {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}},
@@ -133,3 +134,21 @@ def test_incremental_evaluation_gives_exactly_the_full_membership(spark, kafka, 
     changed = parse_segment({"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "FR"}}}, "test")[0]
     redefined = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [changed, *segments[1:]])
     assert redefined.mode == "full" and membership(lake) == full_membership(lake, checkpoints, [changed, *segments[1:]], redefined.plan.batch_id)
+
+
+@pytest.mark.parametrize("crash_after", [PROFILE_SEGMENT_CHANGES.name, PROFILE_SEGMENTS.name])
+def test_killed_after_a_commit_then_rerun_evaluates_exactly_once(spark, kafka, lake, lake_root, checkpoints, cdc_topic, tmp_path, monkeypatch,
+                                                                 crash_after):
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "germans.yaml").write_text("name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n")
+    monkeypatch.setenv("EP_SEGMENTS_DIR", str(tmp_path))
+    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "DE"})], "acme")
+    plan = plan_evaluation(lake, checkpoints, "acme")
+    killed_at(segments_stream("acme"), lake_root, plan.batch_id, crash_after)
+    finished(segments_stream("acme"), lake_root, plan.batch_id)
+    assert checkpoints.is_done(segments_stream("acme"), plan.batch_id)
+    assert membership(lake) == {("germans", "p1"), ("germans", "p2")}
+    changes = [(r["segment"], r["identity"], r["change"]) for r in lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist()]
+    assert sorted(changes) == [("germans", "p1", "entered"), ("germans", "p2", "entered")], "each entry logged once"
+    for table in (PROFILE_SEGMENT_CHANGES.name, PROFILE_SEGMENTS.name):
+        assert len([c for c in lake.table(table).history() if c.get("app_id") == segments_app_id("acme")]) == 1, table
