@@ -14,6 +14,7 @@ from engagement_platform.engagement.retention.assets import RETENTION
 from engagement_platform.engagement.upkeep.assets import UPKEEP
 from engagement_platform.ingest.config import load_pipelines
 from engagement_platform.landing.jobs import pipeline_parts
+from engagement_platform.landing.upkeep import LANDING_UPKEEP
 from engagement_platform.orchestration.parts import combine
 from engagement_platform.profiles.assets import PROFILE_TABLES
 from engagement_platform.profiles.backfill.assets import BACKFILL
@@ -27,7 +28,7 @@ from engagement_platform.settings import load_settings
 defs = Definitions(
     **combine(
         INGESTION, MUTATION, RETENTION, ENGAGEMENT_TABLES, UPKEEP,  # the engagement activity lake
-        *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)),  # landing-file pipelines
+        *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)), LANDING_UPKEEP,  # landing-file pipelines
         PROFILE_CDC, PROCESSOR, BACKFILL, PROFILE_TABLES, ERASURE, SEGMENTS,  # the unified-profile CDC lake
     ),
     resources=platform_resources(),

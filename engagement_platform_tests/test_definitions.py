@@ -14,7 +14,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "kafka/engagement_gdpr", "engagement_retention", "gdpr_audit", "quarantine_engagement_gdpr",
         "engagement_erased_subjects", "engagement_suppressed_records",
         # pipelines/rewards_members.yaml
-        "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members",
+        "landing/rewards_members", "ingest_rewards_members", "rewards_members", "quarantine_rewards_members", "landing_retention",
         "kafka/profile_cdc", "profile_cdc_staging", "profile_raw", "profile_backfill", "profile_progress", "quarantine_profile_cdc",
         "kafka/profile_erasure", "profile_erasure", "profile_erased_subjects", "profile_suppressed_records", "profile_erasure_audit",
         "quarantine_profile_erasure", "profile_lake_upkeep", "profile_segments",
@@ -37,7 +37,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert {s.name for s in repo.sensor_defs} == {
         "engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor",
         "profile_cdc_dumper_sensor", "profile_processor_sensor", "profile_lag_sensor", "profile_erasure_sensor", "profile_segments_sensor"}
-    assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule", "profile_upkeep_schedule"}
+    assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule", "profile_upkeep_schedule", "landing_retention_schedule"}
     assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job",
             "profile_cdc_staging_job", "profile_processor_job", "profile_backfill_job"} <= set(repo.job_names)
     assert repo.assets_defs_by_key[AssetKey("engagement_mutation")].op.pool == "engagement_activity_rewrites"

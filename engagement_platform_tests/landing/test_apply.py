@@ -4,7 +4,7 @@ quarantine table hold exactly the expected rows, once, however often the batch r
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +15,7 @@ import yaml
 from engagement_platform.ingest.config import SuppressionSpec, load_pipeline
 from engagement_platform.landing.apply import app_id, file_plan, run_file_batch, stream_name
 from engagement_platform.landing.checks import evaluate_pipeline_checks
+from engagement_platform.landing.retention import expire_landed_files, expired_landed_files
 from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import erased_subjects_spec
@@ -168,3 +169,16 @@ def test_a_pipeline_naming_people_drops_the_records_of_erased_subjects_and_count
     assert sum(r["records"] for r in counts) == 3 and {r["stream"] for r in counts} == {stream_name(config)}
     checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
     assert checks["records_conserved"].passed and checks["records_conserved"].metadata["records_suppressed"].value == 3
+
+
+def test_landed_files_leave_once_ingested_and_older_than_half_the_erasure_window(spark, lake, checkpoints, members):
+    config, path = members
+    waiting = path.with_name("store_9.csv")
+    waiting.write_text(LINES[0] + "\n" + LINES[1] + "\n")  # landed, not planned yet: it stays
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(seconds=0)) == [], "its batch is not done yet"
+    run_file_batch(spark, lake, checkpoints, config, plan)
+    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(hours=1)) == [], "younger than the retention"
+    deleted = expire_landed_files(str(path.parent.parent), [config], checkpoints, timedelta(seconds=0))
+    assert deleted == [str(path)] and not path.exists() and waiting.exists()

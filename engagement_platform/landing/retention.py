@@ -1,0 +1,34 @@
+"""Landing retention: the landing folder is a mailbox, not an archive of personal data. A landed file
+whose batch is done leaves once older than half the erasure window (EP_ERASURE_WINDOW): what it held is in
+the pipeline's tables, where erasure reaches it (ingest/erasure.py). Files not planned yet, or whose batch is
+unfinished, stay. The sensor plans files by path and size from the checkpoint store, so a removed file is
+never planned again."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from engagement_platform.ingest.config import PipelineConfig
+from engagement_platform.landing.apply import landing_files, stream_name
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.streams.planning import FileSlice
+
+
+def expired_landed_files(landing_root: str, config: PipelineConfig, checkpoints: CheckpointStore, older_than: timedelta,
+                         now: datetime | None = None) -> list[Path]:
+    """The pipeline's landed files that a done batch ingested and that were last written before now - `older_than`."""
+    stream = stream_name(config)
+    done = {(f.path, f.size) for p in checkpoints.plans(stream) if checkpoints.is_done(stream, p.batch_id) for f in [p.slice_as(FileSlice)]}
+    cutoff = ((now or datetime.now(timezone.utc)) - older_than).timestamp()
+    return [f for f in landing_files(landing_root, config) if (str(f), f.stat().st_size) in done and f.stat().st_mtime < cutoff]
+
+
+def expire_landed_files(landing_root: str, configs: list[PipelineConfig], checkpoints: CheckpointStore, older_than: timedelta) -> list[str]:
+    """Delete every pipeline's expired landed files; the paths deleted."""
+    deleted = []
+    for config in configs:
+        for path in expired_landed_files(landing_root, config, checkpoints, older_than):
+            path.unlink(missing_ok=True)
+            deleted.append(str(path))
+    return deleted
