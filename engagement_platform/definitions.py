@@ -13,8 +13,7 @@ from engagement_platform.engagement.mutation.assets import MUTATION
 from engagement_platform.engagement.retention.assets import RETENTION
 from engagement_platform.engagement.upkeep.assets import UPKEEP
 from engagement_platform.ingest.config import load_pipelines
-from engagement_platform.landing.jobs import pipeline_parts
-from engagement_platform.landing.upkeep import LANDING_UPKEEP
+from engagement_platform.landing.jobs import LANDING_UPKEEP, pipeline_parts
 from engagement_platform.orchestration.parts import combine
 from engagement_platform.profiles.assets import PROFILE_TABLES
 from engagement_platform.profiles.backfill.assets import BACKFILL
