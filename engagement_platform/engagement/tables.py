@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from engagement_platform.lake.change_log import change_log_spec
 from engagement_platform.lake.delta import TableSpec
-from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.quarantine import kafka_quarantine_spec
 from engagement_platform.lake.suppression_tables import erased_subjects_spec, suppressed_records_spec
 
 ACTIVITY_TYPES = (
@@ -73,13 +73,7 @@ ENGAGEMENT_NOTIFICATIONS = TableSpec(
     description="One row per org per batch per table: what changed, for incremental readers.",
 )
 
-QUARANTINE_ENGAGEMENT_INGESTION = TableSpec(
-    name="quarantine_engagement_ingestion",
-    schema=QUARANTINE_SCHEMA,
-    partition_by=("pipeline", "quarantine_date"),
-    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
-    description="Engagement records that could not be ingested: raw bytes, source position, reason.",
-)
+QUARANTINE_ENGAGEMENT_INGESTION = kafka_quarantine_spec("quarantine_engagement_ingestion", "Engagement records that could not be ingested: raw bytes, source position, reason.")
 
 # The engagement lake's suppression list (erased subjects as keyed hashes, per org) and the count of records
 # each batch dropped because they named one (lake/suppression_tables.py).

@@ -17,7 +17,7 @@ import pyarrow.dataset as ds
 from engagement_platform.ingest.config import PipelineConfig, load_pipelines
 from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.row_erasure import erase_rows, keyed_predicate, live_files
+from engagement_platform.lake.row_erasure import delete_quarantined, erase_rows, live_files, quarantined_keys_naming
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.batch import CommitStep, Outcomes
 
@@ -50,17 +50,12 @@ def pipeline_erasure_steps(lake: DeltaLake, configs: list[PipelineConfig], erase
             return version
 
         def erase_quarantined(txn: BatchTxn, _: Outcomes, config=config, quarantine=quarantine) -> int | None:
-            if not erased or not lake.exists(quarantine.name) or lake.already_committed(quarantine.name, txn):
+            if lake.exists(quarantine.name) and lake.already_committed(quarantine.name, txn):
                 return None
-            rows = lake.table(quarantine.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"],
-                                                                               filter=ds.field("pipeline") == config.name)
-            keys = {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if erased.content_hit(r["org_id"], [r["raw"], r["input"]])}
-            predicate = keyed_predicate(("pipeline", "row_id"), keys)
-            if predicate is None:
-                return None
-            metrics = lake.delete(quarantine, predicate, txn)
-            removed[quarantine.name] = removed.get(quarantine.name, 0) + (metrics or {}).get("num_deleted_rows", 0)
-            return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+            keys = quarantined_keys_naming(lake, quarantine, erased, ds.field("pipeline") == config.name)
+            version, deleted = delete_quarantined(lake, quarantine, keys, txn)
+            removed[quarantine.name] = removed.get(quarantine.name, 0) + deleted
+            return version
 
         steps += [CommitStep(target.name, erase_target), CommitStep(quarantine.name, erase_quarantined)]
     return steps

@@ -1,8 +1,11 @@
-"""The one error schema every pipeline's quarantine table uses (one row per error of a record)."""
+"""The one error schema every pipeline's quarantine table uses (one row per error of a record), and the
+table spec of a Kafka stream's quarantine."""
 
 from __future__ import annotations
 
 import pyarrow as pa
+
+from engagement_platform.lake.delta import TableSpec
 
 QUARANTINE_SCHEMA = pa.schema(
     [
@@ -25,3 +28,9 @@ QUARANTINE_SCHEMA = pa.schema(
         ("quarantine_date", pa.date32()),
     ]
 )
+
+
+def kafka_quarantine_spec(name: str, description: str) -> TableSpec:
+    """A Kafka stream's quarantine table: partitioned by pipeline and day, statistics on the source position."""
+    return TableSpec(name=name, schema=QUARANTINE_SCHEMA, partition_by=("pipeline", "quarantine_date"),
+                     stats_columns=("source_partition", "source_offset", "batch_id", "error_code"), description=description)

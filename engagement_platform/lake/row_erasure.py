@@ -81,21 +81,33 @@ def keyed_predicate(columns: tuple[str, str], keys: set[tuple[str, str]]) -> str
     return " OR ".join(parts) or None
 
 
-def purge_quarantine(lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, app_id: str) -> int:
-    """Delete by key the quarantined records (QUARANTINE_SCHEMA) whose raw content or parsed input names a
-    suppressed subject of their org / tenant (any, without one): what the upkeep sweeps up that no batch
-    could, e.g. a malformed erasure request naming the subject a later valid one erased. Returns rows deleted."""
+def quarantined_keys_naming(lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, expr: ds.Expression | None = None) -> set[tuple[str, str]]:
+    """(pipeline, row_id) of the quarantined records (QUARANTINE_SCHEMA) whose raw content or parsed input
+    names a suppressed subject of their org / tenant (any, for a record without one)."""
     if not suppressed or not lake.exists(spec.name):
-        return 0
-    expr = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
-    rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"], filter=expr)
-    keys = {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])}
+        return set()
+    scoped = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+    rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"],
+                                                                filter=scoped if expr is None else scoped & expr)
+    return {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])}
+
+
+def delete_quarantined(lake: DeltaLake, spec: TableSpec, keys: set[tuple[str, str]], txn: BatchTxn) -> tuple[int | None, int]:
+    """Delete those records by key with `txn`: (the commit's version, None when nothing matched; rows deleted)."""
     predicate = keyed_predicate(("pipeline", "row_id"), keys)
     if predicate is None:
-        return 0
-    # an upkeep run is its own writer: the txn version only has to grow
-    metrics = lake.delete(spec, predicate, BatchTxn(app_id, int(time.time() * 1000)))
-    return (metrics or {}).get("num_deleted_rows", 0)
+        return None, 0
+    metrics = lake.delete(spec, predicate, txn) or {}
+    deleted = metrics.get("num_deleted_rows", 0)
+    return (metrics["version"] if deleted else None), deleted
+
+
+def purge_quarantine(lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, app_id: str) -> int:
+    """Delete by key the quarantined records naming a suppressed subject: what the upkeep sweeps up that no
+    batch could, e.g. a malformed erasure request naming the subject a later valid one erased. Rows deleted.
+    An upkeep run is its own writer: its txn version only has to grow."""
+    keys = quarantined_keys_naming(lake, spec, suppressed)
+    return delete_quarantined(lake, spec, keys, BatchTxn(app_id, int(time.time() * 1000)))[1] if keys else 0
 
 
 def checkpoint_tables(lake: DeltaLake, names: Iterable[str]) -> list[str]:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 import pyarrow as pa
 
 from engagement_platform.lake.delta import TableSpec
-from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.quarantine import kafka_quarantine_spec
 from engagement_platform.lake.suppression_tables import erased_subjects_spec, suppressed_records_spec
 
 # Tenants name folders and ZooKeeper lock paths: keep them to a charset that needs no escaping.
@@ -140,13 +140,8 @@ PROFILE_PROGRESS = TableSpec(
     description="Progress map: per tenant and processor batch, the staging versions and buckets merged into its raw table.",
 )
 
-QUARANTINE_PROFILE_CDC = TableSpec(
-    name="quarantine_profile_cdc",
-    schema=QUARANTINE_SCHEMA,  # org_id holds the tenant (when the record had one)
-    partition_by=("pipeline", "quarantine_date"),
-    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
-    description="Profile CDC records that never reached staging: raw bytes, topic:partition:offset, reason.",
-)
+# org_id holds the tenant (when the record had one)
+QUARANTINE_PROFILE_CDC = kafka_quarantine_spec("quarantine_profile_cdc", "Profile CDC records that never reached staging: raw bytes, topic:partition:offset, reason.")
 
 # Erasure (profiles/erasure/): the suppression list (every id of an erased identity, as a keyed hash per
 # tenant), the count of records each batch dropped because they named one, and one audit row per request.
@@ -173,10 +168,5 @@ PROFILE_ERASURE_AUDIT = TableSpec(
     description="One row per applied profile erasure: the subject's hash, how many linked ids went with it, rows removed per table.",
 )
 
-QUARANTINE_PROFILE_ERASURE = TableSpec(
-    name="quarantine_profile_erasure",
-    schema=QUARANTINE_SCHEMA,
-    partition_by=("pipeline", "quarantine_date"),
-    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
-    description="Profile erasure requests that are malformed or repeated: raw request, position, reason.",
-)
+# org_id holds the tenant
+QUARANTINE_PROFILE_ERASURE = kafka_quarantine_spec("quarantine_profile_erasure", "Profile erasure requests that are malformed or repeated: raw request, position, reason.")

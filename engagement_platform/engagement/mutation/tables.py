@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from engagement_platform.lake.delta import TableSpec
-from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.quarantine import kafka_quarantine_spec
 
 ENGAGEMENT_MUTATION_REQUESTS = TableSpec(
     name="engagement_mutation_requests",
@@ -65,10 +65,4 @@ ENGAGEMENT_MUTATIONS_PENDING = TableSpec(
     description="Mutation requests whose targets are not in engagement_activity yet; retried every batch.",
 )
 
-QUARANTINE_ENGAGEMENT_MUTATIONS = TableSpec(
-    name="quarantine_engagement_mutations",
-    schema=QUARANTINE_SCHEMA,
-    partition_by=("pipeline", "quarantine_date"),
-    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
-    description="Mutation requests that are malformed or whose targets never arrived: raw request, position, reason.",
-)
+QUARANTINE_ENGAGEMENT_MUTATIONS = kafka_quarantine_spec("quarantine_engagement_mutations", "Mutation requests that are malformed or whose targets never arrived: raw request, position, reason.")

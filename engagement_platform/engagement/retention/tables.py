@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from engagement_platform.lake.delta import TableSpec
-from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.quarantine import kafka_quarantine_spec
 
 GDPR_AUDIT = TableSpec(
     name="gdpr_audit",
@@ -35,10 +35,4 @@ GDPR_AUDIT = TableSpec(
     description="One row per applied retention or erasure request: when it completed and how many rows went per table.",
 )
 
-QUARANTINE_ENGAGEMENT_GDPR = TableSpec(
-    name="quarantine_engagement_gdpr",
-    schema=QUARANTINE_SCHEMA,
-    partition_by=("pipeline", "quarantine_date"),
-    stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
-    description="Retention / erasure requests that are malformed or repeated: raw request, position, reason.",
-)
+QUARANTINE_ENGAGEMENT_GDPR = kafka_quarantine_spec("quarantine_engagement_gdpr", "Retention / erasure requests that are malformed or repeated: raw request, position, reason.")

@@ -48,7 +48,9 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import filesystem
-from engagement_platform.lake.row_erasure import checkpoint_tables, commit_bytes, erase_rows, keyed_predicate, live_files, purge_quarantine
+from engagement_platform.lake.row_erasure import (
+    checkpoint_tables, commit_bytes, delete_quarantined, erase_rows, live_files, purge_quarantine, quarantined_keys_naming,
+)
 from engagement_platform.lake.suppression import Suppressed, subject_hash
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
@@ -279,16 +281,10 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
             return CommitStep(spec.name, commit)
 
         def quarantine_step(txn: BatchTxn, _: Outcomes) -> int | None:
-            if not lake.exists(QUARANTINE_PROFILE_CDC.name) or not erased:
+            if lake.exists(QUARANTINE_PROFILE_CDC.name) and lake.already_committed(QUARANTINE_PROFILE_CDC.name, txn):
                 return None
-            expr = ds.field("org_id").isin(tenants) | ds.field("org_id").is_null()
-            rows = lake.table(QUARANTINE_PROFILE_CDC.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"], filter=expr)
-            keys = {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if erased.content_hit(r["org_id"], [r["raw"], r["input"]])}
-            predicate = keyed_predicate(("pipeline", "row_id"), keys)
-            if predicate is None:
-                return None
-            metrics = lake.delete(QUARANTINE_PROFILE_CDC, predicate, txn)
-            return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+            keys = quarantined_keys_naming(lake, QUARANTINE_PROFILE_CDC, erased, ds.field("org_id").isin(tenants) | ds.field("org_id").is_null())
+            return delete_quarantined(lake, QUARANTINE_PROFILE_CDC, keys, txn)[0]
 
         landing_removed: dict[str, int] = {}
         t2 = time.perf_counter()

@@ -9,27 +9,21 @@ import pyarrow.dataset as ds
 
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.suppression import Suppressed
+from engagement_platform.profiles.erasure.identity import naming_rows
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, raw_table_name
 
 
 def suppressed_mask(rows: pa.Table, tenant: str, suppressed: Suppressed) -> pa.Array:
     """Which rows have a primary id or a related / linked id that hashes to a suppressed subject of `tenant`
-    (each distinct id hashed once)."""
+    (each distinct id hashed once, then the rows naming them: identity.naming_rows)."""
     if rows.num_rows == 0:
         return pa.array([], pa.bool_())
     rows = plain_strings(rows)
-    lists = [c for c in ("related_ids", "linked_ids") if c in rows.column_names]
     ids = set(pc.unique(rows["primary_id"]).to_pylist())
-    for c in lists:
-        ids |= set(pc.unique(pc.list_flatten(rows[c])).to_pylist())
-    named = pa.array(sorted(i for i in ids if i is not None and suppressed.hit(tenant, [i])), pa.string())
-    hit = pc.fill_null(pc.is_in(rows["primary_id"], value_set=named), False)
-    for c in lists:
-        column = rows[c].combine_chunks()
-        flat = pc.fill_null(pc.is_in(pc.list_flatten(column), value_set=named), False)
-        parents = pc.cast(pc.unique(pc.filter(pc.list_parent_indices(column), flat)), pa.int64())
-        hit = pc.or_(hit, pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=parents))
-    return hit
+    for c in ("related_ids", "linked_ids"):
+        if c in rows.column_names:
+            ids |= set(pc.unique(pc.list_flatten(rows[c])).to_pylist())
+    return naming_rows(rows, {i for i in ids if i is not None and suppressed.hit(tenant, [i])})
 
 
 def _rows_with_suppressed_ids(rows: pa.Table, tenant: str, suppressed: Suppressed) -> int:

@@ -116,32 +116,31 @@ class IdentityView:
         return self._latest[path]
 
 
+def _combined(node, compile_item) -> Callable | None:
+    """all / any / not of compiled parts (for record and identity conditions alike); None: not a combinator."""
+    if isinstance(node, (AllOf, AnyOf)):
+        parts, every = [compile_item(i) for i in node.items], isinstance(node, AllOf)
+        return (lambda x: all(p(x) for p in parts)) if every else (lambda x: any(p(x) for p in parts))
+    if isinstance(node, Not):
+        inner = compile_item(node.item)
+        return lambda x: not inner(x)
+    return None
+
+
 def compile_record(node) -> Callable[[ProfileRecord], bool]:
     if isinstance(node, Cmp):
         path, op, literal = node.path, node.op, node.value
         return lambda r: compare(value_at(r, path), op, literal)
-    if isinstance(node, AllOf):
-        parts = [compile_record(i) for i in node.items]
-        return lambda r: all(p(r) for p in parts)
-    if isinstance(node, AnyOf):
-        parts = [compile_record(i) for i in node.items]
-        return lambda r: any(p(r) for p in parts)
-    if isinstance(node, Not):
-        inner = compile_record(node.item)
-        return lambda r: not inner(r)
-    raise TypeError(f"not a record condition: {node!r}")
+    combined = _combined(node, compile_record)
+    if combined is None:
+        raise TypeError(f"not a record condition: {node!r}")
+    return combined
 
 
 def compile_identity(node) -> Callable[[IdentityView], bool]:
-    if isinstance(node, AllOf):
-        parts = [compile_identity(i) for i in node.items]
-        return lambda v: all(p(v) for p in parts)
-    if isinstance(node, AnyOf):
-        parts = [compile_identity(i) for i in node.items]
-        return lambda v: any(p(v) for p in parts)
-    if isinstance(node, Not):
-        inner = compile_identity(node.item)
-        return lambda v: not inner(v)
+    combined = _combined(node, compile_identity)
+    if combined is not None:
+        return combined
     if isinstance(node, Profile):
         path, op, literal = node.cmp.path, node.cmp.op, node.cmp.value
         return lambda v: compare(v.latest(path), op, literal)
