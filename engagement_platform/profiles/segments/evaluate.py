@@ -1,69 +1,35 @@
-"""Every segment of a tenant over each merged profile in one pass (pure: no Spark, no Dagster).
+"""Every segment of a tenant over each merged profile in one pass, on columns (pure: no Spark, no Dagster).
 
-The segments are compiled once into closures; each identity's records are parsed once (JSON payload
-included) and every segment is evaluated on that one view, instead of one query per segment. Spark tasks
-run this per tenant (apply.py); the slow reference (reference.py) evaluates each segment alone.
+The profiles (columns.py) hold every record of the tenant sorted into identity runs. The segments compile
+into one plan of column operations in which every sub-condition is computed once, whichever segments share
+it: `record_type = trial` is one comparison over all records even when 400 segments use it; a window mask
+is one per window; an aggregate one `reduceat` over the identity runs. Each segment ends as a boolean per
+identity. Spark tasks run this per tenant (apply.py); the slow reference (reference.py) evaluates each
+segment alone, identity by identity, over plain dicts, and the tests hold the two equal (hypothesis).
 
-Comparison rules (definitions.py): a missing value, or one of another type than the literal, makes a
+Comparison rules (definitions.py): a missing value, or one of another kind than the literal, makes a
 comparison false (`exists` is true for any present value); numbers compare with numbers, booleans with
-booleans, strings with strings, timestamps with timestamps.
+booleans (= and != only), strings with strings, timestamps with timestamps.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engagement_platform.profiles.segments.columns import Column, Profiles, time_us
 from engagement_platform.profiles.segments.definitions import Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment
 
-MISSING = object()
-RECORD_COLUMNS = ("primary_id", "record_type", "cdc_ts", "email", "country", "updated_at")
+MEMBER_SCHEMA = pa.schema([("identity", pa.string()), ("segment", pa.string())])
+_ORDER = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+_ARROW = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
 
 
-@dataclass
-class ProfileRecord:
-    primary_id: str
-    record_type: str | None
-    cdc_ts: datetime
-    email: str | None = None
-    country: str | None = None
-    updated_at: datetime | None = None
-    fields: dict | None = None
-
-    @staticmethod
-    def of_row(row: dict) -> ProfileRecord:
-        """A raw table row (fields as JSON text) as a record, parsed once."""
-        text = row.get("fields")
-        try:
-            fields = json.loads(text) if text else None
-        except ValueError:
-            fields = None
-        return ProfileRecord(row["primary_id"], row.get("record_type"), _utc(row["cdc_ts"]), row.get("email"), row.get("country"),
-                             _utc(row.get("updated_at")), fields if isinstance(fields, dict) else None)
-
-
-def _utc(value):
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value
-
-
-def value_at(record: ProfileRecord, path: str) -> Any:
-    if not path.startswith("fields."):
-        value = getattr(record, path)
-        return MISSING if value is None else value
-    node: Any = record.fields
-    for key in path.split(".")[1:]:
-        if not isinstance(node, dict) or key not in node:
-            return MISSING
-        node = node[key]
-    return MISSING if node is None else node
-
-
-def _kind(value: Any) -> str | None:
+def kind_of(value) -> str | None:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)):
@@ -75,111 +41,157 @@ def _kind(value: Any) -> str | None:
     return None
 
 
-def compare(value: Any, op: str, literal: Any) -> bool:
-    if value is MISSING:
-        return False
+def _bools(array: pa.Array) -> np.ndarray:
+    return np.asarray(array.fill_null(False).to_numpy(zero_copy_only=False), bool)
+
+
+def compare(column: Column, op: str, literal) -> np.ndarray:
+    """Per record: does the column's value satisfy `op literal`?"""
+    n = len(column.present)
     if op == "exists":
-        return True
+        return column.present
     if op == "in":
-        return any(compare(value, "=", item) for item in literal)
+        return np.logical_or.reduce([compare(column, "=", item) for item in literal]) if literal else np.zeros(n, bool)
     if op == "contains":
-        return isinstance(value, str) and literal in value
-    kind = _kind(value)
-    if kind is None or kind != _kind(literal):
-        return False
-    if op == "=":
-        return value == literal
-    if op == "!=":
-        return value != literal
-    if kind == "bool":
-        return False  # booleans have no order
-    return {"<": value < literal, "<=": value <= literal, ">": value > literal, ">=": value >= literal}[op]
+        return _bools(pc.match_substring(column.strings, literal)) if column.strings is not None else np.zeros(n, bool)
+    kind = kind_of(literal)
+    if kind == "str" and column.strings is not None:
+        return _bools(_ARROW[op](column.strings, pa.scalar(literal, pa.string())))
+    typed = {"number": column.numbers, "time": column.times, "bool": column.bools}.get(kind)
+    if typed is None or (kind == "bool" and op not in ("=", "!=")):
+        return np.zeros(n, bool)
+    values, mask = typed
+    target = time_us(literal) if kind == "time" else literal
+    return mask & _ORDER[op](values, target)
 
 
-@dataclass
-class IdentityView:
-    """One merged profile as every segment sees it: its live records (newest first) and what is derived once."""
+class Plan:
+    """The compiled segments of one tenant over its profiles: every shared sub-condition computed once."""
 
-    records: list[ProfileRecord]
-    now: datetime
-    _latest: dict[str, Any] = field(default_factory=dict)
+    def __init__(self, profiles: Profiles, now: datetime):
+        self.p, self.now = profiles, now
+        self.seconds = profiles.cdc_us / 1e6  # the same float seconds as datetime.timestamp()
+        self.cache: dict[str, np.ndarray] = {}
 
-    def __post_init__(self) -> None:
-        self.records = sorted(self.records, key=lambda r: r.cdc_ts, reverse=True)
-        self.ids = {r.primary_id for r in self.records}
-        self.types = {r.record_type for r in self.records}
+    def _once(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        # repr, not the node itself: 1, 1.0 and True are equal as dict keys but not as literals here.
+        if key not in self.cache:
+            self.cache[key] = compute()
+        return self.cache[key]
 
-    def latest(self, path: str) -> Any:
-        """The path's value in the newest record that has it."""
-        if path not in self._latest:
-            self._latest[path] = next((v for r in self.records if (v := value_at(r, path)) is not MISSING), MISSING)
-        return self._latest[path]
+    def _runs(self, ufunc, values: np.ndarray) -> np.ndarray:
+        return ufunc.reduceat(values, self.p.starts) if self.p.size else np.zeros(0, values.dtype)
+
+    def cmp(self, node: Cmp) -> np.ndarray:
+        return self._once(f"cmp {node!r}", lambda: compare(self.p.columns[node.path], node.op, node.value))
+
+    def record(self, node) -> np.ndarray:
+        if isinstance(node, Cmp):
+            return self.cmp(node)
+        return self._once(f"record {node!r}", lambda: self._combine(node, self.record))
+
+    def identity(self, node) -> np.ndarray:
+        return self._once(f"identity {node!r}", lambda: self._identity(node))
+
+    def _combine(self, node, each) -> np.ndarray:
+        if isinstance(node, Not):
+            return ~each(node.item)
+        parts = [each(item) for item in node.items]
+        return (np.logical_and if isinstance(node, AllOf) else np.logical_or).reduce(parts)
+
+    def _identity(self, node) -> np.ndarray:
+        if isinstance(node, (AllOf, AnyOf, Not)):
+            return self._combine(node, self.identity)
+        if isinstance(node, HasType):
+            return self._runs(np.logical_or, self.cmp(Cmp("record_type", "=", node.record_type)))
+        if isinstance(node, Ids):
+            return _ORDER[node.op](self._distinct_ids(), node.value)
+        if isinstance(node, Profile):
+            column = self.p.columns[node.cmp.path]
+            n = self.p.records
+            first = self._runs(np.minimum, np.where(column.present, np.arange(n), n))
+            return (first < n) & self.cmp(node.cmp)[np.minimum(first, max(n - 1, 0))] if n else np.zeros(0, bool)
+        return self._aggregate(node)
+
+    def _distinct_ids(self) -> np.ndarray:
+        def count() -> np.ndarray:
+            codes = np.asarray(self.p.primary_ids.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
+            pairs = np.unique(self.p.group * (int(codes.max(initial=0)) + 1) + codes)
+            return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.p.size)
+        return self._once("distinct ids", count)
+
+    def window(self, within_s: float | None) -> np.ndarray | None:
+        if within_s is None:
+            return None
+        now = self.now.timestamp()
+        return self._once(f"window {within_s!r}", lambda: (now - within_s <= self.seconds) & (self.seconds <= now))
+
+    def _aggregate(self, node: Aggregate) -> np.ndarray:
+        chosen = self.record(node.where) if node.where is not None else np.ones(self.p.records, bool)
+        window = self.window(node.within_s)
+        if window is not None:
+            chosen = chosen & window
+        if node.kind in ("count", "exists"):
+            return _ORDER[node.op](self._runs(np.add, chosen.astype(np.int64)), node.value)
+        column, kind = self.p.columns[node.path], kind_of(node.value)
+        if kind == "str" and column.strings is not None:
+            ok = chosen & _bools(column.strings.is_valid())
+            ranks = np.asarray(pc.rank(column.strings, sort_keys="ascending", tiebreaker="dense"), np.int64)
+            fill, ufunc = (np.iinfo(np.int64).max, np.minimum) if node.kind == "min" else (-1, np.maximum)
+            extreme = self._runs(ufunc, np.where(ok, ranks, fill))
+            at_extreme = ok & (ranks == extreme[self.p.group]) & self.cmp(Cmp(node.path, node.op, node.value))
+            return self._runs(np.logical_or, at_extreme)
+        typed = {"number": column.numbers, "time": column.times, "bool": column.bools}.get(kind)
+        if typed is None or (kind == "bool" and node.op not in ("=", "!=")):
+            return np.zeros(self.p.size, bool)
+        values, mask = typed
+        values = values.astype(np.float64 if kind == "number" else np.int64)
+        ok = chosen & mask
+        if kind == "number":
+            fill = np.inf if node.kind == "min" else -np.inf
+        else:
+            fill = np.iinfo(np.int64).max if node.kind == "min" else np.iinfo(np.int64).min
+        extreme = self._runs(np.minimum if node.kind == "min" else np.maximum, np.where(ok, values, fill))
+        target = time_us(node.value) if kind == "time" else node.value
+        return self._runs(np.logical_or, ok) & _ORDER[node.op](extreme, target)
 
 
-def _combined(node, compile_item) -> Callable | None:
-    """all / any / not of compiled parts (for record and identity conditions alike); None: not a combinator."""
-    if isinstance(node, (AllOf, AnyOf)):
-        parts, every = [compile_item(i) for i in node.items], isinstance(node, AllOf)
-        return (lambda x: all(p(x) for p in parts)) if every else (lambda x: any(p(x) for p in parts))
-    if isinstance(node, Not):
-        inner = compile_item(node.item)
-        return lambda x: not inner(x)
-    return None
+def paths_of(segments: list[Segment]) -> set[str]:
+    """Every record path the segments read (record_type always: has_type reads it)."""
+    found = {"record_type"}
+
+    def walk(node) -> None:
+        if isinstance(node, (AllOf, AnyOf)):
+            for item in node.items:
+                walk(item)
+        elif isinstance(node, Not):
+            walk(node.item)
+        elif isinstance(node, Cmp):
+            found.add(node.path)
+        elif isinstance(node, Profile):
+            found.add(node.cmp.path)
+        elif isinstance(node, Aggregate):
+            if node.where is not None:
+                walk(node.where)
+            if node.path:
+                found.add(node.path)
+
+    for s in segments:
+        walk(s.where)
+    return found
 
 
-def compile_record(node) -> Callable[[ProfileRecord], bool]:
-    if isinstance(node, Cmp):
-        path, op, literal = node.path, node.op, node.value
-        return lambda r: compare(value_at(r, path), op, literal)
-    combined = _combined(node, compile_record)
-    if combined is None:
-        raise TypeError(f"not a record condition: {node!r}")
-    return combined
+def evaluate(profiles: Profiles, segments: list[Segment], now: datetime) -> dict[str, np.ndarray]:
+    """segment name -> a boolean per identity of `profiles`: one plan for all segments."""
+    plan = Plan(profiles, now)
+    return {s.name: plan.identity(s.where) for s in segments}
 
 
-def compile_identity(node) -> Callable[[IdentityView], bool]:
-    combined = _combined(node, compile_identity)
-    if combined is not None:
-        return combined
-    if isinstance(node, Profile):
-        path, op, literal = node.cmp.path, node.cmp.op, node.cmp.value
-        return lambda v: compare(v.latest(path), op, literal)
-    if isinstance(node, Ids):
-        return lambda v: compare(len(v.ids), node.op, node.value)
-    if isinstance(node, HasType):
-        return lambda v: node.record_type in v.types
-    if isinstance(node, Aggregate):
-        return _compile_aggregate(node)
-    raise TypeError(f"not an identity condition: {node!r}")
-
-
-def _compile_aggregate(node: Aggregate) -> Callable[[IdentityView], bool]:
-    where = compile_record(node.where) if node.where is not None else (lambda r: True)
-
-    def matching(v: IdentityView) -> Iterable[ProfileRecord]:
-        since = v.now.timestamp() - node.within_s if node.within_s is not None else None
-        return (r for r in v.records if (since is None or since <= r.cdc_ts.timestamp() <= v.now.timestamp()) and where(r))
-
-    if node.kind in ("count", "exists"):
-        return lambda v: compare(sum(1 for _ in matching(v)), node.op, node.value)
-
-    def extreme(v: IdentityView) -> bool:
-        values = [x for r in matching(v) if (x := value_at(r, node.path)) is not MISSING and _kind(x) is not None and _kind(x) == _kind(node.value)]
-        if not values:
-            return False
-        return compare(min(values) if node.kind == "min" else max(values), node.op, node.value)
-    return extreme
-
-
-def evaluate(identities: Iterable[tuple[str, list[ProfileRecord]]], segments: list[Segment], now: datetime) -> list[tuple[str, str]]:
-    """(identity key, segment name) for every identity in every segment it satisfies: one pass, each
-    identity's records parsed once, all segments compiled once."""
-    compiled = [(s.name, compile_identity(s.where)) for s in segments]
-    out = []
-    for key, records in identities:
-        view = IdentityView(list(records), now)
-        out += [(key, name) for name, test in compiled if test(view)]
-    return out
+def member_pairs(profiles: Profiles, results: dict[str, np.ndarray]) -> pa.Table:
+    """(identity, segment) for every identity in every segment it satisfies."""
+    parts = [pa.table({"identity": profiles.keys.take(pa.array(np.flatnonzero(inside))), "segment": pa.array([name] * int(inside.sum()), pa.string())})
+             for name, inside in results.items() if inside.any()]
+    return pa.concat_tables(parts).cast(MEMBER_SCHEMA) if parts else MEMBER_SCHEMA.empty_table()
 
 
 def windows_of(segments: list[Segment]) -> set[float]:
@@ -200,16 +212,15 @@ def windows_of(segments: list[Segment]) -> set[float]:
     return found
 
 
-def time_affected(records: Iterable[tuple[str, datetime]], windows: set[float], before: datetime, now: datetime) -> set[str]:
-    """Identities (of (identity, cdc_ts) pairs) whose windowed aggregates can differ between evaluations at
-    `before` and at `now` with no change to their rows: a record entered a window (cdc_ts in (before, now])
-    or left one (cdc_ts + window in (before, now])."""
+def time_affected(cdc_us: np.ndarray, windows: set[float], before: datetime, now: datetime) -> np.ndarray:
+    """Per record: can its identity's windowed aggregates differ between evaluations at `before` and at `now`
+    with no change to its rows? Yes when the record entered a window (cdc_ts in (before, now]) or left one
+    (cdc_ts + window in (before, now])."""
     if not windows:
-        return set()
-    lo, hi = before.timestamp(), now.timestamp()
-    out = set()
-    for key, ts in records:
-        t = _utc(ts).timestamp()
-        if lo < t <= hi or any(lo < t + w <= hi for w in windows):
-            out.add(key)
-    return out
+        return np.zeros(len(cdc_us), bool)
+    t, lo, hi = cdc_us / 1e6, before.timestamp(), now.timestamp()
+    hit = (lo < t) & (t <= hi)
+    for w in windows:
+        hit |= (lo < t + w) & (t + w <= hi)
+    return hit
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.segments.definitions import (
     Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment, SegmentError, load_segments, parse_segment,
 )
-from engagement_platform.profiles.segments.evaluate import ProfileRecord, evaluate
+from engagement_platform.profiles.segments.columns import profiles_of
+from engagement_platform.profiles.segments.evaluate import evaluate, member_pairs, paths_of
 from engagement_platform.profiles.segments.reference import members
 
 NOW = datetime(2026, 2, 1, 12, tzinfo=timezone.utc)
@@ -57,11 +59,23 @@ rows = st.builds(lambda pid, t, hours, country, fields: {
     st.one_of(st.none(), payloads))
 
 
+RAW = pa.schema([("component_id", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()), ("cdc_ts", pa.timestamp("us", tz="UTC")),
+                 ("email", pa.string()), ("country", pa.string()), ("updated_at", pa.timestamp("us", tz="UTC")), ("fields", pa.string())])
+
+
+def one_pass(identities: dict[str, list[dict]], segments: list[Segment]) -> list[tuple[str, str]]:
+    """The columnar evaluator over the identities' rows, as (identity, segment) pairs."""
+    rows = [{**{c: None for c in RAW.names}, **r, "component_id": key} for key, rs in identities.items() for r in rs]
+    profiles = profiles_of(pa.Table.from_pylist(rows, schema=RAW), paths_of(segments))
+    pairs = member_pairs(profiles, evaluate(profiles, segments, NOW))
+    return list(zip(pairs["identity"].to_pylist(), pairs["segment"].to_pylist()))
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(identity_conds, min_size=1, max_size=6), st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4"]), st.lists(rows, min_size=1, max_size=5)))
 def test_one_pass_equals_each_segment_evaluated_alone(conditions, identities):
     segments = [Segment(f"s{i}", "", c, "test") for i, c in enumerate(conditions)]
-    got = evaluate(((key, [ProfileRecord.of_row(r) for r in rs]) for key, rs in identities.items()), segments, NOW)
+    got = one_pass(identities, segments)
     expected = {(key, s.name) for s in segments for key in members(s, identities, NOW)}
     assert set(got) == expected and len(got) == len(expected)
 
@@ -85,7 +99,7 @@ where:
         "too_old": [row("c", "trial", 9, {"product": "X"}), row("d", "cart_add", 1, {"cart": {"product": "Y"}})],
         "bought": [row("e", "trial", 2, {"product": "X"}), row("f", "cart_add", 1, {"cart": {"product": "Y"}}), row("g", "purchase", 0, {})],
     }
-    got = evaluate(((k, [ProfileRecord.of_row(r) for r in rs]) for k, rs in identities.items()), [segment], NOW)
+    got = one_pass(identities, [segment])
     assert got == [("in", "trialled_x_not_purchased")] and members(segment, identities, NOW) == {"in"}
 
 

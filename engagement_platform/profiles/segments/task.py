@@ -1,0 +1,169 @@
+"""The executor side of a segment evaluation: one Spark task per tenant reads the tenant's raw files, finds
+the identities to evaluate, evaluates every segment in one pass (evaluate.py), diffs the result with the
+membership the batch started from, and writes the new membership and the entries / exits as Parquet files
+into the two tables' folders. Only file actions and counts go back to the driver, which commits them.
+
+Incremental work (`TenantWork.incremental`): the identities whose rows changed between the raw versions of
+the slice are the components of the rows that differ between the files the slice's commits added and the
+files they removed (a file a MERGE copied unchanged rows into does not make those rows changed), plus the
+identities whose windowed aggregates time alone may have moved (evaluate.time_affected). Only their rows
+are parsed and evaluated; every other identity keeps its membership. When the removed files are gone (the
+erasure window), the task evaluates every identity and says so (`mode`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engagement_platform.lake.file_writes import WrittenFile, filesystem, write_files
+from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, profiles_of
+from engagement_platform.profiles.segments.definitions import Segment
+from engagement_platform.profiles.segments.evaluate import MEMBER_SCHEMA, evaluate, member_pairs, paths_of, time_affected, windows_of
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform.profiles.tables import RAW_SCHEMA
+from engagement_platform.spark.handoff import handoff
+
+READ_COLUMNS = [*RECORD_COLUMNS, "component_id", "deleted"]
+ROW_STATE = ["primary_id", "component_id", "cdc_seq", "deleted", "batch_id"]  # what a processor, backfill or erasure write changes
+RESULT_SCHEMA = pa.schema([("tenant", pa.string()), ("mode", pa.string()), ("identities", pa.int64()), ("members", pa.int64()),
+                           ("entered", pa.int64()), ("exited", pa.int64())])
+SIZES_SCHEMA = pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("members", pa.int64())])
+
+
+@dataclass(frozen=True)
+class TenantWork:
+    """What one task needs to evaluate a tenant's batch (prepared and pinned by the driver)."""
+
+    tenant: str
+    batch_id: int
+    segments: tuple[Segment, ...]
+    now: datetime  # the batch's pinned evaluation time
+    raw_files: tuple[str, ...]  # the raw table's files at the slice's version
+    previous_files: tuple[str, ...]  # the tenant's membership files at the pinned membership version
+    members_uri: str
+    changes_uri: str
+    raw_version: int
+    tag: str  # writer tag of the batch's files
+    write_members: bool  # False when an earlier attempt already committed that table
+    write_changes: bool
+    incremental: bool = False
+    since: datetime | None = None  # the previous evaluation's time
+    added_files: tuple[str, ...] = ()  # raw files the slice's commits added
+    removed_files: tuple[str, ...] = ()  # and removed
+
+
+def _read(uris, columns: list[str] | None, storage_options) -> pa.Table | None:
+    tables = []
+    for uri in uris:
+        fs, path = filesystem(uri, storage_options)
+        tables.append(_plain(pq.read_table(path, columns=columns, filesystem=fs)))
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None
+
+
+def _plain(table: pa.Table) -> pa.Table:
+    """Views and large strings (delta-rs writes string views) as plain strings, so every kernel takes them."""
+    plain = [pa.field(f.name, pa.string()) if f.type in (pa.string_view(), pa.large_string()) else f for f in table.schema]
+    return table.cast(pa.schema(plain)) if plain != list(table.schema) else table
+
+
+def _state_keys(rows: pa.Table) -> pa.Table:
+    return pa.table({c: rows[c].cast(pa.string()).fill_null("\x00") for c in ROW_STATE} | {"component": rows["component_id"]})
+
+
+def changed_components(work: TenantWork, storage_options) -> pa.Array:
+    """Components of the rows that differ between the slice's added and removed raw files (OSError: a removed
+    file is gone)."""
+    added = _read(work.added_files, ROW_STATE, storage_options)
+    removed = _read(work.removed_files, ROW_STATE, storage_options)
+    if added is None or removed is None:
+        rows = added if added is not None else removed
+        return pc.unique(rows["component_id"]) if rows is not None else pa.array([], pa.string())
+    new, old = _state_keys(added), _state_keys(removed)
+    differ = [new.join(old, keys=ROW_STATE, join_type="left anti"), old.join(new, keys=ROW_STATE, join_type="left anti")]
+    return pc.unique(pa.concat_arrays([t["component"].combine_chunks() for t in differ]).drop_null())
+
+
+def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, list[WrittenFile], list[WrittenFile]]:
+    """(counts, sizes per segment, membership files, change files) of one tenant's batch."""
+    segments = list(work.segments)
+    raw = _read(work.raw_files, READ_COLUMNS, storage_options)
+    raw = raw.filter(pc.invert(raw["deleted"].fill_null(False))) if raw is not None else RAW_SCHEMA.empty_table().select(READ_COLUMNS)
+    mode, changed = "full", pa.array([], pa.string())
+    if work.incremental:
+        try:
+            changed = changed_components(work, storage_options)
+            mode = "incremental"
+        except OSError:
+            mode = "full"
+    if mode == "incremental":
+        cdc = np.asarray(raw["cdc_ts"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).fill_null(0), np.int64)
+        moved = raw["component_id"].filter(pa.array(time_affected(cdc, windows_of(segments), work.since, work.now)))
+        wanted = pa.concat_arrays([changed, pc.unique(moved.combine_chunks())])
+        raw = raw.filter(pc.is_in(raw["component_id"], value_set=wanted))
+    profiles = profiles_of(raw, paths_of(segments))
+    members = member_pairs(profiles, evaluate(profiles, segments, work.now))
+
+    previous = _read(work.previous_files, ["segment", "identity", "entered_at", "batch_id"], storage_options)
+    if previous is None:
+        previous = PROFILE_SEGMENTS.schema.empty_table().select(["segment", "identity", "entered_at", "batch_id"])
+    if mode == "incremental":  # identities not evaluated keep their membership
+        redone = pa.concat_arrays([profiles.keys, changed]) if profiles.size else changed
+        kept = previous.filter(pc.invert(pc.is_in(previous["identity"], value_set=redone)))
+        members = pa.concat_tables([members, kept.select(["identity", "segment"]).cast(MEMBER_SCHEMA)])
+    entered = members.join(previous, keys=["segment", "identity"], join_type="left anti")
+    exited = previous.join(members, keys=["segment", "identity"], join_type="left anti")
+    membership = members.join(previous, keys=["segment", "identity"], join_type="left outer")
+    membership = membership.set_column(membership.schema.get_field_index("entered_at"), "entered_at",
+                                       membership["entered_at"].fill_null(pa.scalar(work.now, PROFILE_SEGMENTS.schema.field("entered_at").type)))
+    membership = membership.set_column(membership.schema.get_field_index("batch_id"), "batch_id", membership["batch_id"].fill_null(work.batch_id))
+    membership = membership.append_column("tenant", pa.array([work.tenant] * membership.num_rows, pa.string()))
+    membership = membership.sort_by([("segment", "ascending"), ("identity", "ascending")])
+    changes = pa.concat_tables([
+        _changes(work, entered, "entered"), _changes(work, exited.select(["identity", "segment"]), "exited")])
+
+    member_files = write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options) if work.write_members else []
+    change_files = write_files(work.changes_uri, PROFILE_SEGMENT_CHANGES, changes, work.tag, storage_options) \
+        if work.write_changes and changes.num_rows else []
+    counts = {"tenant": work.tenant, "mode": mode, "identities": profiles.size, "members": membership.num_rows,
+              "entered": entered.num_rows, "exited": exited.num_rows}
+    sizes = membership.group_by("segment").aggregate([("identity", "count")])
+    sizes = pa.table({"tenant": pa.array([work.tenant] * sizes.num_rows, pa.string()), "segment": sizes["segment"],
+                      "members": sizes["identity_count"].cast(pa.int64())})
+    return counts, sizes, member_files, change_files
+
+
+def _changes(work: TenantWork, pairs: pa.Table, kind: str) -> pa.Table:
+    n = pairs.num_rows
+    return pa.table({
+        "tenant": pa.array([work.tenant] * n, pa.string()), "segment": pairs["segment"], "identity": pairs["identity"],
+        "change": pa.array([kind] * n, pa.string()),
+        "evaluated_at": pa.array([work.now] * n, PROFILE_SEGMENT_CHANGES.schema.field("evaluated_at").type),
+        "raw_version": pa.array([work.raw_version] * n, pa.int64()), "batch_id": pa.array([work.batch_id] * n, pa.int64()),
+    }).sort_by([("segment", "ascending"), ("identity", "ascending")])
+
+
+FILES_SCHEMA = pa.schema([("tenant", pa.string()), ("table", pa.string()), ("file", pa.string())])
+
+
+def evaluation_task(works: list[TenantWork], storage_options):
+    """The mapInArrow function over spark.range(len(works)): each row's task evaluates that tenant's work."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                work = works[index]
+                counts, sizes, member_files, change_files = evaluate_work(work, storage_options)
+                yield from handoff("result", pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
+                yield from handoff("sizes", sizes)
+                files = [{"tenant": work.tenant, "table": PROFILE_SEGMENTS.name, "file": f.to_json()} for f in member_files] + \
+                        [{"tenant": work.tenant, "table": PROFILE_SEGMENT_CHANGES.name, "file": f.to_json()} for f in change_files]
+                yield from handoff("files", pa.Table.from_pylist(files, schema=FILES_SCHEMA))
+
+    return run
