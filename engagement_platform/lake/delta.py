@@ -59,6 +59,25 @@ class BatchTxn:
         )
 
 
+def batches_commit_properties(txns: list[BatchTxn], metadata: dict[str, Any] | None = None) -> CommitProperties:
+    """One commit's properties for several batches: a txn action per app id (its newest version) and the
+    shared metadata (a single batch keeps its own txn metadata as well)."""
+    newest: dict[str, BatchTxn] = {}
+    for txn in txns:
+        if txn.app_id not in newest or newest[txn.app_id].version < txn.version:
+            newest[txn.app_id] = txn
+    if len(newest) == 1:
+        return next(iter(newest.values())).commit_properties(metadata)
+    return CommitProperties(app_transactions=[Transaction(app_id=t.app_id, version=t.version) for t in newest.values()],
+                            custom_metadata={"batches": str(len(newest)), **{k: str(v) for k, v in (metadata or {}).items()},
+                                             **{batch_key(t.app_id): str(t.version) for t in newest.values()}})
+
+
+def batch_key(app_id: str) -> str:
+    """Commit metadata key naming an app's batch in a commit shared by several batches (batch_commit finds it)."""
+    return f"batch/{app_id}"
+
+
 class DeltaLake:
     """All tables under one root (a local folder or an object-store URI)."""
 
@@ -135,15 +154,7 @@ class DeltaLake:
         todo = [(txn, row) for (txn, row), new in zip(rows, fresh) if new]
         if not todo:
             return None, fresh
-        txns: dict[str, BatchTxn] = {}
-        for txn, _ in todo:  # one txn action per app id and commit: its newest version
-            if txn.app_id not in txns or txns[txn.app_id].version < txn.version:
-                txns[txn.app_id] = txn
-        if len(txns) == 1:
-            props = next(iter(txns.values())).commit_properties(metadata)
-        else:
-            props = CommitProperties(app_transactions=[Transaction(app_id=t.app_id, version=t.version) for t in txns.values()],
-                                     custom_metadata={"batches": str(len(txns)), **{k: str(v) for k, v in (metadata or {}).items()}})
+        props = batches_commit_properties([txn for txn, _ in todo], metadata)
         data = pa.Table.from_pylist([{name: row.get(name) for name in spec.schema.names} for _, row in todo], schema=spec.schema)
         write_deltalake(table, data, mode="append", schema_mode="merge", partition_by=list(spec.partition_by) or None,
                         target_file_size=spec.target_file_size, commit_properties=props)
@@ -183,7 +194,7 @@ class DeltaLake:
             return None  # every batch commit carries its txn: not committed yet, no history to read
         for limit in (recent, None):
             for commit in table.history(limit=limit):
-                if commit.get("app_id") == app_id and commit.get("batch_id") == str(version):
+                if (commit.get("app_id") == app_id and commit.get("batch_id") == str(version)) or commit.get(batch_key(app_id)) == str(version):
                     return commit
         return None
 

@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, RemoveAction
 
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, batches_commit_properties
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_STAT_CHARS = 256  # longer string bounds are left out of the stats (the column is then not skipped on)
@@ -226,6 +226,22 @@ def commit_files(lake: DeltaLake, spec: TableSpec, adds: list[WrittenFile], txn:
                                    commit_properties=txn.commit_properties(dict(metadata or {})))
     # The commit's own version, found by its txn: another writer may have committed right after it.
     return lake.find_batch_commit(spec.name, txn.app_id, txn.version)
+
+
+def commit_files_of_batches(lake: DeltaLake, spec: TableSpec, batches: list[tuple[BatchTxn, list[WrittenFile], list[WrittenFile]]],
+                            metadata: Mapping[str, str] | None = None) -> tuple[int | None, list[bool]]:
+    """Several batches' (txn, adds, removes) in ONE commit carrying every batch's txn; a batch whose txn the
+    table already has is left out (its files from this attempt are orphans for `delete_uncommitted`).
+    Returns (the version written, None when nothing was left; for each batch, whether it was written)."""
+    table = lake.ensure(spec)
+    fresh = [not lake.already_committed(spec.name, txn) for txn, _, _ in batches]
+    todo = [b for b, new in zip(batches, fresh) if new]
+    if not todo:
+        return None, fresh
+    actions = [f.add_action() for _, adds, _ in todo for f in adds] + [f.remove_action() for _, _, removes in todo for f in removes]
+    table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
+                                   commit_properties=batches_commit_properties([txn for txn, _, _ in todo], dict(metadata or {})))
+    return lake.find_batch_commit(spec.name, todo[0][0].app_id, todo[0][0].version), fresh
 
 
 def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:

@@ -9,7 +9,8 @@ the batch's "done" row in one commit.
 `commit_batches` does this for several batches at once (the profile processor: a batch per tenant):
 step i of every batch runs before step i+1 of any. A `CommitStep` writes the batch's own table, so
 those of different batches run in parallel threads; an `AppendStep` names a table every batch appends
-to, and their rows go in one commit carrying every batch's txn. A batch whose step fails takes no
+to, and their rows go in one commit carrying every batch's txn; a `FilesStep` does the same with files the
+batches wrote (adds and removes). A batch whose step fails takes no
 further step; the others finish, then the first error is raised. `commit_batch` is the one-batch case.
 
 Fencing: inside `with fenced(lease):` (the stream holds the coordinator's lock), `lease.check()` runs
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from engagement_platform.lake.checkpoints import CheckpointStore, Outcomes
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+from engagement_platform.lake.file_writes import WrittenFile, commit_files_of_batches
 from engagement_platform.streams.planning import BatchPlan
 
 if TYPE_CHECKING:
@@ -124,13 +126,29 @@ class AppendStep:
         return self.spec.name
 
 
+@dataclass(frozen=True)
+class FilesStep:
+    """Files this batch adds to and removes from a table that other batches of the same commit_batches call
+    write too (written where the rows were, lake/file_writes): all of them in one commit with every batch's
+    txn (None: the batch was already there)."""
+
+    lake: DeltaLake
+    spec: TableSpec
+    files: Callable[[Outcomes], tuple[list[WrittenFile], list[WrittenFile]]]  # (adds, removes), given its outcomes so far
+    phase: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
 @dataclass
 class Batch:
     """One plan's commit: its app id, its steps and the metadata each of its commits carries."""
 
     plan: BatchPlan
     app_id: str
-    steps: list[CommitStep | AppendStep]
+    steps: list[CommitStep | AppendStep | FilesStep]
     metadata: dict = field(default_factory=dict)
     outcomes: Outcomes = field(default_factory=dict)  # filled in step by step
 
@@ -164,7 +182,7 @@ def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: 
         own = [i for i in live if isinstance(batches[i].steps[position], CommitStep)]
         shared: dict[str, list[int]] = {}
         for i in live:
-            if isinstance(batches[i].steps[position], AppendStep):
+            if isinstance(batches[i].steps[position], (AppendStep, FilesStep)):
                 shared.setdefault(batches[i].steps[position].name, []).append(i)
         _run_own_steps([batches[i] for i in own], own, position, lease, threads, failed)
         for indexes in shared.values():
@@ -206,10 +224,15 @@ def _run_own_steps(batches: list[Batch], indexes: list[int], position: int, leas
 def _run_append_step(batches: list[Batch], indexes: list[int], position: int, lease: Lease | None,
                      failed: dict[int, BaseException], metadata: dict) -> None:
     """One commit of every batch's rows (each row with its batch's txn), then each batch's failpoint."""
-    step: AppendStep = batches[0].steps[position]
+    step: AppendStep | FilesStep = batches[0].steps[position]
     try:
-        rows = [[(batch.txn(), row) for row in batch.steps[position].rows(batch.outcomes)] for batch in batches]
-        version, written = step.lake.append_many(step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)})
+        if isinstance(step, FilesStep):
+            parts = [(batch.txn(), *batch.steps[position].files(batch.outcomes)) for batch in batches]
+            rows = [[None] for _ in batches]  # one "row" per batch: written or not
+            version, written = commit_files_of_batches(step.lake, step.spec, parts, {**metadata, **_fence(lease)})
+        else:
+            rows = [[(batch.txn(), row) for row in batch.steps[position].rows(batch.outcomes)] for batch in batches]
+            version, written = step.lake.append_many(step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)})
     except Exception as exc:  # the batches of the other steps still finish
         for i in indexes:
             failed[i] = exc

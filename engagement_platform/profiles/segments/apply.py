@@ -24,21 +24,21 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, writer_tag
+from engagement_platform.lake.file_writes import WrittenFile, delete_uncommitted, writer_tag
 from engagement_platform.lake.row_erasure import live_files
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
-from engagement_platform.profiles.segments.task import FILES_SCHEMA, RESULT_SCHEMA, SIZES_SCHEMA, TenantWork, evaluation_task
+from engagement_platform.profiles.segments.task import FILES_SCHEMA, PHASES, RESULT_SCHEMA, SIZES_SCHEMA, TenantWork, evaluation_task
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
-from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
+from engagement_platform.streams.batch import Batch, FilesStep, Outcomes, commit_batches
 from engagement_platform.streams.pin import AS_OF, Pin, pin_batch
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import TableVersionsSlice
@@ -83,13 +83,19 @@ class Prepared:
     work: TenantWork
 
 
-def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segment]) -> Prepared:
+def fingerprint_key(tenant: str) -> str:
+    return f"{FINGERPRINT}/{tenant}"
+
+
+def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segment], now: datetime) -> Prepared:
+    """The batch pinned: its earlier attempt's pin, else `now` and the membership table's current version
+    (the same for every batch of one `evaluate_tenants` call, so their commits can share them)."""
     raw = plan.slice_as(TableVersionsSlice)
     app = segments_app_id(tenant)
-    pin = pin_batch(lake, PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id, [PROFILE_SEGMENTS.name])
+    pin = pin_batch(lake, PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id, [PROFILE_SEGMENTS.name], now=now)
     fingerprint = segments_fingerprint(segments)
     previous = lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id - 1) if raw.after >= 0 else None
-    incremental = bool(previous) and previous.get(FINGERPRINT) == fingerprint and AS_OF in previous
+    incremental = bool(previous) and previous.get(fingerprint_key(tenant)) == fingerprint and AS_OF in previous
     added, removed = (), ()
     if incremental:
         try:
@@ -150,45 +156,48 @@ def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> 
             "files": handed.get("files", FILES_SCHEMA.empty_table())}
 
 
-def commit_evaluation(lake: DeltaLake, checkpoints: CheckpointStore, prepared: Prepared, handed: dict[str, pa.Table],
-                      segments: list[Segment], seconds: dict[str, float]) -> SegmentResult:
-    """Commit one tenant's batch from what its task handed back."""
-    work, plan = prepared.work, prepared.plan
+def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: dict[str, pa.Table], live: list[WrittenFile]) -> Batch:
+    """One tenant's commits from what its task handed back: its entries and exits, then its membership files
+    replacing `live` (the tenant's current ones) when anything entered or left."""
+    work = prepared.work
     (counts,) = [r for r in handed["result"].to_pylist() if r["tenant"] == work.tenant]
     files = [r for r in handed["files"].to_pylist() if r["tenant"] == work.tenant]
     written = {name: [WrittenFile.from_json(r["file"]) for r in files if r["table"] == name] for name in (PROFILE_SEGMENTS.name, PROFILE_SEGMENT_CHANGES.name)}
-
-    def append_changes(txn: BatchTxn, _: Outcomes) -> int | None:
-        return commit_files(lake, PROFILE_SEGMENT_CHANGES, written[PROFILE_SEGMENT_CHANGES.name], txn)
-
-    def replace_membership(txn: BatchTxn, _: Outcomes) -> int | None:
-        lake.ensure(PROFILE_SEGMENTS)
-        if lake.already_committed(PROFILE_SEGMENTS.name, txn):
-            return None
-        return commit_files(lake, PROFILE_SEGMENTS, written[PROFILE_SEGMENTS.name], txn, live_files(lake, PROFILE_SEGMENTS, {"tenant": work.tenant}))
-
-    t0 = time.perf_counter()
-    versions = commit_batch(plan, segments_app_id(work.tenant), [
-        CommitStep(PROFILE_SEGMENT_CHANGES.name, append_changes), CommitStep(PROFILE_SEGMENTS.name, replace_membership),
-    ], checkpoints, **prepared.pin.metadata(), **{FINGERPRINT: prepared.fingerprint})
-    seconds = {**seconds, "commit": time.perf_counter() - t0}
-    by_segment = {s.name: 0 for s in segments} | {r["segment"]: r["members"] for r in handed["sizes"].to_pylist() if r["tenant"] == work.tenant}
-    return SegmentResult(plan, work.tenant, len(segments), counts["identities"], counts["members"], counts["entered"], counts["exited"],
-                         versions, by_segment, seconds, counts["mode"])
+    moved = counts["entered"] or counts["exited"]
+    return Batch(prepared.plan, segments_app_id(work.tenant), [
+        FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], [])),
+        FilesStep(lake, PROFILE_SEGMENTS, lambda _: (written[PROFILE_SEGMENTS.name], live if moved else [])),
+    ])
 
 
 def evaluate_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore,
                      batches: list[tuple[str, BatchPlan, list[Segment]]]) -> list[SegmentResult]:
-    """Several tenants' batches: prepared and pinned one by one, evaluated in one Spark job (a task each),
-    committed one by one, each exactly once with its own txn."""
+    """Several tenants' batches: pinned to one evaluation time, evaluated in one Spark job (a task each), and
+    committed together: one commit per table carrying every batch's txn, then one checkpoint commit."""
+    if not batches:
+        return []
     t0 = time.perf_counter()
     lake.ensure(PROFILE_SEGMENT_CHANGES)
     lake.ensure(PROFILE_SEGMENTS)
-    prepared = [prepare(lake, tenant, plan, segments) for tenant, plan, segments in batches]
+    now = datetime.now(timezone.utc)
+    prepared = [prepare(lake, tenant, plan, segments, now) for tenant, plan, segments in batches]
     t1 = time.perf_counter()
-    handed = run_tasks(spark, lake, [p.work for p in prepared]) if prepared else {}
-    seconds = {"prepare": t1 - t0, "evaluate": time.perf_counter() - t1}
-    return [commit_evaluation(lake, checkpoints, p, handed, segments, seconds) for p, (_, _, segments) in zip(prepared, batches)]
+    handed = run_tasks(spark, lake, [p.work for p in prepared])
+    t2 = time.perf_counter()
+    live: dict[str, list[WrittenFile]] = {}
+    for f in live_files(lake, PROFILE_SEGMENTS):
+        live.setdefault(f.partition_values.get("tenant"), []).append(f)
+    fresh = next((p.pin for p in prepared if p.pin.as_of == now), prepared[0].pin)  # the pin every batch not anchored yet shares
+    committed = commit_batches([tenant_batch(lake, p, handed, live.get(p.work.tenant, [])) for p in prepared], checkpoints,
+                               **fresh.metadata(), **{fingerprint_key(p.work.tenant): p.fingerprint for p in prepared})
+    seconds = {"prepare": t1 - t0, "evaluate": t2 - t1, "commit": time.perf_counter() - t2}
+    results = []
+    for p, (_, _, segments), versions in zip(prepared, batches, committed.outcomes):
+        (counts,) = [r for r in handed["result"].to_pylist() if r["tenant"] == p.work.tenant]
+        by_segment = {s.name: 0 for s in segments} | {r["segment"]: r["members"] for r in handed["sizes"].to_pylist() if r["tenant"] == p.work.tenant}
+        results.append(SegmentResult(p.plan, p.work.tenant, len(segments), counts["identities"], counts["members"], counts["entered"], counts["exited"],
+                                     versions, by_segment, {**seconds, **{f"task_{k}": counts[f"seconds_{k}"] for k in PHASES}}, counts["mode"]))
+    return results
 
 
 def evaluate_tenant(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan,

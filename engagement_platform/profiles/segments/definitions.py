@@ -250,11 +250,16 @@ class _Parser:
         if op is None or op not in ("=", "!=", "<", "<=", ">", ">="):
             self.problem(f"{at}.op", f"{kind} needs a comparison operator (= != < <= > >=), not {op!r}")
             return None
-        check = self.cmp({"path": path or "primary_id", "op": op, "value": value}, at)
+        if kind == "count":  # compares a number of records, not a path's value
+            if path:
+                self.problem(f"{at}.path", "count takes no path (it counts the records where matches)")
+                return None
+            if not isinstance(value, int) or isinstance(value, bool):
+                self.problem(f"{at}.value", "type mismatch: count compares a number of records")
+                return None
+            return Aggregate(kind, where, within, None, op, value)
+        check = self.cmp({"path": path, "op": op, "value": value}, at)
         if check is None:
-            return None
-        if kind == "count" and (not isinstance(check.value, int) or isinstance(check.value, bool)):
-            self.problem(f"{at}.value", "type mismatch: count compares a number of records")
             return None
         return Aggregate(kind, where, within, path, op, check.value)
 

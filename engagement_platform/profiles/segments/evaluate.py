@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.profiles.segments.columns import Column, Profiles, time_us
+from engagement_platform.profiles.segments.columns import Column, Profiles, constant, time_us
 from engagement_platform.profiles.segments.definitions import Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment
 
 MEMBER_SCHEMA = pa.schema([("identity", pa.string()), ("segment", pa.string())])
@@ -189,7 +189,7 @@ def evaluate(profiles: Profiles, segments: list[Segment], now: datetime) -> dict
 
 def member_pairs(profiles: Profiles, results: dict[str, np.ndarray]) -> pa.Table:
     """(identity, segment) for every identity in every segment it satisfies."""
-    parts = [pa.table({"identity": profiles.keys.take(pa.array(np.flatnonzero(inside))), "segment": pa.array([name] * int(inside.sum()), pa.string())})
+    parts = [pa.table({"identity": profiles.keys.take(pa.array(np.flatnonzero(inside))), "segment": constant(name, pa.string(), int(inside.sum()))})
              for name, inside in results.items() if inside.any()]
     return pa.concat_tables(parts).cast(MEMBER_SCHEMA) if parts else MEMBER_SCHEMA.empty_table()
 

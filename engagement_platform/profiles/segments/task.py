@@ -13,6 +13,7 @@ erasure window), the task evaluates every identity and says so (`mode`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,17 +24,19 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from engagement_platform.lake.file_writes import WrittenFile, filesystem, write_files
-from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, profiles_of
+from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, constant, profiles_of
 from engagement_platform.profiles.segments.definitions import Segment
-from engagement_platform.profiles.segments.evaluate import MEMBER_SCHEMA, evaluate, member_pairs, paths_of, time_affected, windows_of
+from engagement_platform.profiles.segments.evaluate import evaluate, paths_of, time_affected, windows_of
+from engagement_platform.profiles.segments.membership import PREVIOUS_COLUMNS, membership_diff
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.tables import RAW_SCHEMA
 from engagement_platform.spark.handoff import handoff
 
 READ_COLUMNS = [*RECORD_COLUMNS, "component_id", "deleted"]
 ROW_STATE = ["primary_id", "component_id", "cdc_seq", "deleted", "batch_id"]  # what a processor, backfill or erasure write changes
+PHASES = ("read", "evaluate", "diff", "write")
 RESULT_SCHEMA = pa.schema([("tenant", pa.string()), ("mode", pa.string()), ("identities", pa.int64()), ("members", pa.int64()),
-                           ("entered", pa.int64()), ("exited", pa.int64())])
+                           ("entered", pa.int64()), ("exited", pa.int64()), *((f"seconds_{p}", pa.float64()) for p in PHASES)])
 SIZES_SCHEMA = pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("members", pa.int64())])
 
 
@@ -92,7 +95,7 @@ def changed_components(work: TenantWork, storage_options) -> pa.Array:
 
 def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, list[WrittenFile], list[WrittenFile]]:
     """(counts, sizes per segment, membership files, change files) of one tenant's batch."""
-    segments = list(work.segments)
+    segments, clock = list(work.segments), [time.perf_counter()]
     raw = _read(work.raw_files, READ_COLUMNS, storage_options)
     raw = raw.filter(pc.invert(raw["deleted"].fill_null(False))) if raw is not None else RAW_SCHEMA.empty_table().select(READ_COLUMNS)
     mode, changed = "full", pa.array([], pa.string())
@@ -107,46 +110,40 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
         moved = raw["component_id"].filter(pa.array(time_affected(cdc, windows_of(segments), work.since, work.now)))
         wanted = pa.concat_arrays([changed, pc.unique(moved.combine_chunks())])
         raw = raw.filter(pc.is_in(raw["component_id"], value_set=wanted))
+    clock.append(time.perf_counter())
     profiles = profiles_of(raw, paths_of(segments))
-    members = member_pairs(profiles, evaluate(profiles, segments, work.now))
+    results = evaluate(profiles, segments, work.now)
+    clock.append(time.perf_counter())
 
-    previous = _read(work.previous_files, ["segment", "identity", "entered_at", "batch_id"], storage_options)
+    previous = _read(work.previous_files, PREVIOUS_COLUMNS, storage_options)
     if previous is None:
-        previous = PROFILE_SEGMENTS.schema.empty_table().select(["segment", "identity", "entered_at", "batch_id"])
-    if mode == "incremental":  # identities not evaluated keep their membership
-        redone = pa.concat_arrays([profiles.keys, changed]) if profiles.size else changed
-        kept = previous.filter(pc.invert(pc.is_in(previous["identity"], value_set=redone)))
-        members = pa.concat_tables([members, kept.select(["identity", "segment"]).cast(MEMBER_SCHEMA)])
-    entered = members.join(previous, keys=["segment", "identity"], join_type="left anti")
-    exited = previous.join(members, keys=["segment", "identity"], join_type="left anti")
-    membership = members.join(previous, keys=["segment", "identity"], join_type="left outer")
-    membership = membership.set_column(membership.schema.get_field_index("entered_at"), "entered_at",
-                                       membership["entered_at"].fill_null(pa.scalar(work.now, PROFILE_SEGMENTS.schema.field("entered_at").type)))
-    membership = membership.set_column(membership.schema.get_field_index("batch_id"), "batch_id", membership["batch_id"].fill_null(work.batch_id))
-    membership = membership.append_column("tenant", pa.array([work.tenant] * membership.num_rows, pa.string()))
-    membership = membership.sort_by([("segment", "ascending"), ("identity", "ascending")])
-    changes = pa.concat_tables([
-        _changes(work, entered, "entered"), _changes(work, exited.select(["identity", "segment"]), "exited")])
-
-    member_files = write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options) if work.write_members else []
+        previous = PROFILE_SEGMENTS.schema.empty_table().select(PREVIOUS_COLUMNS)
+    kept_unless = changed if mode == "incremental" else None  # identities not evaluated keep their rows unless they changed (gone)
+    diff = membership_diff(previous.cast(pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS])), profiles.keys,
+                           results, work.now, work.batch_id, kept_unless)
+    membership = diff.membership.append_column("tenant", constant(work.tenant, pa.string(), diff.membership.num_rows))
+    changes = pa.concat_tables([_changes(work, diff.entered, "entered"), _changes(work, diff.exited, "exited")])
+    clock.append(time.perf_counter())
+    moved = diff.entered.num_rows or diff.exited.num_rows  # else the membership files stay as they are
+    member_files = write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options) if work.write_members and moved else []
     change_files = write_files(work.changes_uri, PROFILE_SEGMENT_CHANGES, changes, work.tag, storage_options) \
         if work.write_changes and changes.num_rows else []
     counts = {"tenant": work.tenant, "mode": mode, "identities": profiles.size, "members": membership.num_rows,
-              "entered": entered.num_rows, "exited": exited.num_rows}
-    sizes = membership.group_by("segment").aggregate([("identity", "count")])
-    sizes = pa.table({"tenant": pa.array([work.tenant] * sizes.num_rows, pa.string()), "segment": sizes["segment"],
-                      "members": sizes["identity_count"].cast(pa.int64())})
+              "entered": diff.entered.num_rows, "exited": diff.exited.num_rows}
+    clock.append(time.perf_counter())
+    counts |= {f"seconds_{p}": b - a for p, a, b in zip(PHASES, clock, clock[1:])}
+    sizes = pa.table({"tenant": pa.array([work.tenant] * len(diff.sizes), pa.string()), "segment": pa.array(list(diff.sizes), pa.string()),
+                      "members": pa.array(list(diff.sizes.values()), pa.int64())})
     return counts, sizes, member_files, change_files
 
 
 def _changes(work: TenantWork, pairs: pa.Table, kind: str) -> pa.Table:
     n = pairs.num_rows
     return pa.table({
-        "tenant": pa.array([work.tenant] * n, pa.string()), "segment": pairs["segment"], "identity": pairs["identity"],
-        "change": pa.array([kind] * n, pa.string()),
-        "evaluated_at": pa.array([work.now] * n, PROFILE_SEGMENT_CHANGES.schema.field("evaluated_at").type),
-        "raw_version": pa.array([work.raw_version] * n, pa.int64()), "batch_id": pa.array([work.batch_id] * n, pa.int64()),
-    }).sort_by([("segment", "ascending"), ("identity", "ascending")])
+        "tenant": constant(work.tenant, pa.string(), n), "segment": pairs["segment"], "identity": pairs["identity"],
+        "change": constant(kind, pa.string(), n), "evaluated_at": constant(work.now, PROFILE_SEGMENT_CHANGES.schema.field("evaluated_at").type, n),
+        "raw_version": constant(work.raw_version, pa.int64(), n), "batch_id": constant(work.batch_id, pa.int64(), n),
+    })
 
 
 FILES_SCHEMA = pa.schema([("tenant", pa.string()), ("table", pa.string()), ("file", pa.string())])

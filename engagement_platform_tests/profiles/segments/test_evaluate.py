@@ -133,3 +133,12 @@ def test_bad_syntax_and_every_problem_of_every_file_are_reported_together(tmp_pa
     assert any("a.yaml: (top level): bad syntax" in line for line in lines)
     assert {line.split(": ", 2)[1] for line in lines if "b.yaml" in line} == {"owner", "name", "where.has_type"}
     assert parse_segment({"name": "ok", "where": {"ids": {"op": ">=", "value": 2}}}, "x")[0].where == Ids(">=", 2)
+
+
+def test_a_count_reads_from_a_file_and_takes_a_number():
+    """Regression: a count's value was checked as if it were a primary_id (a string), so no count segment loaded."""
+    where = {"count": {"where": {"path": "record_type", "op": "=", "value": "page_view"}, "within": "7d", "op": ">=", "value": 3}}
+    segment, problems = parse_segment({"name": "ok", "where": where}, "x")
+    assert problems == [] and segment.where == Aggregate("count", Cmp("record_type", "=", "page_view"), 7 * 86400.0, None, ">=", 3)
+    _, problems = parse_segment({"name": "bad", "where": {"count": {"path": "fields.n", "op": ">=", "value": 3}}}, "x")
+    assert problems == ["x: where.count.path: count takes no path (it counts the records where matches)"]
