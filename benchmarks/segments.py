@@ -43,7 +43,7 @@ from segments_sql import segment_query  # noqa: E402
 
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake  # noqa: E402
-from engagement_platform.profiles.segments.apply import evaluate_tenants, plan_evaluation, segments_app_id  # noqa: E402
+from engagement_platform.profiles.segments.apply import evaluate_tenants, plan_evaluations, segments_app_id  # noqa: E402
 from engagement_platform.profiles.segments.definitions import parse_segment  # noqa: E402
 from engagement_platform.profiles.segments.task import PHASES  # noqa: E402
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS  # noqa: E402
@@ -157,7 +157,8 @@ def change_one_percent(lake: DeltaLake, tenants: int, seed: int, now: datetime) 
 
 def run_all(spark, lake, store, tenants: int, segments) -> tuple[float, list]:
     t0 = time.perf_counter()
-    batches = [(tenant(i), plan_evaluation(lake, store, tenant(i)), segments) for i in range(tenants)]
+    plans = plan_evaluations(lake, store, [tenant(i) for i in range(tenants)])
+    batches = [(t, plan, segments) for t, plan in plans.items()]
     results = evaluate_tenants(spark, lake, store, batches)
     return time.perf_counter() - t0, results
 
@@ -203,7 +204,7 @@ def main() -> None:
             files = [f for i in range(args.tenants) for f in lake.table(raw_table_name(tenant(i))).file_uris()]
             evaluated_at = {r.tenant: datetime.fromisoformat(lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, segments_app_id(r.tenant),
                                                                             r.plan.batch_id)[AS_OF]) for r in inc}
-            committed = lake.read(PROFILE_SEGMENTS.name, filters=[("segment", "in", [s.name for s in sample])])
+            committed = lake.read(PROFILE_SEGMENTS.name, filters=[("segment", "in", [s.name for s in sample] or ["-"])])
             load_base = [loadavg()]
             t = time.perf_counter()
             mismatches = []

@@ -54,18 +54,30 @@ def segments_app_id(tenant: str) -> str:
     return f"profile.segments/{tenant}"
 
 
+def plan_evaluations(lake: DeltaLake, checkpoints: CheckpointStore, tenants: list[str]) -> dict[str, BatchPlan | None]:
+    """Each tenant's unfinished evaluation, else a new one up to its raw table's current version (None: no raw
+    table); the new plans are recorded in one checkpoint commit."""
+    latest = checkpoints.latest_of([segments_stream(t) for t in tenants])
+    plans: dict[str, BatchPlan | None] = {}
+    new: list[BatchPlan] = []
+    for tenant in tenants:
+        plan, done = latest.get(segments_stream(tenant), (None, False))
+        if plan is not None and not done:
+            plans[tenant] = plan
+        elif not lake.exists(raw_table_name(tenant)):
+            plans[tenant] = None
+        else:
+            after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
+            plans[tenant] = BatchPlan(segments_stream(tenant), (plan.batch_id + 1) if plan else 1,
+                                      TableVersionsSlice(raw_table_name(tenant), after, lake.table(raw_table_name(tenant)).version()))
+            new.append(plans[tenant])
+    if new:
+        checkpoints.record_plans(new)
+    return plans
+
+
 def plan_evaluation(lake: DeltaLake, checkpoints: CheckpointStore, tenant: str) -> BatchPlan | None:
-    """The tenant's unfinished evaluation, else a new one up to the raw table's current version (None: no raw table)."""
-    stream = segments_stream(tenant)
-    latest = checkpoints.latest_plan(stream)
-    if latest is not None and not checkpoints.is_done(stream, latest.batch_id):
-        return latest
-    if not lake.exists(raw_table_name(tenant)):
-        return None
-    after = latest.slice_as(TableVersionsSlice).up_to if latest else -1
-    plan = BatchPlan(stream, (latest.batch_id + 1) if latest else 1, TableVersionsSlice(raw_table_name(tenant), after, lake.table(raw_table_name(tenant)).version()))
-    checkpoints.record_plan(plan)
-    return plan
+    return plan_evaluations(lake, checkpoints, [tenant])[tenant]
 
 
 def segments_fingerprint(segments: list[Segment]) -> str:
