@@ -137,14 +137,15 @@ def run_batch(args) -> None:
 
 
 def demo_landing(args) -> None:
-    from pathlib import Path
-
     from engagement_platform.landing.demo import write_members_file
+    from engagement_platform.landing.files import join
 
-    folder = Path(load_settings().landing_root) / "rewards_members"
+    settings = load_settings()
+    folder = join(settings.landing_root, "rewards_members")
     for n in range(args.files):
         seed = args.seed + n
-        path = write_members_file(folder, f"members-{seed}.csv", args.rows, seed, args.bad_ratio, first_id=seed * args.rows)
+        path = write_members_file(folder, f"members-{seed}.csv", args.rows, seed, args.bad_ratio, first_id=seed * args.rows,
+                                  storage_options=settings.storage_options)
         print(f"landed {path} ({args.rows} rows)")
 
 

@@ -150,3 +150,47 @@ def test_racing_writers_and_vacuum_on_an_object_store(s3):
     vacuumed = lake.table(SPEC.name).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert vacuumed and len(data_files()) == len(before) - len(vacuumed)
     assert sorted(lake.read(SPEC.name)["org_id"].to_pylist()) == ["b"], "vacuum removed only unreferenced files"
+
+
+def test_landing_files_under_an_object_store_prefix_are_found_ingested_once_and_expired(spark, s3, monkeypatch):
+    """Landing pipelines on an object store: the glob lists the prefix (an in-flight dot-file is not a file
+    yet), the Spark tasks read the file through the store, the batch commits once (a re-run adds nothing),
+    and landing retention deletes the file once its batch is done."""
+    from datetime import timedelta
+    from pathlib import Path
+
+    import pyarrow.fs as pafs
+
+    from engagement_platform.ingest.config import load_pipeline
+    from engagement_platform.landing.apply import file_plan, landing_files, run_file_batch
+    from engagement_platform.landing.demo import write_members_file
+    from engagement_platform.landing.files import join
+    from engagement_platform.landing.retention import expire_landed_files
+    from engagement_platform.lake.file_writes import filesystem
+
+    root, options = s3
+    landing_root = root.rsplit("/", 1)[0] + "/landing"
+    monkeypatch.setenv("EP_LANDING_ROOT", landing_root)
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    config = load_pipeline(Path(__file__).resolve().parent.parent / "pipelines" / "rewards_members.yaml")
+    folder = join(landing_root, "rewards_members")
+    landed = write_members_file(folder, "members-1.csv", 300, seed=1, bad_ratio=0.1, storage_options=options)
+    fs, base = filesystem(folder, options)
+    with fs.open_output_stream(f"{base}/.members-2.csv.partial") as out:  # an upload still in flight
+        out.write(b"id,name\n")
+
+    (found,) = landing_files(landing_root, config)
+    assert found.path == landed and found.size == fs.get_file_info(f"{base}/members-1.csv").size
+
+    plan = file_plan(config, 1, found.path, found.size)
+    assert checkpoints.record_plan(plan)
+    result = run_file_batch(spark, lake, checkpoints, config, plan)
+    again = run_file_batch(spark, lake, checkpoints, config, plan)  # a re-run of the same batch
+    target, quarantine = lake.read(config.target.table), lake.read(config.target.quarantine_table)
+    assert result.records_read == 300 and result.rows_written + result.rows_rejected == 300 and 0 < result.rows_rejected < 300
+    assert target.num_rows == result.rows_written and len(set(quarantine["source_offset"].to_pylist())) == result.rows_rejected
+    assert set(quarantine["source"].to_pylist()) == {landed} and again.versions == {k: None for k in again.versions}
+
+    assert expire_landed_files(landing_root, [config], checkpoints, timedelta(0)) == [landed]
+    assert landing_files(landing_root, config) == [] and fs.get_file_info(f"{base}/members-1.csv").type == pafs.FileType.NotFound

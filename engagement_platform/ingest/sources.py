@@ -72,7 +72,8 @@ def parse_errors(source: SourceSpec, raw: Column, size: Column, text: Column, co
 def read_lines_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
     """CSV or JSON lines: one record per line, numbered from 1 (the header line counts)."""
     skip = 1 if source.format == "csv" and _truthy(source.options.get("header", False)) else 0
-    lines = spark.read.format("landing_lines").options(**landing_source.options(path, skip, split_bytes)).load()
+    opts = landing_source.options(path, skip, split_bytes, load_settings().storage_options)
+    lines = spark.read.format("landing_lines").options(**opts).load()
     rows = lines.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW)
     return parse_text(rows, source)
 

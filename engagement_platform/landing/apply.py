@@ -10,12 +10,9 @@ A re-run of the same batch re-reads the same file and skips the tables that alre
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
-
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
@@ -25,6 +22,7 @@ from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, spl
 from engagement_platform.ingest.sources import read_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.landing.files import LandedFile, file_size, landed_files
 from engagement_platform.landing.suppressed import drop_suppressed_records
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step, suppression_of
 from engagement_platform.settings import load_settings
@@ -40,9 +38,10 @@ def app_id(config: PipelineConfig) -> str:
     return f"ingest.{config.name}"
 
 
-def landing_files(landing_root: str, config: PipelineConfig) -> list[Path]:
-    """Complete files matching the pipeline's glob (dot-files are in-flight uploads, skipped)."""
-    return sorted(p for p in Path(landing_root).glob(config.source.path or "") if p.is_file() and not p.name.startswith("."))
+def landing_files(landing_root: str, config: PipelineConfig) -> list[LandedFile]:
+    """Complete files matching the pipeline's glob, on a local folder or an object store (dot-files are
+    in-flight uploads, skipped)."""
+    return landed_files(landing_root, config.source.path or "", load_settings().storage_options)
 
 
 def file_plan(config: PipelineConfig, batch_id: int, path: str, size: int) -> BatchPlan:
@@ -98,9 +97,13 @@ def compute_file(spark: SparkSession, config: PipelineConfig, path: str, batch_i
 def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan) -> LandingResult:
     planned = plan.slice_as(FileSlice)
     path, planned_size = planned.path, planned.size
-    if os.path.getsize(path) != planned_size:
-        raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {os.path.getsize(path)} now): "
+    size = file_size(path, load_settings().storage_options)
+    if size != planned_size:
+        raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {size} now): "
                            "landing files must be complete when they appear (write elsewhere, then rename)")
+    if "://" in path and config.source.format == "json":
+        raise ValueError(f"{path}: whole-document JSON is read by Spark's JSON reader, which reaches object stores only "
+                         "through Hadoop connectors; land JSON lines (format: jsonl) on an object store")
     seconds = {}
     t0 = time.perf_counter()
     at = datetime.now(timezone.utc)

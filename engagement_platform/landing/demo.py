@@ -6,9 +6,9 @@ not parse, values that do not convert, values that break a constraint.
 
 from __future__ import annotations
 
-import os
 import random
-from pathlib import Path
+
+from engagement_platform.landing.files import land
 
 FIRST = ("Ann", "Bob", "Cy", "Dee", "Eve", "Finn", "Gia", "Hal", "Ida", "Jon", "Kai", "Lea")
 LAST = ("Lee", "Stone", "Young", "Park", "Moss", "Diaz", "Khan", "Ito", "Berg", "Silva")
@@ -37,14 +37,10 @@ def member_line(rng: random.Random, member_id: int, bad: bool) -> str:
     return ",".join(fields)
 
 
-def write_members_file(folder: Path, name: str, rows: int, seed: int, bad_ratio: float = 0.03, first_id: int = 1) -> Path:
-    """Write under a dot-name, then rename: the landing sensor never sees a half-written file."""
+def write_members_file(folder: str, name: str, rows: int, seed: int, bad_ratio: float = 0.03, first_id: int = 1,
+                       storage_options: dict | None = None) -> str:
+    """Land a members file (a local folder or an object-store prefix) under a dot-name, then move it in: the
+    landing sensor never sees a half-written file."""
     rng = random.Random(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    partial, final = folder / f".{name}.partial", folder / name
-    with open(partial, "w") as f:
-        f.write(HEADER + "\n")
-        for i in range(rows):
-            f.write(member_line(rng, first_id + i, rng.random() < bad_ratio) + "\n")
-    os.replace(partial, final)
-    return final
+    lines = [HEADER] + [member_line(rng, first_id + i, rng.random() < bad_ratio) for i in range(rows)]
+    return land(str(folder), name, ("\n".join(lines) + "\n").encode(), storage_options)

@@ -47,17 +47,17 @@ def landing_sensor(config: PipelineConfig, job):
             return resume_unfinished(context, latest, partitions, _tags, _cursor(latest), liveness=coordinator)
         files = landing_files(load_settings().landing_root, config)
         planned = {(f.path, f.size) for f in (p.slice_as(FileSlice) for p in store.plans(stream))}
-        waiting = [f for f in files if (str(f), f.stat().st_size) not in planned]
+        waiting = [f for f in files if (f.path, f.size) not in planned]
         observation = AssetObservation(asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)})
         if not waiting:
             return SensorResult(skip_reason=f"no new files for {config.name} ({len(files)} already ingested)", asset_events=[observation])
-        path = waiting[0]
+        landed = waiting[0]
         batch_id = (latest.batch_id + 1) if latest else 1
         # A run launched while another writer of the target holds its lock would only wait: plan it on a later tick.
         busy = coordinator.lock_wait(stream, batch_id, config.target.table)
         if busy:
             return SensorResult(skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}", asset_events=[observation])
-        plan = file_plan(config, batch_id, str(path), path.stat().st_size)
+        plan = file_plan(config, batch_id, landed.path, landed.size)
         store.record_plan(plan)
         return SensorResult(
             run_requests=[run_request(plan, 1, _tags(plan))],

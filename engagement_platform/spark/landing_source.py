@@ -8,6 +8,8 @@ One record per line: CSV with embedded newlines is not supported by this path (J
 
 from __future__ import annotations
 
+import json
+
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 SCHEMA = "_source_offset long, _raw binary"
@@ -19,7 +21,8 @@ class LineSpan(InputPartition):
 
 
 class LandingLinesDataSource(DataSource):
-    """Options: path (one file), split_bytes (default 16 MiB), skip_lines (header lines, default 0)."""
+    """Options: path (one file: a local path or an object-store URI), split_bytes (default 16 MiB), skip_lines
+    (header lines, default 0), storage_options (JSON: the lake's, for an object store)."""
 
     @classmethod
     def name(cls) -> str:
@@ -51,9 +54,16 @@ class LandingLinesReader(DataSourceReader):
         self.path = options["path"]
         self.split_bytes = int(options.get("split_bytes", str(16 << 20)))
         self.skip_lines = int(options.get("skip_lines", "0"))
+        self.storage_options = json.loads(options.get("storage_options") or "{}")
+
+    def _open(self, path: str):
+        from engagement_platform.lake.file_writes import filesystem
+
+        fs, where = filesystem(path, self.storage_options)
+        return fs.open_input_file(where)
 
     def partitions(self):
-        with open(self.path, "rb") as f:
+        with self._open(self.path) as f:
             data = f.read()
         spans = line_spans(data, self.split_bytes)
         return [LineSpan(self.path, s, e, line, self.skip_lines) for s, e, line in spans] or [LineSpan(self.path, 0, 0, 1, 0)]
@@ -61,7 +71,7 @@ class LandingLinesReader(DataSourceReader):
     def read(self, span: LineSpan):
         import pyarrow as pa
 
-        with open(span.path, "rb") as f:
+        with self._open(span.path) as f:
             f.seek(span.start)
             data = f.read(span.end - span.start)
         lines = data.split(b"\n")
@@ -79,8 +89,10 @@ class LandingLinesReader(DataSourceReader):
         yield pa.RecordBatch.from_arrays([pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"])
 
 
-def options(path: str, skip_lines: int = 0, split_bytes: int | None = None) -> dict[str, str]:
+def options(path: str, skip_lines: int = 0, split_bytes: int | None = None, storage_options: dict | None = None) -> dict[str, str]:
     opts = {"path": path, "skip_lines": str(skip_lines)}
+    if storage_options and "://" in path:  # executors do not share the driver's environment
+        opts["storage_options"] = json.dumps(storage_options)
     if split_bytes:
         opts["split_bytes"] = str(split_bytes)
     return opts
