@@ -194,3 +194,45 @@ def test_landing_files_under_an_object_store_prefix_are_found_ingested_once_and_
 
     assert expire_landed_files(landing_root, [config], checkpoints, timedelta(0)) == [landed]
     assert landing_files(landing_root, config) == [] and fs.get_file_info(f"{base}/members-1.csv").type == pafs.FileType.NotFound
+
+
+@pytest.mark.parametrize("s3", ["s3"], indirect=True)
+def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
+    """Segment evaluation's tasks read the raw files and write membership through the store; a profile
+    erasure rewrites the raw table, staging and membership there, and puts the subject on the list."""
+    import json
+
+    from engagement_platform.lake.suppression import subject_hash
+    from engagement_platform.lake.suppression_tables import load_suppressed
+    from engagement_platform.profiles.erasure.apply import STREAM as ERASURE, erase_profiles_batch
+    from engagement_platform.profiles.processor.apply import read_profiles
+    from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation
+    from engagement_platform.profiles.segments.definitions import parse_segment
+    from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
+    from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS
+    from engagement_platform.settings import load_settings
+    from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
+
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    stage_and_process(spark, kafka, lake, checkpoints, new_topic(kafka), [
+        record("acme", "u1", 1, {"country": "DE"}), record("acme", "u2", 1, {"country": "FR"}), record("acme", "u3", 1, {"country": "DE"}),
+    ], "acme")
+    germans = parse_segment({"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}}, "test")[0]
+    first = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [germans])
+    assert (first.members, first.entered) == (2, 2)
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u1", "u3"}
+
+    topic = f"test.profile.erasure.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({topic: 1})
+    kafka.produce(topic, [(b"e", json.dumps({"request_id": "e1", "tenant": "acme", "subject_id": "u1", "request_time": "2026-02-01T10:00:00Z"}).encode())])
+    plan = plan_next_batch(ERASURE, topic, None, kafka.watermarks(topic), 100)
+    assert checkpoints.record_plan(plan)
+    erased = erase_profiles_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan)
+    assert (erased.requests_applied, erased.ids_erased) == (1, 1)
+    assert {r["primary_id"] for r in read_profiles(lake, "acme", include_deleted=True).to_pylist()} == {"u2", "u3"}
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u3"}
+    assert "u1" not in {r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
+    secret = load_settings().erasure.secret
+    assert load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret).pairs() == {("acme", subject_hash(secret, "acme", "u1"))}
