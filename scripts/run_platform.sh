@@ -3,7 +3,8 @@
 # a demo producer and `dagster dev`. Ctrl-C (or SIGTERM) stops everything it started.
 #
 # Environment: EP_STATE_DIR [<repo>/.state], EP_DAGSTER_PORT [3000], plus the
-# port variables of scripts/stack.sh.
+# port variables of scripts/stack.sh. EP_DEMO_STORE=s3 (or azure) puts the lake and the landing
+# files on a local S3 endpoint (Azure's emulator) that stack.sh starts; the default is a local folder.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,7 +14,13 @@ bash scripts/install.sh
 
 # Exported so stack.sh, the CLI and Dagster all agree on where local state lives.
 export EP_STATE_DIR="${EP_STATE_DIR:-$REPO/.state}"
-export DAGSTER_HOME="$EP_STATE_DIR/dagster_home"
+# One Dagster instance per lake: sensor cursors and run history belong to the lake they planned in.
+case "${EP_DEMO_STORE:-local}" in
+    local) export DAGSTER_HOME="$EP_STATE_DIR/dagster_home" ;;
+    # moto keeps its objects in memory: each start is a fresh lake, so a fresh instance too.
+    s3) export DAGSTER_HOME="$EP_STATE_DIR/dagster_home-s3"; rm -rf "$DAGSTER_HOME" ;;
+    *) export DAGSTER_HOME="$EP_STATE_DIR/dagster_home-${EP_DEMO_STORE}" ;;
+esac
 DAGSTER_PORT="${EP_DAGSTER_PORT:-3000}"
 LOG_DIR="$EP_STATE_DIR/logs"
 PID_DIR="$EP_STATE_DIR/pids"
@@ -24,7 +31,22 @@ if [ -f "$REPO/dagster.yaml" ]; then cp "$REPO/dagster.yaml" "$DAGSTER_HOME/dags
 export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:${EP_KAFKA_PORT:-19092}}"
 export ZOOKEEPER_HOSTS="${ZOOKEEPER_HOSTS:-127.0.0.1:${EP_ZK_PORT:-12181}}"
 export SPARK_REMOTE="${SPARK_REMOTE-sc://127.0.0.1:${EP_SPARK_CONNECT_PORT:-15002}}"
-export EP_LAKE_ROOT="${EP_LAKE_ROOT:-$EP_STATE_DIR/lake}"
+STORES=()
+case "${EP_DEMO_STORE:-local}" in
+    local) export EP_LAKE_ROOT="${EP_LAKE_ROOT:-$EP_STATE_DIR/lake}" ;;
+    s3)
+        STORES=(s3)
+        export AWS_ENDPOINT_URL="http://127.0.0.1:${EP_S3_PORT:-19000}" AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test \
+            AWS_SECRET_ACCESS_KEY=test AWS_ALLOW_HTTP=true AWS_CONDITIONAL_PUT=etag
+        export EP_LAKE_ROOT="s3://${EP_LAKE_BUCKET:-lake}/lake" EP_LANDING_ROOT="s3://${EP_LAKE_BUCKET:-lake}/landing" ;;
+    azure)
+        STORES=(azurite)
+        export AZURE_STORAGE_ACCOUNT_NAME=devstoreaccount1 AZURE_ALLOW_HTTP=true \
+            AZURE_ENDPOINT="http://127.0.0.1:${EP_AZURITE_PORT:-10000}/devstoreaccount1" \
+            AZURE_STORAGE_ACCOUNT_KEY="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+        export EP_LAKE_ROOT="az://${EP_LAKE_BUCKET:-lake}/lake" EP_LANDING_ROOT="az://${EP_LAKE_BUCKET:-lake}/landing" ;;
+    *) echo "run_platform: EP_DEMO_STORE must be local, s3 or azure" >&2; exit 2 ;;
+esac
 export EP_ZK_ROOT="${EP_ZK_ROOT:-/engagement_platform}"
 export SPARK_LOCAL_IP=127.0.0.1
 
@@ -85,7 +107,7 @@ cleanup() {
     fi
     [ -z "$DAGSTER_PID" ] || kill_group_leftovers "$DAGSTER_PID"
     rm -f "$PID_DIR/dagster.pid"
-    bash "$REPO/scripts/stack.sh" stop
+    bash "$REPO/scripts/stack.sh" stop zookeeper kafka spark "${STORES[@]}"
     echo "run_platform: stopped"
 }
 trap 'cleanup; exit 130' INT
@@ -93,7 +115,7 @@ trap 'cleanup; exit 143' TERM
 trap 'cleanup; exit 129' HUP  # terminal closed: still stop everything
 trap cleanup EXIT
 
-bash scripts/stack.sh start
+bash scripts/stack.sh start zookeeper kafka spark "${STORES[@]}"
 
 .venv/bin/python -m engagement_platform.cli create-topics
 # Two store exports for the rewards_members ingest pipeline (its landing sensor picks them up).

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Local stack: ZooKeeper, a Kafka-protocol broker (noida-db) and a Spark Connect server.
+# Local stack: ZooKeeper, a Kafka-protocol broker (noida-db) and a Spark Connect server; on request also
+# object stores for the lake: an S3 endpoint (moto_server, in memory) and Azure's emulator (Azurite).
 #
-#   scripts/stack.sh start|stop|status [zookeeper|kafka|spark ...]   (default: all three)
+#   scripts/stack.sh start|stop|status [zookeeper|kafka|spark|s3|azurite ...]   (default: the first three)
 #
 # Environment (defaults in brackets):
 #   EP_STATE_DIR [<repo>/.state]  EP_ZK_PORT [12181]  EP_KAFKA_PORT [19092]
 #   EP_SPARK_CONNECT_PORT [15002]  SPARK_MASTER [local[2]]  EP_SPARK_DRIVER_MEMORY [4g]
 #   EP_START_TIMEOUT [per server: 60 s, Spark 180 s]
+#   EP_S3_PORT [19000]  EP_AZURITE_PORT [10000]  EP_LAKE_BUCKET [lake]: the bucket / container created on start
+#   (S3 credentials test/test, region us-east-1; Azurite's well-known devstoreaccount1 key)
 #
 # Layout per server <name>: data $EP_STATE_DIR/<name>, log $EP_STATE_DIR/logs/<name>.log,
 # pid $EP_STATE_DIR/pids/<name>.pid (the process that listens on the port) and
@@ -19,11 +22,16 @@ EP_STATE_DIR="${EP_STATE_DIR:-$REPO/.state}"
 EP_ZK_PORT="${EP_ZK_PORT:-12181}"
 EP_KAFKA_PORT="${EP_KAFKA_PORT:-19092}"
 EP_SPARK_CONNECT_PORT="${EP_SPARK_CONNECT_PORT:-15002}"
+EP_S3_PORT="${EP_S3_PORT:-19000}"
+EP_AZURITE_PORT="${EP_AZURITE_PORT:-10000}"
+EP_LAKE_BUCKET="${EP_LAKE_BUCKET:-lake}"
+AZURITE_KEY="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its public dev key
 PY="$REPO/.venv/bin/python"
 LOG_DIR="$EP_STATE_DIR/logs"
 PID_DIR="$EP_STATE_DIR/pids"
 STOP_TIMEOUT=30
 ALL=(zookeeper kafka spark)
+KNOWN=(zookeeper kafka spark s3 azurite)  # start order
 
 die() { echo "stack: $*" >&2; exit 1; }
 say() { echo "stack: $*"; }
@@ -33,6 +41,8 @@ port_of() {
         zookeeper) echo "$EP_ZK_PORT" ;;
         kafka) echo "$EP_KAFKA_PORT" ;;
         spark) echo "$EP_SPARK_CONNECT_PORT" ;;
+        s3) echo "$EP_S3_PORT" ;;
+        azurite) echo "$EP_AZURITE_PORT" ;;
     esac
 }
 
@@ -42,6 +52,8 @@ signature_of() {
         zookeeper) echo "QuorumPeerMain" ;;
         kafka) echo "noida-db" ;;
         spark) echo "SparkConnectServer" ;;
+        s3) echo "moto_server" ;;
+        azurite) echo "azurite-blob" ;;
     esac
 }
 
@@ -97,6 +109,8 @@ healthy() {
         zookeeper) zk_healthy ;;
         kafka) kafka_healthy ;;
         spark) spark_healthy ;;
+        s3) port_open "$EP_S3_PORT" ;;
+        azurite) port_open "$EP_AZURITE_PORT" ;;
     esac
 }
 
@@ -165,6 +179,38 @@ spark_cmd() {
          --conf "spark.pyspark.driver.python=$PY"
          --name engagement-platform-connect
          spark-internal)
+}
+
+s3_cmd() {
+    [ -x "$REPO/.venv/bin/moto_server" ] || die "missing .venv/bin/moto_server (run scripts/install.sh)"
+    CMD=("$REPO/.venv/bin/moto_server" -H 127.0.0.1 -p "$EP_S3_PORT")
+}
+
+azurite_cmd() {
+    local bin
+    bin="$(ls "$REPO"/.state/tools/azurite-*/node_modules/.bin/azurite-blob 2>/dev/null | head -n1)"
+    [ -n "$bin" ] || die "missing Azurite (run scripts/install.sh)"
+    CMD=("$bin" --blobHost 127.0.0.1 --blobPort "$EP_AZURITE_PORT" --location "$EP_STATE_DIR/azurite" --skipApiVersionCheck --loose)
+}
+
+# The lake's bucket / container, created once the store answers (an existing one is kept).
+s3_ready() {
+    "$PY" - "$EP_S3_PORT" "$EP_LAKE_BUCKET" <<'EOF'
+import sys
+import pyarrow.fs as pafs
+pafs.S3FileSystem(access_key="test", secret_key="test", region="us-east-1", endpoint_override=f"127.0.0.1:{sys.argv[1]}",
+                  scheme="http", allow_bucket_creation=True).create_dir(sys.argv[2])
+EOF
+}
+
+azurite_ready() {
+    "$PY" - "$EP_AZURITE_PORT" "$EP_LAKE_BUCKET" "$AZURITE_KEY" <<'EOF'
+import sys
+import pyarrow.fs as pafs
+authority = f"127.0.0.1:{sys.argv[1]}"
+pafs.AzureFileSystem(account_name="devstoreaccount1", account_key=sys.argv[3], blob_storage_authority=authority, blob_storage_scheme="http",
+                     dfs_storage_authority=authority, dfs_storage_scheme="http").create_dir(sys.argv[2])
+EOF
 }
 
 # --- lifecycle ---
@@ -263,6 +309,10 @@ start_one() {
             pid="$lp"
             echo "$pid" >"$(pid_file "$name")"
             if healthy "$name"; then
+                if [ "$name" = s3 ] || [ "$name" = azurite ]; then
+                    "${name}_ready" >>"$log" 2>&1 || { sleep 0.5; continue; }
+                    say "$name: bucket $EP_LAKE_BUCKET ready"
+                fi
                 say "$name: healthy (pid $pid, 127.0.0.1:$port, log $log)"
                 return 0
             fi
@@ -309,7 +359,7 @@ status_one() {
     return 1
 }
 
-usage() { echo "usage: $0 start|stop|status [zookeeper|kafka|spark ...]" >&2; exit 2; }
+usage() { echo "usage: $0 start|stop|status [zookeeper|kafka|spark|s3|azurite ...]" >&2; exit 2; }
 
 [ $# -ge 1 ] || usage
 ACTION="$1"
@@ -317,11 +367,11 @@ shift
 SELECTED=("$@")
 [ ${#SELECTED[@]} -gt 0 ] || SELECTED=("${ALL[@]}")
 for n in "${SELECTED[@]}"; do
-    case "$n" in zookeeper | kafka | spark) ;; *) echo "stack: unknown server '$n'" >&2; usage ;; esac
+    case "$n" in zookeeper | kafka | spark | s3 | azurite) ;; *) echo "stack: unknown server '$n'" >&2; usage ;; esac
 done
 # Canonical order regardless of argument order: ZooKeeper first on start, last on stop.
 ORDERED=()
-for n in "${ALL[@]}"; do
+for n in "${KNOWN[@]}"; do
     for s in "${SELECTED[@]}"; do [ "$s" = "$n" ] && { ORDERED+=("$n"); break; }; done
 done
 
