@@ -236,3 +236,53 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     assert "u1" not in {r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
     secret = load_settings().erasure.secret
     assert load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret).pairs() == {("acme", subject_hash(secret, "acme", "u1"))}
+
+
+@pytest.mark.parametrize("s3", ["s3"], indirect=True)
+def test_secrets_stay_out_of_dagster_events_and_spark_logs(spark, stack, s3, monkeypatch):
+    """A landing pipeline's sensor tick and run on the S3 lake with distinctive secrets set (storage key,
+    ZooKeeper digest, erasure key): none of them appears in the Dagster event log (metadata, messages,
+    errors) nor in the Spark Connect server's log, although the storage options travel with the tasks."""
+    from pathlib import Path
+
+    from dagster import DagsterInstance, build_sensor_context, materialize
+    from dagster._serdes import serialize_value
+
+    from engagement_platform.ingest.config import load_pipeline
+    from engagement_platform.landing.assets import pipeline_assets
+    from engagement_platform.landing.files import join, land
+    from engagement_platform.landing.jobs import pipeline_job
+    from engagement_platform.landing.partitions import pipeline_batches
+    from engagement_platform.landing.sensors import landing_sensor
+    from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
+    from engagement_platform.settings import REPO_ROOT
+
+    root, options = s3
+    secrets = {"AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}", "EP_ZK_AUTH": f"ep:zk-{uuid.uuid4().hex}",
+               "EP_ERASURE_SECRET": f"erase-{uuid.uuid4().hex}"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    options = {**options, "AWS_SECRET_ACCESS_KEY": secrets["AWS_SECRET_ACCESS_KEY"]}  # moto checks no signature
+    landing_root = root.rsplit("/", 1)[0] + "/landing"
+    monkeypatch.setenv("EP_LANDING_ROOT", landing_root)
+    spark_log = Path(stack["EP_STATE_DIR"]) / "logs" / "spark.log"
+    log_start = spark_log.stat().st_size if spark_log.exists() else 0
+
+    config = load_pipeline(REPO_ROOT / "pipelines" / "rewards_members.yaml")
+    land(join(landing_root, "rewards_members"), "stores-1.csv", b"id,name,bday,level,email,points\n1,Ann Lee,01/02/1990,G,ann@example.com,10\n2,x\n",
+         options)
+    resources = {"lake": LakeResource(root=root), "coordinator": CoordinatorResource(lake=LakeResource(root=root))}
+    with DagsterInstance.ephemeral() as instance:
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            (request,) = landing_sensor(config, pipeline_job(config))(ctx).run_requests
+        instance.add_dynamic_partitions(pipeline_batches(config).name, [request.partition_key])
+        out = materialize(pipeline_assets(config), partition_key=request.partition_key, instance=instance, selection=["ingest_rewards_members"],
+                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        assert out.success
+        events = "\n".join(serialize_value(e) for e in instance.all_logs(out.run_id))
+    assert "records_read" in events  # the log holds the run's metadata: what is searched is really there
+    spark_text = spark_log.read_text(errors="replace")[log_start:] if spark_log.exists() else ""
+    for name, value in secrets.items():
+        assert value not in events, f"{name} in the Dagster event log"
+        assert value not in spark_text, f"{name} in the Spark server's log"
+    assert secrets["EP_ZK_AUTH"].split(":", 1)[1] not in events
