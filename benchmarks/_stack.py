@@ -90,3 +90,43 @@ def own_cpu_seconds() -> float:
     """CPU seconds of this process (the driver: the client that plans and commits)."""
     times = os.times()
     return times.user + times.system
+
+
+S3_PORT = "49000"
+
+
+@contextmanager
+def s3_lake(bucket: str = "lake"):
+    """An S3 endpoint for a lake (moto_server through stack.sh, in memory) beside the bench stack: its storage
+    settings go into this process's environment (what load_settings() reads) for the duration; yields
+    (the bucket's URI, the storage options)."""
+    env = {**os.environ, **PORTS, "EP_S3_PORT": S3_PORT, "EP_LAKE_BUCKET": bucket}
+    subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "start", "s3"], env=env, check=True, capture_output=True)
+    options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
+               "AWS_SECRET_ACCESS_KEY": "test", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+    os.environ.update(options)
+    pid = int((Path(os.environ.get("EP_STATE_DIR", REPO / ".state")) / "pids" / "s3.pid").read_text().split()[0])
+    options["cpu_seconds"] = lambda: process_cpu_seconds(pid)  # what the endpoint itself spends (popped by callers)
+    try:
+        yield f"s3://{bucket}", options
+    finally:
+        for name in list(options):
+            os.environ.pop(name, None)
+        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop", "s3"], env=env, check=False, capture_output=True)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def upload_lake(local: Path, uri: str, options: dict) -> float:
+    """Copy a local lake folder to an object-store URI (seconds taken)."""
+    import pyarrow.fs as pafs
+
+    from engagement_platform.lake.file_writes import filesystem
+
+    t = time.perf_counter()
+    fs, base = filesystem(uri, options)
+    pafs.copy_files(str(local), base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs, use_threads=True)
+    return time.perf_counter() - t

@@ -1,6 +1,6 @@
 """Ingestion throughput: Kafka -> Spark (kafka_offsets source, parse, validate) -> delta-rs commits.
 
-    .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000]
+    .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000] [--lake local|s3]
 
 Produces the events to a fresh local broker, then ingests them in planned batches exactly as the
 sensor-launched runs do (plan -> read -> validate -> data + quarantine + notifications + checkpoint).
@@ -8,6 +8,8 @@ Prints events/s from the first read to the last commit; the Spark Connect server
 separately. Baseline in the same run: reading the same offsets with confluent-kafka alone. Then the
 same offsets again into a fresh lake with the Spark server on one core (local[1]): the speedup of the
 second core, and the driver's share of all CPU the machine spent (the driver only plans and commits).
+With `--lake s3` the same offsets also go into a lake on a local S3 endpoint (moto_server, started beside
+the stack), with the same Spark session: events/s there and the ratio to the local-disk run.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stack import bench_stack, machine, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
+from _stack import bench_stack, machine, s3_lake, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
 from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
@@ -45,9 +47,10 @@ class IngestRun:
     machine_cpu: float
 
 
-def ingest_all(spark, env: dict, marks: dict, per_partition: int, lake_dir: str) -> IngestRun:
-    """Every planned batch of the topic into a fresh lake, as the sensor-launched runs do."""
-    lake = DeltaLake(str(Path(env["EP_STATE_DIR"]) / lake_dir))
+def ingest_all(spark, env: dict, marks: dict, per_partition: int, lake_dir: str, storage_options: dict | None = None) -> IngestRun:
+    """Every planned batch of the topic into a fresh lake (a folder of the bench state, or an object-store
+    URI), as the sensor-launched runs do."""
+    lake = DeltaLake(lake_dir if "://" in lake_dir else str(Path(env["EP_STATE_DIR"]) / lake_dir), storage_options)
     store = CheckpointStore(lake)
     appended = rejected = batches = 0
     phases: dict[str, float] = {}
@@ -72,6 +75,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--orgs", type=int, default=1000)
     parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
+    parser.add_argument("--lake", choices=["local", "s3"], default="local",
+                        help="s3: the same events again into a lake on a local S3 endpoint (moto), compared with local disk")
     args = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -102,6 +107,13 @@ def main() -> None:
         connect_s = time.perf_counter() - t
 
         run = ingest_all(spark, env, marks, args.per_partition, "lake")
+        on_s3 = None
+        if args.lake == "s3":
+            with s3_lake() as (bucket, options):
+                endpoint_cpu = options.pop("cpu_seconds")
+                cpu0 = endpoint_cpu()
+                on_s3 = ingest_all(spark, env, marks, args.per_partition, f"{bucket}/ingest", options)
+                endpoint_s = endpoint_cpu() - cpu0
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
         scaled = None
         if not args.no_scaling:  # the same offsets again with Spark on one core: what a second executor core buys
@@ -124,6 +136,11 @@ def main() -> None:
     if scaled is not None:
         print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
               f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})")
+    if on_s3 is not None:
+        print(f"lake on S3 (moto_server on 127.0.0.1): {on_s3.seconds:.1f} s = {total / on_s3.seconds:,.0f} events/s, "
+              f"{on_s3.batches} batches, {on_s3.files} data files; ratio to local disk in this run: {run.seconds / on_s3.seconds:.2f} "
+              "(" + ", ".join(f"{k} {v:.1f} s" for k, v in on_s3.phases.items()) + f"); the S3 endpoint itself used {endpoint_s:.1f} CPU s "
+              f"of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%})")
     print(f"baseline (confluent-kafka exact-range read only, no parse/write): {baseline_s:.1f} s = {total / baseline_s:,.0f} events/s")
     print(f"ratio ingest/baseline throughput: {baseline_s / run.seconds:.2f}")
     assert run.appended + run.rejected == total, "every event is appended or quarantined"

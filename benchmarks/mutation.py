@@ -1,7 +1,7 @@
 """ID mutation stream throughput (issue 4): Kafka requests -> plan -> apply_mutation_batch -> one commit of rewritten files.
 
     .venv/bin/python benchmarks/mutation.py [--rows 10000000] [--orgs 1000] [--requests 1000000]
-        [--files-per-org 4] [--per-partition 250000] [--baseline-sample 200] [--no-scaling]
+        [--files-per-org 4] [--per-partition 250000] [--baseline-sample 200] [--no-scaling] [--lake local|s3]
     smoke run: .venv/bin/python benchmarks/mutation.py --rows 1000000 --requests 100000
 
 The engagement_activity table (CDF on, partitioned by org, each org's rows in `--files-per-org` files
@@ -17,7 +17,9 @@ of the table (on a second copy), scaled up to requests/s.
 Executors: Spark tasks read, fold and rewrite the files; the driver plans and commits. The script
 prints the driver's CPU seconds as a share of all CPU the machine spent during the run, the driver's
 peak RSS, and a scaling line: the same requests on a fresh copy of the table with the Spark server
-restarted on one core (local[1]) against the run on two (`--no-scaling` skips it).
+restarted on one core (local[1]) against the run on two (`--no-scaling` skips it). With `--lake s3` the
+same requests also run on a copy of the table uploaded to a local S3 endpoint (moto_server, started beside
+the stack), with the same Spark session: requests/s there and the ratio to the local-disk run.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stack  # noqa: E402
-from _stack import REPO, bench_stack, machine, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
+from _stack import REPO, bench_stack, machine, s3_lake, upload_lake, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
 
 from engagement_platform.engagement.mutation.apply import STREAM, apply_mutation_batch  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
@@ -334,6 +336,8 @@ def main() -> None:
     parser.add_argument("--baseline-sample", type=int, default=200)
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
+    parser.add_argument("--lake", choices=["local", "s3"], default="local",
+                        help="s3: the same requests again on a copy of the table on a local S3 endpoint (moto), compared with local disk")
     parser.add_argument("--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports")
     args = parser.parse_args()
     if args.ports:
@@ -384,6 +388,14 @@ def main() -> None:
         del flat  # a million dicts: the run needs the memory
         os.environ["EP_MUTATIONS_TOPIC"] = TOPIC
         run = apply_all(spark, env, lake, marks, args.per_partition)
+        on_s3, upload_s, endpoint_s = None, 0.0, 0.0
+        if args.lake == "s3":  # the same requests on a copy of the same table on the S3 endpoint, same Spark
+            with s3_lake() as (bucket, options):
+                endpoint_cpu = options.pop("cpu_seconds")
+                upload_s = upload_lake(cache, f"{bucket}/mutation", options)
+                cpu0 = endpoint_cpu()
+                on_s3 = apply_all(spark, env, DeltaLake(f"{bucket}/mutation", options), marks, args.per_partition)
+                endpoint_s = endpoint_cpu() - cpu0
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
         scaled = None
         if not args.no_scaling:  # the same requests on a fresh copy with Spark on one core: what a second core buys
@@ -433,6 +445,12 @@ def main() -> None:
     print(f"rows scanned {sum_('rows_scanned'):,}, updated {sum_('rows_updated'):,}, replaced {sum_('rows_replaced'):,}, deleted {sum_('rows_deleted'):,}")
     print(f"files read {sum_('files_read'):,} / {files_total:,}; executors rewrote {rewritten:,} / {files_total:,} files "
           f"({rewritten / files_total:.0%}); commits: " + ", ".join(f"{r.plan.batch_id}:{r.commit_how}" for r in results))
+    if on_s3 is not None:
+        print(f"lake on S3 (moto_server on 127.0.0.1; table uploaded in {upload_s:.1f} s, not timed): {on_s3.seconds:.1f} s = "
+              f"{total / on_s3.seconds:,.0f} requests/s; ratio to local disk in this run: {run_s / on_s3.seconds:.2f} "
+              f"(load before/after {' '.join(on_s3.load_before)} / {' '.join(on_s3.load_after)}); the S3 endpoint itself used "
+              f"{endpoint_s:.1f} CPU s of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%}), "
+              f"the platform's driver {on_s3.driver_cpu:.1f} s")
     print(f"baseline: {len(sample)} requests one at a time (one delta-rs update/delete each) in {baseline_s:.1f} s = {naive_rps:,.1f} requests/s, "
           f"scaled to {total:,}: {total / naive_rps / 3600:.1f} h")
     print(f"ratio stream / one-at-a-time: {rps / naive_rps:,.0f}x")

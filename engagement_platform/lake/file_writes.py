@@ -206,7 +206,7 @@ def write_files(table_uri: str, spec: TableSpec, rows: pa.Table, tag: str,
         sink = pa.BufferOutputStream()
         pq.write_table(data, sink, compression="snappy")
         payload = sink.getvalue()
-        if folder:
+        if folder and isinstance(fs, pafs.LocalFileSystem):  # object stores have no folders: a marker would cost requests
             fs.create_dir(f"{root}/{folder}", recursive=True)
         with fs.open_output_stream(f"{root}/{relative}") as out:
             out.write(payload)
@@ -254,11 +254,19 @@ def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:
     return len(stale)
 
 
+def read_parquet(fs: pafs.FileSystem, path: str, columns: list[str] | None = None) -> pa.Table:
+    """A Parquet file's rows. On an object store the whole object comes in one GET instead of a footer read
+    and then a read per column chunk: the files are a few MB, and each request costs a round trip."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        return pq.read_table(path, columns=columns, filesystem=fs)
+    with fs.open_input_stream(path) as source:
+        return pq.read_table(pa.BufferReader(source.read()), columns=columns)
+
+
 def read_file(table_uri: str, spec: TableSpec, written: WrittenFile, storage_options: Mapping[str, str] | None = None) -> pa.Table:
     """A written file's rows with its partition columns put back, in the table's column order."""
     fs, root = filesystem(table_uri, storage_options)
-    with fs.open_input_file(f"{root}/{written.path}") as source:
-        data = pq.read_table(source)
+    data = read_parquet(fs, f"{root}/{written.path}")
     for name in spec.partition_by:
         value = written.partition_values.get(name)
         data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type))

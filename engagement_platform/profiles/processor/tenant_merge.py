@@ -28,9 +28,8 @@ from datetime import datetime, timezone
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from engagement_platform.lake.file_writes import filesystem
+from engagement_platform.lake.file_writes import filesystem, read_parquet
 from engagement_platform.streams.gc_pause import no_cyclic_gc
 from engagement_platform.profiles.identity import union_find_labels
 from engagement_platform.profiles.json_merge import DELETE
@@ -75,7 +74,7 @@ def _read_files(uris: list[str], schema: pa.Schema, tenant: str, storage_options
     tables = []
     for uri in uris:
         fs, path = filesystem(uri, storage_options)
-        tables.append(pq.read_table(path, columns=names, filesystem=fs).select(names))
+        tables.append(read_parquet(fs, path, columns=names).select(names))
     rows = sum(t.num_rows for t in tables)
     columns = [pa.array([tenant] * rows, pa.string())]
     for name in names:

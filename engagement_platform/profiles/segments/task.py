@@ -21,9 +21,8 @@ from datetime import datetime
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from engagement_platform.lake.file_writes import WrittenFile, filesystem, write_files
+from engagement_platform.lake.file_writes import WrittenFile, filesystem, read_parquet, write_files
 from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, constant, profiles_of
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.evaluate import evaluate, paths_of, time_affected, windows_of
@@ -66,7 +65,7 @@ def _read(uris, columns: list[str] | None, storage_options) -> pa.Table | None:
     tables = []
     for uri in uris:
         fs, path = filesystem(uri, storage_options)
-        tables.append(_plain(pq.read_table(path, columns=columns, filesystem=fs)))
+        tables.append(_plain(read_parquet(fs, path, columns=columns)))
     return pa.concat_tables(tables, promote_options="permissive") if tables else None
 
 
