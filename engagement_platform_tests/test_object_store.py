@@ -286,3 +286,43 @@ def test_secrets_stay_out_of_dagster_events_and_spark_logs(spark, stack, s3, mon
         assert value not in events, f"{name} in the Dagster event log"
         assert value not in spark_text, f"{name} in the Spark server's log"
     assert secrets["EP_ZK_AUTH"].split(":", 1)[1] not in events
+
+
+@pytest.mark.parametrize("s3", ["s3"], indirect=True)
+def test_retention_and_erasure_on_an_object_store(spark, kafka, topic, s3):
+    """The TTL / GDPR stream on the S3 lake: an erasure removes the subject's activities by key, audits it by
+    hash and puts it on the suppression list; a later ingestion of the subject's activity drops it; an org's
+    TTL deletes only that org's old rows."""
+    import json
+
+    from engagement_platform.engagement.retention.tables import GDPR_AUDIT
+    from engagement_platform.engagement.tables import ENGAGEMENT_ERASED_SUBJECTS
+    from engagement_platform.lake.suppression import subject_hash
+    from engagement_platform.lake.suppression_tables import load_suppressed
+    from engagement_platform.settings import load_settings
+    from engagement_platform_tests.support.erasure import activity, gdpr, retain
+
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    subject, org, other = "00QS3SUBJECT01", "org-s3-a", "org-s3-b"
+    rows = [activity("a1", org, "2026-01-20", lead=subject), activity("a2", org, "2026-01-21", lead=subject),
+            activity("a3", org, "2026-01-22", lead="00QKEPT0000001"), activity("a4", org, "2025-01-02", lead="00QOLD00000001"),
+            activity("b1", other, "2025-01-02", lead=subject)]
+    kafka.produce(topic, [(r["org_id"].encode(), json.dumps(r).encode()) for r in rows])
+    ingest(spark, kafka, lake, checkpoints, topic)
+    gdpr_topic = f"test.gdpr.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({gdpr_topic: 1})
+
+    result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", org, "erasure", subject_id=subject),
+                                                                 gdpr("t1", org, "retention", retention_days=365)])
+    assert result.requests_applied == 2
+    assert sorted(r["engagement_id"] for r in rows_of(lake)) == ["a3", "b1"], "the subject's rows and the org's old row left; the other org's stay"
+    secret = load_settings().erasure.secret
+    audit = {r["request_id"]: r for r in lake.read(GDPR_AUDIT.name).to_pylist()}
+    assert audit["e1"]["subject_hash"] == subject_hash(secret, org, subject) and subject not in json.dumps(list(audit.values()), default=str)
+    assert (org, subject_hash(secret, org, subject)) in load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret).pairs()
+
+    kafka.produce(topic, [(org.encode(), json.dumps(activity("a9", org, "2026-01-23", lead=subject)).encode())])
+    again = ingest(spark, kafka, lake, checkpoints, topic)
+    assert again.records_suppressed == 1 and "a9" not in {r["engagement_id"] for r in rows_of(lake)}, "an erased person never comes back"
