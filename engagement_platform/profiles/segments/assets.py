@@ -9,6 +9,9 @@ the load, one line per problem, and `dagster dev` shows it."""
 
 import random
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from dagster import (
     AssetCheckResult, AssetCheckSpec, AssetExecutionContext, AssetSelection, DefaultSensorStatus, MaterializeResult, RunRequest,
     SensorEvaluationContext, SkipReason, asset, define_asset_job, in_process_executor, sensor,
@@ -53,14 +56,19 @@ def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int)
     version at the batch's pinned evaluation time."""
     store = lake.lake
     raw = plan.slice_as(TableVersionsSlice)
-    rows = [r for r in store.table(raw.table, raw.up_to).to_pyarrow_table().to_pylist() if not r["deleted"]]
-    identities: dict[str, list[dict]] = {}
-    for r in rows:
-        identities.setdefault(r["component_id"], []).append(r)
-    sample = dict(random.Random(batch_id).sample(sorted(identities.items()), min(SAMPLE, len(identities))))
+    dataset = store.table(raw.table, raw.up_to).to_pyarrow_dataset()
+    live = pc.field("deleted").is_null() | ~pc.field("deleted")
+    keys = sorted(set(dataset.to_table(columns=["component_id"], filter=live)["component_id"].to_pylist()))  # one column, not the rows
+    chosen = random.Random(batch_id).sample(keys, min(SAMPLE, len(keys)))
+    identities: dict[str, list[dict]] = {key: [] for key in chosen}
+    # Compared through a cast: files a delta-rs MERGE rewrote store strings as string_view.
+    for r in dataset.to_table(filter=live & pc.field("component_id").cast(pa.string()).isin(chosen)).to_pylist():  # only the sample's rows
+        identities[r["component_id"]].append(r)
+    sample = identities
     now = pin_batch(store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []).as_of  # the evaluation's pinned time
-    committed = {(r["segment"], r["identity"]) for r in store.read(PROFILE_SEGMENTS.name, filters=[("tenant", "=", tenant)]).to_pylist()
-                 if r["identity"] in sample}
+    members_of_sample = store.table(PROFILE_SEGMENTS.name).to_pyarrow_dataset().to_table(
+        columns=["segment", "identity"], filter=(pc.field("tenant") == tenant) & pc.field("identity").cast(pa.string()).isin(chosen))
+    committed = set(zip(members_of_sample["segment"].to_pylist(), members_of_sample["identity"].to_pylist()))
     expected = {(s.name, key) for s in segments for key in members(s, sample, now)}
     return AssetCheckResult(check_name=MATCHES_REFERENCE, passed=committed == expected,
                             metadata={"sampled": len(sample), "missing": len(expected - committed), "extra": len(committed - expected)})
