@@ -109,9 +109,10 @@ def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segmen
     previous = lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id - 1) if raw.after >= 0 else None
     incremental = bool(previous) and previous.get(fingerprint_key(tenant)) == fingerprint and AS_OF in previous
     added, removed = (), ()
+    files = tuple(lake.table(raw.table, raw.up_to).file_uris())
     if incremental:
         try:
-            before, now = set(lake.table(raw.table, raw.after).file_uris()), set(lake.table(raw.table, raw.up_to).file_uris())
+            before, now = set(lake.table(raw.table, raw.after).file_uris()), set(files)
             added, removed = tuple(sorted(now - before)), tuple(sorted(before - now))
         except OSError:  # the old version's log is gone (past the erasure window): evaluate every identity
             incremental = False
@@ -121,7 +122,7 @@ def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segmen
             delete_uncommitted(lake, spec, tag)
     txn = BatchTxn(app, plan.batch_id)
     work = TenantWork(
-        tenant, plan.batch_id, tuple(segments), pin.as_of, tuple(lake.table(raw.table, raw.up_to).file_uris()),
+        tenant, plan.batch_id, tuple(segments), pin.as_of, files,
         _partition_files(lake, tenant, pin.versions[PROFILE_SEGMENTS.name]), lake.uri(PROFILE_SEGMENTS.name), lake.uri(PROFILE_SEGMENT_CHANGES.name),
         raw.up_to, tag, not _committed(lake, PROFILE_SEGMENTS.name, txn), not _committed(lake, PROFILE_SEGMENT_CHANGES.name, txn),
         incremental, datetime.fromisoformat(previous[AS_OF]) if incremental else None, added, removed)
@@ -168,15 +169,31 @@ def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> 
             "files": handed.get("files", FILES_SCHEMA.empty_table())}
 
 
-def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: dict[str, pa.Table], live: list[WrittenFile]) -> Batch:
+@dataclass
+class Handed:
+    """What one tenant's task handed back."""
+
+    counts: dict
+    sizes: dict[str, int]
+    written: dict[str, list[WrittenFile]]  # table name -> files
+
+
+def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
+    """The tasks' hand-back split by tenant, in one pass over each kind."""
+    out = {r["tenant"]: Handed(r, {}, {PROFILE_SEGMENTS.name: [], PROFILE_SEGMENT_CHANGES.name: []}) for r in handed["result"].to_pylist()}
+    for r in handed["sizes"].to_pylist():
+        out[r["tenant"]].sizes[r["segment"]] = r["members"]
+    for r in handed["files"].to_pylist():
+        out[r["tenant"]].written[r["table"]].append(WrittenFile.from_json(r["file"]))
+    return out
+
+
+def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: Handed, live: list[WrittenFile]) -> Batch:
     """One tenant's commits from what its task handed back: its entries and exits, then its membership files
     replacing `live` (the tenant's current ones) when anything entered or left."""
-    work = prepared.work
-    (counts,) = [r for r in handed["result"].to_pylist() if r["tenant"] == work.tenant]
-    files = [r for r in handed["files"].to_pylist() if r["tenant"] == work.tenant]
-    written = {name: [WrittenFile.from_json(r["file"]) for r in files if r["table"] == name] for name in (PROFILE_SEGMENTS.name, PROFILE_SEGMENT_CHANGES.name)}
-    moved = counts["entered"] or counts["exited"]
-    return Batch(prepared.plan, segments_app_id(work.tenant), [
+    written = handed.written
+    moved = handed.counts["entered"] or handed.counts["exited"]
+    return Batch(prepared.plan, segments_app_id(prepared.work.tenant), [
         FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], [])),
         FilesStep(lake, PROFILE_SEGMENTS, lambda _: (written[PROFILE_SEGMENTS.name], live if moved else [])),
     ])
@@ -194,19 +211,19 @@ def evaluate_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoi
     now = datetime.now(timezone.utc)
     prepared = [prepare(lake, tenant, plan, segments, now) for tenant, plan, segments in batches]
     t1 = time.perf_counter()
-    handed = run_tasks(spark, lake, [p.work for p in prepared])
+    handed = handed_by_tenant(run_tasks(spark, lake, [p.work for p in prepared]))
     t2 = time.perf_counter()
     live: dict[str, list[WrittenFile]] = {}
     for f in live_files(lake, PROFILE_SEGMENTS):
         live.setdefault(f.partition_values.get("tenant"), []).append(f)
     fresh = next((p.pin for p in prepared if p.pin.as_of == now), prepared[0].pin)  # the pin every batch not anchored yet shares
-    committed = commit_batches([tenant_batch(lake, p, handed, live.get(p.work.tenant, [])) for p in prepared], checkpoints,
+    committed = commit_batches([tenant_batch(lake, p, handed[p.work.tenant], live.get(p.work.tenant, [])) for p in prepared], checkpoints,
                                **fresh.metadata(), **{fingerprint_key(p.work.tenant): p.fingerprint for p in prepared})
     seconds = {"prepare": t1 - t0, "evaluate": t2 - t1, "commit": time.perf_counter() - t2}
     results = []
     for p, (_, _, segments), versions in zip(prepared, batches, committed.outcomes):
-        (counts,) = [r for r in handed["result"].to_pylist() if r["tenant"] == p.work.tenant]
-        by_segment = {s.name: 0 for s in segments} | {r["segment"]: r["members"] for r in handed["sizes"].to_pylist() if r["tenant"] == p.work.tenant}
+        counts = handed[p.work.tenant].counts
+        by_segment = {s.name: 0 for s in segments} | handed[p.work.tenant].sizes
         results.append(SegmentResult(p.plan, p.work.tenant, len(segments), counts["identities"], counts["members"], counts["entered"], counts["exited"],
                                      versions, by_segment, {**seconds, **{f"task_{k}": counts[f"seconds_{k}"] for k in PHASES}}, counts["mode"]))
     return results

@@ -156,28 +156,30 @@ class Plan:
         return self._runs(np.logical_or, ok) & _ORDER[node.op](extreme, target)
 
 
+def nodes(segments: list[Segment]):
+    """Every condition node of the segments' trees, record conditions inside aggregates included."""
+    todo = [s.where for s in segments]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, (AllOf, AnyOf)):
+            todo.extend(node.items)
+        elif isinstance(node, Not):
+            todo.append(node.item)
+        elif isinstance(node, Aggregate) and node.where is not None:
+            todo.append(node.where)
+
+
 def paths_of(segments: list[Segment]) -> set[str]:
     """Every record path the segments read (record_type always: has_type reads it)."""
     found = {"record_type"}
-
-    def walk(node) -> None:
-        if isinstance(node, (AllOf, AnyOf)):
-            for item in node.items:
-                walk(item)
-        elif isinstance(node, Not):
-            walk(node.item)
-        elif isinstance(node, Cmp):
+    for node in nodes(segments):
+        if isinstance(node, Cmp):
             found.add(node.path)
         elif isinstance(node, Profile):
             found.add(node.cmp.path)
-        elif isinstance(node, Aggregate):
-            if node.where is not None:
-                walk(node.where)
-            if node.path:
-                found.add(node.path)
-
-    for s in segments:
-        walk(s.where)
+        elif isinstance(node, Aggregate) and node.path:
+            found.add(node.path)
     return found
 
 
@@ -196,20 +198,7 @@ def member_pairs(profiles: Profiles, results: dict[str, np.ndarray]) -> pa.Table
 
 def windows_of(segments: list[Segment]) -> set[float]:
     """The time windows (seconds) the segments' aggregates use: what makes membership change with time alone."""
-    found: set[float] = set()
-
-    def walk(node) -> None:
-        if isinstance(node, (AllOf, AnyOf)):
-            for item in node.items:
-                walk(item)
-        elif isinstance(node, Not):
-            walk(node.item)
-        elif isinstance(node, Aggregate) and node.within_s is not None:
-            found.add(node.within_s)
-
-    for s in segments:
-        walk(s.where)
-    return found
+    return {n.within_s for n in nodes(segments) if isinstance(n, Aggregate) and n.within_s is not None}
 
 
 def time_affected(cdc_us: np.ndarray, windows: set[float], before: datetime, now: datetime) -> np.ndarray:
