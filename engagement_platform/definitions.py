@@ -9,6 +9,7 @@ from dagster import Definitions
 
 from engagement_platform.engagement.assets import ENGAGEMENT_TABLES
 from engagement_platform.engagement.ingestion.assets import INGESTION
+from engagement_platform.engagement.metrics.assets import METRICS
 from engagement_platform.engagement.mutation.assets import MUTATION
 from engagement_platform.engagement.retention.assets import RETENTION
 from engagement_platform.engagement.upkeep.assets import UPKEEP
@@ -26,7 +27,7 @@ from engagement_platform.settings import load_settings
 
 defs = Definitions(
     **combine(
-        INGESTION, MUTATION, RETENTION, ENGAGEMENT_TABLES, UPKEEP,  # the engagement activity lake
+        INGESTION, MUTATION, RETENTION, ENGAGEMENT_TABLES, UPKEEP, METRICS,  # the engagement activity lake and a consumer
         *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)), LANDING_UPKEEP,  # landing-file pipelines
         PROFILE_CDC, PROCESSOR, BACKFILL, PROFILE_TABLES, ERASURE, SEGMENTS,  # the unified-profile CDC lake
     ),

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from engagement_platform.streams.cadence import Cadence, cadence_from
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -102,6 +104,11 @@ class Settings:
     profiles: ProfileSettings
     erasure: ErasureSettings
     storage_options: dict[str, str]  # for an object-store lake root: STORAGE_ENV's variables that are set
+    batch_cadence_env: dict[str, str]  # EP_[<STREAM>_]BATCH_MIN_RECORDS / _MAX_WAIT_SECONDS (streams/cadence.py)
+
+    def cadence(self, stream: str) -> Cadence:
+        """When the stream's next Kafka batch is due: a minimum size and a maximum wait (default: every tick)."""
+        return cadence_from(self.batch_cadence_env, stream)
 
     @property
     def lake_is_local(self) -> bool:
@@ -197,4 +204,6 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},
+        batch_cadence_env={name: value for name, value in env.items()
+                           if name.startswith("EP_") and name.endswith(("BATCH_MIN_RECORDS", "BATCH_MAX_WAIT_SECONDS"))},
     )

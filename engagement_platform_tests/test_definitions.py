@@ -3,6 +3,10 @@ from dagster import AssetKey
 from engagement_platform.definitions import defs
 
 
+def lineage_parents(repo, key: str) -> set:
+    return set(repo.asset_graph.get(AssetKey(key)).parent_keys)
+
+
 def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
@@ -18,6 +22,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "kafka/profile_cdc", "profile_cdc_staging", "profile_raw", "profile_backfill", "profile_progress", "quarantine_profile_cdc",
         "kafka/profile_erasure", "profile_erasure", "profile_erased_subjects", "profile_suppressed_records", "profile_erasure_audit",
         "quarantine_profile_erasure", "profile_lake_upkeep", "profile_segments",
+        "engagement_daily_metrics",  # the example consumer of changes_since
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
     assert checks == {("engagement_ingestion", n) for n in (
@@ -31,12 +36,15 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         ("profile_cdc_staging", "records_accounted"), ("profile_cdc_staging", "offset_ranges_contiguous"), ("profile_raw", "replication_lag_under_threshold"), ("profile_raw", "no_duplicate_primary_ids"),
             ("profile_progress", "every_tenant_replication_lag_under_threshold")} | {
         ("profile_erasure", n) for n in ("identity_erased_everywhere", "requests_accounted", "offset_ranges_contiguous")} | {
-        ("profile_segments", "membership_matches_reference")}
+        ("profile_segments", "membership_matches_reference")} | {
+        ("engagement_daily_metrics", "daily_metrics_equal_full_recomputation")}
     # Checks run after the batch's tables are committed: audits, so none is declared blocking.
     assert not [(a.key, c.name) for a in set(repo.assets_defs_by_key.values()) for c in a.check_specs if c.blocking]
     assert {s.name for s in repo.sensor_defs} == {
         "engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor", "layout_upkeep_sensor", "ingest_rewards_members_landing_sensor",
-        "profile_cdc_dumper_sensor", "profile_processor_sensor", "profile_lag_sensor", "profile_erasure_sensor", "profile_segments_sensor"}
+        "profile_cdc_dumper_sensor", "profile_processor_sensor", "profile_lag_sensor", "profile_erasure_sensor", "profile_segments_sensor",
+        "engagement_daily_metrics_sensor"}
+    assert {AssetKey("engagement_activity"), AssetKey("engagement_notifications")} == lineage_parents(repo, "engagement_daily_metrics")
     assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule", "profile_upkeep_schedule", "landing_retention_schedule"}
     assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job",
             "profile_cdc_staging_job", "profile_processor_job", "profile_backfill_job"} <= set(repo.job_names)

@@ -48,6 +48,9 @@ case "${EP_DEMO_STORE:-local}" in
     *) echo "run_platform: EP_DEMO_STORE must be local, s3 or azure" >&2; exit 2 ;;
 esac
 export EP_ZK_ROOT="${EP_ZK_ROOT:-/engagement_platform}"
+# Demo cadence (streams/cadence.py): a Kafka stream plans a batch once 20,000 records wait or a minute after its
+# previous batch, so the demo's trickle is not one run per sensor tick (each run is a process and a Spark job).
+export EP_BATCH_MIN_RECORDS="${EP_BATCH_MIN_RECORDS:-20000}" EP_BATCH_MAX_WAIT_SECONDS="${EP_BATCH_MAX_WAIT_SECONDS:-60}"
 export SPARK_LOCAL_IP=127.0.0.1
 
 PRODUCER_PID=""

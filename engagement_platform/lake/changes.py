@@ -33,19 +33,22 @@ class ChangeSet:
     table_versions: list[int]
 
 
-def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id: str, checkpoint: int = START) -> ChangeSet:
+def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id: str | None, checkpoint: int = START,
+                  preimages: bool = False) -> ChangeSet:
+    """The changed rows of `table` notified after `checkpoint`: one org's, or every org's with `org_id` None.
+    `preimages`: keep the update pre-images (a consumer that subtracts the old row, an aggregate, needs them)."""
     if not lake.exists(notifications.name):
         return ChangeSet(pa.table({}), checkpoint, [])
     current = lake.table(notifications.name).version()
     if checkpoint >= current:
         return ChangeSet(pa.table({}), checkpoint, [])
-    notes = lake.changes(notifications.name, checkpoint + 1, current, predicate=f"org_id = {sql_literal(org_id)}")
+    notes = lake.changes(notifications.name, checkpoint + 1, current, predicate=org_predicate(org_id))
     notes = notes.filter(pc.and_(pc.equal(notes["table_name"], table), pc.equal(notes["_change_type"], "insert")))
     versions = sorted(set(notes["table_version"].to_pylist()))
     if not versions:
         return ChangeSet(pa.table({}), current, [])
     try:
-        rows = changes_at(lake, table, versions, org_id)
+        rows = changes_at(lake, table, versions, org_id, preimages)
     except (DeltaError, OSError) as exc:  # the versions' log entries or change-data files are gone
         raise ChangesExpired(
             f"{table}: the changes of versions {versions[0]}..{versions[-1]} (checkpoint {checkpoint}) are no longer kept: removed files "
@@ -54,13 +57,18 @@ def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id:
     return ChangeSet(rows, current, versions)
 
 
+def org_predicate(org_id: str | None) -> str | None:
+    return f"org_id = {sql_literal(org_id)}" if org_id is not None else None
+
+
 class ChangesExpired(Exception):
     """A consumer fell further behind than the lake keeps changes: it must re-read in full."""
 
 
-def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str) -> pa.Table:
-    """One org's changed rows of `table` at `versions` (sorted, at least one), in the change feed's columns
-    (update pre-images left out): logged versions from the change log, the others from the change data feed."""
+def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str | None, preimages: bool = False) -> pa.Table:
+    """One org's (or, with None, every org's) changed rows of `table` at `versions` (sorted, at least one), in the
+    change feed's columns (update pre-images left out unless asked for): logged versions from the change log,
+    the others from the change data feed."""
     log = change_log_name(table)
     logged = logged_versions(lake, table, versions[0], versions[-1])
     pieces = [feed_rows(lake, table, run, org_id) for run in unlogged_runs(versions, logged)]
@@ -69,7 +77,8 @@ def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str) ->
     if from_log:
         pieces.append(as_feed_rows(lake, table, logged_changes(lake, log, from_log, org_id), lake.table(log).metadata().partition_columns))
     rows = pa.concat_tables(pieces, promote_options="permissive")  # columns matched by name, the change feed's order first
-    rows = rows.filter(pc.not_equal(rows[CHANGE_TYPE], "update_preimage"))
+    if not preimages:
+        rows = rows.filter(pc.not_equal(rows[CHANGE_TYPE], "update_preimage"))
     return rows.sort_by([(COMMIT_VERSION, "ascending")])
 
 
@@ -88,12 +97,12 @@ def unlogged_runs(versions: list[int], logged: list[int]) -> list[list[int]]:
     return runs
 
 
-def feed_rows(lake: DeltaLake, table: str, versions: list[int], org_id: str) -> pa.Table:
-    """One org's change data feed rows at exactly these versions (read over their range)."""
+def feed_rows(lake: DeltaLake, table: str, versions: list[int], org_id: str | None) -> pa.Table:
+    """One org's (None: every org's) change data feed rows at exactly these versions (read over their range)."""
     # delta-rs reads a change feed whose older commits log cleanup removed as if they had no changes: a
     # version the table cannot be loaded at any more is an error here, never silently empty
     lake.table(table, versions[0])
-    rows = lake.changes(table, versions[0], versions[-1], predicate=f"org_id = {sql_literal(org_id)}")
+    rows = lake.changes(table, versions[0], versions[-1], predicate=org_predicate(org_id))
     return rows.filter(pc.is_in(rows[COMMIT_VERSION], pa.array(versions, rows[COMMIT_VERSION].type)))
 
 

@@ -154,6 +154,12 @@ class CheckpointStore:
             out[stream] = (plans[-1], states_from_rows(rows, plans[-1].batch_id).get(BATCH) == "done") if plans else (None, False)
         return out
 
+    def planned_at(self, stream: str, batch_id: int) -> datetime | None:
+        """When the batch's plan was recorded (None if it never was)."""
+        rows = self.rows(stream)
+        rows = rows.filter(pc.and_(pc.equal(rows["batch_id"], batch_id), pc.equal(rows["process"], PLAN)))
+        return rows["recorded_at"][0].as_py() if rows.num_rows else None
+
     def states(self, stream: str, batch_id: int) -> dict[str, str]:
         """process -> latest state for one batch."""
         return states_from_rows(self.rows(stream), batch_id)

@@ -14,6 +14,7 @@ Every run holds a liveness node in ZooKeeper; the sensor fails a run in flight w
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 from dagster import (
@@ -50,7 +51,8 @@ from engagement_platform.orchestration.runs import (
 from engagement_platform.orchestration.topics import ObservationMetadata, Watermarks, topic_asset, topic_observation
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
-from engagement_platform.streams.planning import BatchPlan, plan_next_batch
+from engagement_platform.streams.cadence import Cadence, reached_bound
+from engagement_platform.streams.planning import BatchPlan, plan_next_batch, uncommitted_records
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 RECORDS_TAG = "engagement/records"  # on every run: the records its slice holds
@@ -225,6 +227,18 @@ def batch_cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
+def not_due_yet(cadence: Cadence, plan: BatchPlan, latest: BatchPlan | None, store: CheckpointStore,
+                max_records_per_partition: int) -> str | None:
+    """The cadence's reason to hold a new slice back, or None: the previous plan's time is read only when the
+    slice is small enough for that to matter."""
+    full = reached_bound((r.size for r in plan.ranges), max_records_per_partition)
+    if cadence.wait_reason(plan.record_count, full, 0.0) is None:
+        return None
+    planned = store.planned_at(latest.stream, latest.batch_id) if latest is not None else None
+    waited = (datetime.now(timezone.utc) - planned).total_seconds() if planned is not None else None
+    return cadence.wait_reason(plan.record_count, full, waited)
+
+
 def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamDefinition, partitions: DynamicPartitionsDefinition,
                       kafka: KafkaResource, store: CheckpointStore, turn_wait: TurnWait | None, liveness: CoordinatorResource | None = None):
     """One tick: the gate, the cursor against the store, then resume the unfinished batch (failing its run
@@ -246,9 +260,12 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
         return resume_unfinished(context, latest, partitions, _tags, batch_cursor(latest), turn_wait, liveness)
     topic = definition.topic()
     watermarks = kafka.client.watermarks(topic)
-    extra = definition.observation_metadata(store, watermarks) if definition.observation_metadata is not None else None
+    extra = definition.observation_metadata(store, watermarks) if definition.observation_metadata is not None else {}
+    # Records produced but not committed by this stream: plotted on the topic asset from every tick.
+    extra = {f"{stream}_uncommitted_records": uncommitted_records(latest, done, watermarks), **extra}
     observed = [topic_observation(watermarks, definition.topic_asset_key, extra)]
-    plan = plan_next_batch(stream, topic, latest, watermarks, load_settings().max_records_per_partition)
+    settings = load_settings()
+    plan = plan_next_batch(stream, topic, latest, watermarks, settings.max_records_per_partition)
     idle = definition.idle_plan(store, latest, watermarks) if plan is None and definition.idle_plan is not None else None
     plan = idle.plan if idle is not None else plan
     if plan is None:
@@ -256,6 +273,10 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
             skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
             asset_events=observed,
         )
+    if idle is None:
+        not_due = not_due_yet(settings.cadence(stream), plan, latest, store, settings.max_records_per_partition)
+        if not_due:
+            return SensorResult(skip_reason=not_due, asset_events=observed)
     # A new batch's run is launched only when it would get in: the lock free and the predecessor rule
     # satisfied (or its bounded wait over), so waiting one's turn is a skipped tick, not a red run.
     reason = turn_wait(plan, True) if turn_wait is not None else None

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.slices import S, FileSlice, KafkaSlice, SnapshotSlice, Slice, TableVersionsSlice, as_kind
 
-__all__ = ["BatchPlan", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch"]
+__all__ = ["BatchPlan", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch",
+           "uncommitted_records"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,16 @@ def plan_next_batch(
     if not any(r.size for r in ranges):
         return None
     return BatchPlan(stream, (previous.batch_id + 1) if previous else 1, KafkaSlice(topic, tuple(ranges)))
+
+
+def uncommitted_records(latest: BatchPlan | None, done: bool, watermarks: dict[int, tuple[int, int]]) -> int:
+    """Messages on the topic that the stream has not committed yet (its lag in records): everything past the
+    latest done batch's ends, or past the start of the latest batch while it is still in flight."""
+    if latest is None or not isinstance(latest.slice, KafkaSlice):
+        committed = {}
+    else:
+        committed = latest.ends() if done else {r.partition: r.start for r in latest.ranges}
+    return sum(max(high - max(committed.get(p, low), low), 0) for p, (low, high) in watermarks.items())
 
 
 def offset_gaps_and_overlaps(plans: list[BatchPlan]) -> tuple[int, int]:
