@@ -63,6 +63,51 @@ def platform_rss(state_dir: str) -> dict[int, float]:
     return out
 
 
+CLK = os.sysconf("SC_CLK_TCK")
+# Process classes by command line, first match wins: where the machine's CPU goes.
+CLASSES = (("noida-db", "broker (local noida-db)"), ("zookeeper", "zookeeper"), ("pyspark.daemon", "spark python workers"),
+           ("java", "spark connect jvm"), ("spawn_main", "dagster runs"), ("execute_run", "dagster runs"),
+           ("api grpc", "dagster code server"), ("_daemon", "dagster daemon"), ("webserver", "dagster webserver"),
+           ("demo-", "demo producers"))
+
+
+def process_cpu(pids) -> dict[int, tuple[str, float]]:
+    """pid -> (class, CPU seconds so far) of the given processes."""
+    out = {}
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        kind = next((name for marker, name in CLASSES if marker in command), "other")
+        out[pid] = (kind, (int(fields[11]) + int(fields[12])) / CLK)
+    return out
+
+
+def cpu_by_class(samples: list[dict]) -> dict[str, float]:
+    """CPU seconds each class of process used over the samples (a process's CPU before the first of them is not counted)."""
+    base: dict[int, float] = {}
+    last: dict[int, tuple[str, float]] = {}
+    for sample in samples:
+        for pid, (kind, seconds) in sample["cpu"].items():
+            base.setdefault(pid, seconds if sample is samples[0] else 0.0)
+            last[pid] = (kind, seconds)
+    totals: dict[str, float] = {}
+    for pid, (kind, seconds) in last.items():
+        totals[kind] = totals.get(kind, 0.0) + seconds - base[pid]
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
+
+
+def rss_by_class(first: dict, last: dict, pids: set[int]) -> dict[str, tuple[float, float]]:
+    out: dict[str, tuple[float, float]] = {}
+    for pid in pids:
+        kind = last["cpu"].get(pid, first["cpu"].get(pid, ("other", 0.0)))[0]
+        a, b = out.get(kind, (0.0, 0.0))
+        out[kind] = (a + first["pids"][pid], b + last["pids"][pid])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1][1]))
+
+
 def stream_lags(env: dict[str, str]) -> dict[str, int]:
     """Each Kafka stream's uncommitted messages, asked of the broker and the lake's checkpoint store."""
     from engagement_platform.lake.checkpoints import CheckpointStore
@@ -85,15 +130,19 @@ def stream_lags(env: dict[str, str]) -> dict[str, int]:
     return lags
 
 
-def dagster_outcome(dagster_home: Path) -> dict:
-    """Runs by (job, status) and sensor ticks by (sensor, status), read from the stopped instance."""
+def dagster_outcome(dagster_home: Path, stopped_at: float) -> dict:
+    """Runs by (job, status) and sensor ticks by (sensor, status), read from the stopped instance; a run that
+    ended after `stopped_at` was interrupted by stopping the demo and is counted apart."""
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     from dagster import DagsterInstance
 
     with DagsterInstance.get() as instance:
         runs = instance.get_runs()
         by_run = Counter(f"{r.job_name}: {r.status.value}" for r in runs)
-        failed_runs = [f"{r.job_name} {r.run_id} {r.tags.get('dagster/partition', '')}" for r in runs if r.status.value in ("FAILURE", "CANCELED")]
+        ended = {r.run_id: r.end_time for r in instance.get_run_records()}
+        failed = [r for r in runs if r.status.value in ("FAILURE", "CANCELED")]
+        failed_runs = [f"{r.job_name} {r.run_id} {r.tags.get('dagster/partition', '')}" for r in failed if (ended.get(r.run_id) or 0) < stopped_at]
+        interrupted = [f"{r.job_name} {r.run_id}" for r in failed if (ended.get(r.run_id) or 0) >= stopped_at]
         ticks: Counter = Counter()
         failed_ticks = []
         for state in instance.all_instigator_state():
@@ -103,7 +152,7 @@ def dagster_outcome(dagster_home: Path) -> dict:
                     failed_ticks.append(f"{state.instigator_name}: {(tick.error.message if tick.error else '')[:300]}")
         breakdown = run_breakdown(instance, [r for r in runs if r.status.value == "SUCCESS"])
     return {"runs": dict(sorted(by_run.items())), "failed_runs": failed_runs, "ticks": dict(sorted(ticks.items())),
-            "failed_ticks": failed_ticks, "breakdown": breakdown}
+            "failed_ticks": failed_ticks, "breakdown": breakdown, "interrupted_by_stop": interrupted}
 
 
 def run_breakdown(instance, runs) -> dict[str, dict[str, float]]:
@@ -192,9 +241,10 @@ def main() -> int:
             sample = {"t": round(elapsed), "load1": load_average()[0], "rss_mb": round(sum(rss.values())), "processes": len(rss),
                       "lag": stream_lags(lag_env)}
             print(json.dumps(sample), flush=True)
-            samples.append({**sample, "pids": rss})
+            samples.append({**sample, "pids": rss, "cpu": process_cpu(rss)})
             time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - start - elapsed)))
         at_end = load_average()
+        stopped_at = time.time()  # runs the stop interrupts are not failures of the demo
     finally:
         if platform.poll() is None:
             os.killpg(platform.pid, signal.SIGTERM)  # run_platform.sh stops everything it started on TERM
@@ -202,7 +252,7 @@ def main() -> int:
                 platform.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 os.killpg(platform.pid, signal.SIGKILL)
-    outcome = {**dagster_outcome(Path(state) / "dagster_home"), "import_seconds": import_seconds}
+    outcome = {**dagster_outcome(Path(state) / "dagster_home", stopped_at), "import_seconds": import_seconds}
     return report(samples, at_end, outcome, args)
 
 
@@ -234,6 +284,13 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
     print(f"\n{args.minutes:g} minutes of demo, {len(samples)} samples ({len(after)} after {args.warmup_minutes:g} min of warm-up)")
     for line, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {line}")
+    window = after[-1]["t"] - after[0]["t"] or 1
+    print("  RSS by process class, alive the whole window (MB, after warm-up -> end):")
+    for kind, (start_mb, end_mb) in rss_by_class(after[0], samples[-1], resident).items():
+        print(f"    {kind}: {start_mb:.0f} -> {end_mb:.0f}")
+    print(f"  CPU by process class over the {window} s after warm-up (cores busy on average; 2 cores):")
+    for kind, seconds in cpu_by_class(after).items():
+        print(f"    {kind}: {seconds:.0f} CPU s = {seconds / window:.2f} cores")
     print("  stream lag in messages (max after warm-up / last):", json.dumps(lag))
     print("  runs:", json.dumps(outcome["runs"], indent=1))
     print(f"  a fresh process importing the definitions: {outcome['import_seconds']:.2f} s (before the run, idle stack)")
@@ -241,6 +298,8 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
     for job, parts in outcome["breakdown"].items():
         print(f"    {job}: " + ", ".join(f"{k} {v}" for k, v in parts.items()))
     print("  ticks:", json.dumps(outcome["ticks"], indent=1))
+    for line in outcome["interrupted_by_stop"]:
+        print("  interrupted by stopping the demo (not counted):", line)
     for line in outcome["failed_runs"] + outcome["failed_ticks"]:
         print("  failed:", line)
     return 0 if all(checks.values()) else 1

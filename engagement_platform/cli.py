@@ -51,8 +51,11 @@ def create_topics(args) -> None:
     from engagement_platform.streams.kafka import KafkaClient
 
     topics = configured_topics()
-    KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(topics)
-    print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in topics.items()))
+    # Topic retention is the operator's in production; a laptop demo producing for hours needs a bound.
+    config = {"retention.ms": str(int(args.retention_minutes * 60_000))} if args.retention_minutes else None
+    KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(topics, config=config)
+    kept = f", messages kept {args.retention_minutes:g} min" if args.retention_minutes else ""
+    print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in topics.items()) + kept)
 
 
 def demo_produce(args) -> None:
@@ -198,7 +201,9 @@ def profile_backfill(args) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("create-topics", help="create the platform's Kafka topics").set_defaults(fn=create_topics)
+    p = sub.add_parser("create-topics", help="create the platform's Kafka topics")
+    p.add_argument("--retention-minutes", type=float, default=0, help="topic retention.ms in minutes (0: the broker's default)")
+    p.set_defaults(fn=create_topics)
 
     p = sub.add_parser("demo-produce", help="stream realistic engagement activities")
     p.add_argument("--rate", type=int, default=200, help="messages per second")

@@ -227,7 +227,7 @@ def batch_cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
-def not_due_yet(cadence: Cadence, plan: BatchPlan, latest: BatchPlan | None, store: CheckpointStore,
+def cadence_wait(cadence: Cadence, plan: BatchPlan, latest: BatchPlan | None, store: CheckpointStore,
                 max_records_per_partition: int) -> str | None:
     """The cadence's reason to hold a new slice back, or None: the previous plan's time is read only when the
     slice is small enough for that to matter."""
@@ -274,7 +274,7 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
             asset_events=observed,
         )
     if idle is None:
-        not_due = not_due_yet(settings.cadence(stream), plan, latest, store, settings.max_records_per_partition)
+        not_due = cadence_wait(settings.cadence(stream), plan, latest, store, settings.max_records_per_partition)
         if not_due:
             return SensorResult(skip_reason=not_due, asset_events=observed)
     # A new batch's run is launched only when it would get in: the lock free and the predecessor rule

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.gc_pause import no_cyclic_gc
@@ -64,11 +64,14 @@ class KafkaClient:
     def _admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.extra_config})
 
-    def create_topics(self, topics: dict[str, int], replication: int = 1, timeout: float = 30) -> None:
-        """Create missing topics (name -> partition count); existing ones are left alone."""
+    def create_topics(self, topics: dict[str, int], replication: int = 1, timeout: float = 30, config: dict[str, str] | None = None) -> None:
+        """Create missing topics (name -> partition count) with the topic `config` (e.g. retention.ms); existing
+        ones keep their partitions, and get `config` set where the broker allows it."""
         admin = self._admin()
         existing = set(admin.list_topics(timeout=timeout).topics)
-        new = [NewTopic(t, num_partitions=n, replication_factor=replication) for t, n in topics.items() if t not in existing]
+        new = [NewTopic(t, num_partitions=n, replication_factor=replication, config=dict(config or {})) for t, n in topics.items() if t not in existing]
+        if config and existing & set(topics):
+            self._alter_topic_config(admin, sorted(existing & set(topics)), config, timeout)
         for topic, future in (admin.create_topics(new) if new else {}).items():
             try:
                 future.result(timeout)
@@ -80,6 +83,16 @@ class KafkaClient:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"topics not visible after {timeout}s: {sorted(topics)}")
             time.sleep(0.2)
+
+    @staticmethod
+    def _alter_topic_config(admin: AdminClient, topics: list[str], config: dict[str, str], timeout: float) -> None:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
+            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()]) for t in topics]
+        for resource, future in admin.incremental_alter_configs(resources).items():
+            try:
+                future.result(timeout)
+            except KafkaException as exc:  # a broker that refuses: the topic keeps its settings, say so
+                print(f"topic {resource.name}: could not set {config}: {exc}")
 
     def partitions(self, topic: str, timeout: float = 10) -> list[int]:
         meta = self._admin().list_topics(topic, timeout=timeout).topics.get(topic)
