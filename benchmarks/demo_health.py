@@ -139,7 +139,7 @@ def dagster_outcome(dagster_home: Path, stopped_at: float) -> dict:
     with DagsterInstance.get() as instance:
         runs = instance.get_runs()
         by_run = Counter(f"{r.job_name}: {r.status.value}" for r in runs)
-        ended = {r.run_id: r.end_time for r in instance.get_run_records()}
+        ended = {r.dagster_run.run_id: r.end_time for r in instance.get_run_records()}
         failed = [r for r in runs if r.status.value in ("FAILURE", "CANCELED")]
         failed_runs = [f"{r.job_name} {r.run_id} {r.tags.get('dagster/partition', '')}" for r in failed if (ended.get(r.run_id) or 0) < stopped_at]
         interrupted = [f"{r.job_name} {r.run_id}" for r in failed if (ended.get(r.run_id) or 0) >= stopped_at]
