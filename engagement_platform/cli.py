@@ -52,7 +52,9 @@ def create_topics(args) -> None:
 
     topics = configured_topics()
     # Topic retention is the operator's in production; a laptop demo producing for hours needs a bound.
-    config = {"retention.ms": str(int(args.retention_minutes * 60_000))} if args.retention_minutes else None
+    # Retention deletes whole log segments only, so segments roll at a fifth of it (Kafka's default rolls weekly).
+    retention_ms = int(args.retention_minutes * 60_000)
+    config = {"retention.ms": str(retention_ms), "segment.ms": str(max(retention_ms // 5, 1000))} if args.retention_minutes else None
     KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(topics, config=config)
     kept = f", messages kept {args.retention_minutes:g} min" if args.retention_minutes else ""
     print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in topics.items()) + kept)
