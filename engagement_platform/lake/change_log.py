@@ -25,8 +25,9 @@ The rule every reader follows (lake/changes.py `changes_since`, lake/notificatio
 Exactly once: the log's commit step (change_log_step) carries the batch's txn like every step, and finds
 the data commit's version by its txn when a re-run did not make it (the crash came in between).
 
-Erasure: the log holds personal data, so the retention stream deletes from it with the data table's
-predicate and the daily full vacuum covers it.
+Erasure: the log holds personal data, so the retention stream redacts the rows its cut-offs and erasures match
+(the ids and free text set to null, engagement/retention/erasure.py REDACTED_IN_LOG) and the daily full vacuum
+removes the files that held them. Not deleted: a reader that had not read a logged change yet must still see it.
 Readers that lag beyond the data table's log retention get an error, as for the change data feed.
 """
 

@@ -168,6 +168,15 @@ class DeltaLake:
         metrics = table.delete(predicate, commit_properties=txn.commit_properties())
         return {**metrics, "version": table.version()}
 
+    def update(self, spec: TableSpec, updates: dict[str, str], predicate: str, txn: BatchTxn) -> dict[str, Any] | None:
+        """UPDATE the rows matching `predicate` (SQL expressions per column) with the txn; None when this batch was
+        already committed."""
+        table = self.ensure(spec)
+        if self.already_committed(spec.name, txn):
+            return None
+        metrics = table.update(updates=updates, predicate=predicate, commit_properties=txn.commit_properties())
+        return {**metrics, "version": table.version()}
+
     def merge(self, spec: TableSpec, source: pa.Table, predicate: str, txn: BatchTxn):
         """A TableMerger carrying the txn; the caller adds when_* clauses and calls execute()."""
         table = self.ensure(spec)

@@ -16,7 +16,8 @@ commit   quarantine_engagement_gdpr (append; carries the pin), engagement_erased
          suppression list: the erased subjects' keyed hashes, lake/suppression.py; from this commit on
          every stream drops their records), engagement_activity (ONE delete: per org, engagement_date <
          the latest cut-off OR engagement_id IN the keys of the subjects' rows), its change log
-         engagement_activity_changes (rows older than the cut-offs, and the subjects' images by key; not
+         engagement_activity_changes (rows older than the cut-offs, and the subjects' images by key,
+         redacted: the ids and free text set to null, what changed kept for incremental readers; not
          counted in the audit), each ERASABLE table (one delete by key each), engagement_notifications
          (deleted counts from the delete commit's change data feed), gdpr_audit (one row per request:
          rows removed per table; the subject as its hash). No delete names a subject id: Delta writes a
@@ -42,6 +43,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.retention.erasure import (
     ERASABLE, ERASED_TABLES, WINDOW_TABLES, erased_activity_keys, erased_log_rows, erasure_matches,
+    LOG_NOT_REDACTED, REDACTED_IN_LOG,
 )
 from engagement_platform.engagement.retention.requests import (
     ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, log_predicate,
@@ -184,17 +186,18 @@ def apply_retention_batch(
         # delta-rs writes no commit when nothing matched: report "nothing committed" like a re-run
         return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
 
-    def change_log_delete(txn: BatchTxn, _: Outcomes) -> int | None:
-        """The log holds the same columns (and personal data): its rows older than the cut-offs go, and its
-        images of the erased subjects, named by key."""
+    def change_log_redact(txn: BatchTxn, _: Outcomes) -> int | None:
+        """The log holds the same columns (and personal data): its rows older than the cut-offs, and its images of
+        the erased subjects (named by key), keep only what says what changed (redact_in_log). Deleting them would
+        lose changes: a consumer that had not read a logged delete yet would count the row forever."""
         if not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
             return None
         terms = [p for p in (activity_predicate([r for r in ordered if r.kind == RETENTION]), log_predicate(erased_log_rows(lake, erasures))) if p]
-        predicate = " OR ".join(f"({p})" for p in terms) if terms else None
-        if predicate is None:
+        if not terms:
             return None
-        metrics = lake.delete(ENGAGEMENT_ACTIVITY_CHANGES, predicate, txn)
-        return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+        predicate = f"({' OR '.join(f'({p})' for p in terms)}) AND ({LOG_NOT_REDACTED})"
+        metrics = lake.update(ENGAGEMENT_ACTIVITY_CHANGES, {c: "NULL" for c in REDACTED_IN_LOG}, predicate, txn)
+        return metrics["version"] if metrics and metrics.get("num_updated_rows") else None
 
     def keyed_step(e):
         def step(txn: BatchTxn, _: Outcomes) -> int | None:
@@ -233,7 +236,7 @@ def apply_retention_batch(
             suppressed_step(lake, ENGAGEMENT_ERASED_SUBJECTS, _erased_rows(erasures, secret, plan, as_of)),
             suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, as_of)),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
-            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_delete),
+            CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_redact),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
             # landing pipelines whose records name this lake's people (their `suppression:` section)
             *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, ENGAGEMENT_ERASED_SUBJECTS.name),

@@ -106,6 +106,11 @@ def erased_activity_keys(lake: DeltaLake, erasures: list[RetentionRequest]) -> d
 
 
 LOG_KEY = ["org_id", "_commit_version", "_change_type", "engagement_id"]
+# What retention and erasure null in the change log's rows: the people's ids and the free text. What a change was
+# (its org, engagement, day, type, duration, source position and change type) stays, so an incremental reader that
+# had not read it yet still sees each insert, update and delete (an aggregate stays exact).
+REDACTED_IN_LOG = ("lead_id", "contact_id", "account_id", "user_id", "subject", "payload")
+LOG_NOT_REDACTED = " OR ".join(f"{c} IS NOT NULL" for c in REDACTED_IN_LOG)
 
 
 def erased_log_rows(lake: DeltaLake, erasures: list[RetentionRequest]) -> list[dict]:

@@ -56,3 +56,31 @@ def test_metrics_follow_ingestion_and_a_logged_mutation_batch(spark, kafka, topi
 
         with build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}) as ctx:
             assert isinstance(engagement_daily_metrics_sensor(ctx), SkipReason)
+
+
+def test_metrics_stay_exact_when_retention_removes_old_rows_after_a_logged_delete_they_have_not_read(
+        spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints):
+    """Found by benchmarks/demo_health.py: a mutation batch deletes a row (a delete only its change log holds),
+    then, before the metrics read it, TTL retention removed the log's rows older than its cut-off, that delete
+    among them, so the metrics counted the row forever. Retention now redacts those log rows instead."""
+    from datetime import datetime, timedelta, timezone
+
+    from engagement_platform_tests.support.erasure import gdpr, retain
+
+    gdpr_topic = f"test.gdpr.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({gdpr_topic: 1})
+    records = produce_activities(kafka, topic, 60)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    with DagsterInstance.ephemeral() as instance:
+        refresh(lake_root, instance)
+        org = sorted({r["org_id"] for r in records.values()})[0]
+        target = min(rows_of(lake, org), key=lambda r: r["engagement_date"])["engagement_id"]
+        assert mutate(spark, kafka, lake, checkpoints, mutation_topic, [req("d1", org, 1, "delete", engagement_id=target)]).rows_deleted == 1
+        now = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("t1", org, "retention", at=now, retention_days=1)])
+        assert sum(result.rows_removed.values()) > 0, "the TTL cut-off covers the org's rows, the deleted one's date included"
+        after = refresh(lake_root, instance)  # reads the mutation's logged delete only now
+        assert after["keys_differing"] == 0 and after["activities_stored"] == len(rows_of(lake))
+        log = lake.read("engagement_activity_changes").to_pylist()
+        assert [r["_change_type"] for r in log if r["engagement_id"] == target] == ["delete"]
+        assert all(r["lead_id"] is None and r["subject"] is None for r in log if r["org_id"] == org), "the log's old rows are redacted"
