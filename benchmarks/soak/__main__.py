@@ -1,0 +1,274 @@
+"""Soak benchmark: the platform (its stack and the Dagster daemon with every sensor) under a deterministic workload
+(workload.py) while faults are injected (faults.py), then every table reconciled with an independent oracle
+(oracle.py, reconcile.py).
+
+    .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20
+
+Its own stack (ZooKeeper 43181, broker 49192, Spark Connect 45102: neither the default, the tests' nor the other
+benchmarks' ports) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
+--round-seconds for --minutes while the faults happen, sends what the last rounds scheduled, then waits (at most
+--catch-up-minutes) until the platform is caught up: every stream has committed its topic, no run is queued or in
+flight, every tenant's staging is merged and no mutation request is pending, for --settle-seconds in a row. Then it
+reads the topics back, stops Dagster and the stack, and reconciles. Exit status 1 on any lost, duplicated, wrong or
+unaccounted record, failing check, broken workload assumption, or when it did not catch up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter, deque
+from pathlib import Path
+
+from benchmarks._stack import REPO, machine
+from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
+from benchmarks.soak.reconcile import reconcile
+from benchmarks.soak.workload import ACTIVITIES, GDPR, MUTATIONS, PROFILES, Gate, Message, Workload
+
+PORTS = {"EP_ZK_PORT": "43181", "EP_KAFKA_PORT": "49192", "EP_SPARK_CONNECT_PORT": "45102"}
+SERVERS = ["zookeeper", "kafka", "spark"]
+STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, "profile_cdc": PROFILES}  # stream -> its topic
+
+
+def environment(state: Path, args) -> dict[str, str]:
+    """What run_platform.sh exports, on the soak's ports and folder, with faster failure handling."""
+    return {**os.environ, **PORTS, "EP_STATE_DIR": str(state), "EP_LAKE_ROOT": str(state / "lake"),
+            "EP_LANDING_ROOT": str(state / "landing"), "DAGSTER_HOME": str(state / "dagster_home"), "EP_ZK_ROOT": "/soak",
+            "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}", "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
+            "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}", "SPARK_LOCAL_IP": "127.0.0.1",
+            "EP_ORPHAN_AFTER_SECONDS": "20",  # a killed run is retried after 20 s rather than a minute
+            "EP_RETENTION_INTERVAL_SECONDS": "5",  # the default is daily; the sensor's own 60 s interval paces it then
+            # a batch per stream every --batch-wait seconds: a run per sensor tick would not fit 2 cores
+            "EP_BATCH_MIN_RECORDS": "1000000", "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait)}
+
+
+def committed_offsets(latest, done: bool) -> dict[int, int]:
+    """Per partition, the offset a stream has committed up to (planning.uncommitted_records' rule)."""
+    if latest is None:
+        return {}
+    return latest.ends() if done else {r.partition: r.start for r in latest.ranges}
+
+
+class Sender:
+    """Sends the workload in order. A gated message waits in its topic's queue (the gated messages after it
+    behind it) until its gate opens; ungated ones go at once. Delivery reports give each message's partition and
+    offset, which a gate compares with what the stream has committed."""
+
+    def __init__(self, producer, topics: dict[str, str]):
+        self.producer, self.topics = producer, topics  # logical topic -> Kafka topic
+        self.waiting = {t: deque() for t in topics}
+        self.ends: dict[tuple[str, int], dict[int, int]] = {}  # (topic, round) -> partition -> last offset + 1
+        self.outstanding: Counter = Counter()  # (topic, round) -> produced, not reported yet
+        self.failed: list[tuple[Message, str]] = []
+
+    def send(self, messages: list[Message], committed: dict[str, dict[int, int]]) -> None:
+        for m in messages:
+            if m.gate is None:
+                self.produce(m)
+            else:
+                self.waiting[m.topic].append(m)
+        self.pump(committed)
+
+    def pump(self, committed: dict[str, dict[int, int]]) -> None:
+        self.producer.poll(0)
+        for queue in self.waiting.values():
+            while queue and self.is_open(queue[0].gate, committed):
+                self.produce(queue.popleft())
+
+    def is_open(self, gate: Gate, committed: dict[str, dict[int, int]]) -> bool:
+        # Only what was produced counts: a gated message still waiting (an erased subject's later activity) is no
+        # request's target, so nothing needs it committed first.
+        rounds = [tr for tr in set(self.ends) | set(self.outstanding) if tr[0] == gate.topic and tr[1] <= gate.round]
+        if any(self.outstanding[tr] for tr in rounds):
+            return False
+        have = committed.get(gate.stream, {})
+        return all(have.get(p, 0) >= end for tr in rounds for p, end in self.ends.get(tr, {}).items())
+
+    def unsent(self) -> int:
+        return sum(len(q) for q in self.waiting.values()) + sum(self.outstanding.values())
+
+    def produce(self, m: Message) -> None:
+        def delivered(err, msg):
+            self.outstanding[(m.topic, m.round)] -= 1
+            if err is not None:
+                self.failed.append((m, str(err)))
+            else:
+                ends = self.ends.setdefault((m.topic, m.round), {})
+                ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
+
+        self.outstanding[(m.topic, m.round)] += 1
+        while True:
+            try:
+                self.producer.produce(self.topics[m.topic], value=m.value, key=m.key, on_delivery=delivered)
+                return
+            except BufferError:  # the local queue is full (the broker is down): wait for deliveries
+                self.producer.poll(0.5)
+
+
+class Observer:
+    """Samples each stream's committed offsets (checkpoint store) and its topic's high watermarks (broker), and says
+    what still keeps the platform from being caught up."""
+
+    def __init__(self, env: dict[str, str]):
+        from engagement_platform.lake.checkpoints import CheckpointStore
+        from engagement_platform.lake.delta import DeltaLake
+        from engagement_platform.settings import load_settings
+        from engagement_platform.streams.kafka import KafkaClient
+
+        settings = load_settings(env)
+        self.client = KafkaClient(settings.kafka_bootstrap_servers, settings.kafka_config)
+        self.lake = DeltaLake(settings.lake_root, settings.storage_options or None)
+        self.store = CheckpointStore(self.lake)
+        self.topics = {ACTIVITIES: settings.ingestion.topic, MUTATIONS: settings.mutation.topic, GDPR: settings.retention.topic,
+                       PROFILES: settings.profiles.cdc_topic}
+        self.last = Sample(0.0, {}, {})
+
+    def sample(self, t: float) -> Sample:
+        committed, highs = dict(self.last.committed), dict(self.last.highs)
+        try:
+            latest = self.store.latest_of(list(STREAMS))
+            committed = {stream: committed_offsets(*latest[stream]) for stream in STREAMS}
+        except Exception:  # a table being created, a transient read error: keep the last sample's
+            pass
+        for stream, topic in STREAMS.items():
+            try:
+                highs[stream] = {p: high for p, (_, high) in self.client.watermarks(self.topics[topic], timeout=5).items()}
+            except Exception:  # the broker is down (a fault): keep the last sample's, do not wait on every topic
+                break
+        self.last = Sample(t, committed, highs)
+        return self.last
+
+    def busy(self, instance) -> list[str]:
+        from dagster import DagsterRunStatus, RunsFilter
+
+        from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
+        from engagement_platform.profiles.processor.progress import unprocessed_tenants
+
+        s, reasons = self.last, []
+        for stream in STREAMS:
+            behind = sum(max(high - s.committed.get(stream, {}).get(p, 0), 0) for p, high in s.highs.get(stream, {}).items())
+            reasons += [f"{stream}: {behind} uncommitted"] if behind or stream not in s.highs else []
+        in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+                     DagsterRunStatus.CANCELING]
+        runs = instance.get_runs_count(RunsFilter(statuses=in_flight))
+        reasons += [f"{runs} runs queued or in flight"] if runs else []
+        try:
+            tenants = unprocessed_tenants(self.lake)
+            pending = self.lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows if self.lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name) else 0
+        except Exception as exc:  # a commit in flight: ask again next time
+            return reasons + [f"lake not readable: {exc!r}"[:200]]
+        return reasons + ([f"tenants with unmerged staging: {tenants}"] if tenants else []) + ([f"{pending} pending requests"] if pending else [])
+
+    def read_back(self) -> Counter:
+        """(logical topic, value) -> copies on the topic now."""
+        from engagement_platform.streams.kafka import OffsetRange
+
+        found = Counter()
+        for logical, topic in self.topics.items():
+            ranges = [OffsetRange(p, low, high) for p, (low, high) in self.client.watermarks(topic).items()]
+            found.update((logical, m.value) for m in self.client.read_range(topic, ranges, timeout=300))
+        return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--minutes", type=float, default=5.0, help="how long rounds are produced and faults injected")
+    parser.add_argument("--faults", type=int, default=20, help="faults planned over the window (one at a time; those that do not fit are reported)")
+    parser.add_argument("--round-seconds", type=float, default=2.0)
+    parser.add_argument("--sample-seconds", type=float, default=5.0, help="how often committed offsets and watermarks are read")
+    parser.add_argument("--batch-wait", type=int, default=20, help="EP_BATCH_MAX_WAIT_SECONDS: a batch per stream this often")
+    parser.add_argument("--catch-up-minutes", type=float, default=10.0)
+    parser.add_argument("--settle-seconds", type=float, default=30.0)
+    args = parser.parse_args()
+
+    state = REPO / ".state" / f"soak-{args.seed}"
+    env = environment(state, args)
+    stack("stop", SERVERS, env, check=False)  # a previous soak's servers in this folder, by their pid files
+    shutil.rmtree(state, ignore_errors=True)
+    (state / "logs").mkdir(parents=True)
+    (state / "dagster_home").mkdir()
+    (state / "landing").mkdir()  # EP_LANDING_ROOT: the landing sensors list it (nothing lands during a soak)
+    shutil.copy(REPO / "dagster.yaml", state / "dagster_home" / "dagster.yaml")
+    os.environ.update(env)  # this process reads the same lake, broker and Dagster instance
+    print(f"machine: {machine()}; state {state}", flush=True)
+    started = stack("start", SERVERS, env, check=False)
+    if started.returncode != 0:
+        print(started.stdout.decode()[-2000:], started.stderr.decode()[-2000:], sep="\n")
+        stack("stop", SERVERS, env, check=False)
+        return 2
+    daemon = Daemon(env, state / "logs" / "dagster-daemon.log")
+    try:
+        subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], cwd=REPO, env=env, check=True)
+        daemon.start()
+        outcome = soak(args, env, daemon)
+    finally:
+        daemon.stop()
+        stack("stop", SERVERS, env, check=False)
+    return reconcile(**outcome, env=env)
+
+
+def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
+    from dagster import DagsterInstance
+
+    observer = Observer(env)
+    workload = Workload(seed=args.seed)
+    sender = Sender(observer.client.producer(), observer.topics)  # idempotent: a broker restart neither loses nor repeats
+    window = args.minutes * 60
+    start, samples, incidents = time.monotonic(), [], []
+    faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window)  # its own stream: the workload stays the same
+    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1))
+
+    def wait_until(t: float) -> None:
+        """Sample, send what gates let through, and watch the daemon until `t` seconds after the start."""
+        while True:
+            now = time.monotonic() - start
+            if not samples or now - samples[-1].t >= args.sample_seconds:
+                samples.append(observer.sample(now))
+            sender.pump(samples[-1].committed)
+            if daemon.exited_by_itself():
+                incidents.append(f"{now:.0f} s: the dagster daemon exited by itself ({daemon.process.returncode}); restarted")
+                daemon.start()
+            if now >= t:
+                return
+            time.sleep(min(0.2, t - now))
+
+    injector.start()
+    rounds = int(window / args.round_seconds)
+    try:
+        for i in range(rounds):
+            sender.send(workload.next_round(), samples[-1].committed if samples else {})
+            wait_until((i + 1) * args.round_seconds)
+        for i, messages in enumerate(workload.remaining_rounds()):
+            sender.send(messages, samples[-1].committed)
+            wait_until((rounds + i + 1) * args.round_seconds)
+    finally:
+        injector.halt.set()
+        injector.join()  # a fault in progress clears first (a server it stopped is started again)
+    print(f"{time.monotonic() - start:.0f} s: produced {len(workload.messages)} messages in {workload.round} rounds; "
+          f"{sender.unsent()} waiting for their gate", flush=True)
+
+    deadline, settled_since, caught_up = time.monotonic() + args.catch_up_minutes * 60, None, False
+    with DagsterInstance.get() as instance:
+        while time.monotonic() < deadline:
+            wait_until(time.monotonic() - start + 5)
+            sender.producer.flush(5)
+            reasons = ([f"{sender.unsent()} messages unsent"] if sender.unsent() else []) + observer.busy(instance)
+            settled_since = (settled_since or time.monotonic()) if not reasons else None
+            if settled_since and time.monotonic() - settled_since >= args.settle_seconds:
+                caught_up = True
+                break
+            print(f"{time.monotonic() - start:.0f} s: catching up: {'; '.join(reasons) or 'settling'}", flush=True)
+    print(f"{time.monotonic() - start:.0f} s: {'caught up' if caught_up else 'NOT caught up'}; reading the topics back", flush=True)
+    on_topic = observer.read_back()
+    return {"messages": workload.messages, "on_topic": on_topic, "faults": faults, "samples": samples, "caught_up": caught_up,
+            "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed], "incidents": incidents}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Fault injection for the soak: kinds and moments drawn from a seeded random.Random, injected one at a time from
+a thread, each recorded with when it was injected and when it cleared; and the time each took to recover.
+
+Kinds:
+- run_kill:    SIGKILL a Dagster run worker of this soak (the platform's orphan check must retry its batch);
+- run_pause:   SIGSTOP a run worker for longer than the coordinator's ZooKeeper session timeout, then SIGCONT
+               (its lease is gone: fencing must keep it from committing; its batch is retried);
+- daemon_kill: SIGKILL the dagster daemon (sensors, run queue, run monitoring), restart it a few seconds later;
+- zookeeper_restart / broker_restart / spark_restart: `scripts/stack.sh stop <server>` (SIGTERM, then SIGKILL
+               after 30 s), down a few seconds, `start <server>` with the soak's ports and state folder.
+
+A process belongs to the soak when its environment names the soak's EP_STATE_DIR (as benchmarks/demo_health.py's
+platform_rss finds them). A run worker is a `dagster api execute_run` process, or, with the default run launcher,
+a multiprocessing child (`spawn_main`) of a code server (`dagster api grpc`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._stack import REPO
+
+KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "broker_restart", "spark_restart")
+SERVERS = {"zookeeper_restart": "zookeeper", "broker_restart": "kafka", "spark_restart": "spark"}
+# CoordinatorResource.session_timeout_s (resources.py), the kazoo session of streams/coordinator.py: a run stopped
+# longer than this has lost its ephemeral lock and liveness nodes.
+ZK_SESSION_TIMEOUT_S = 10.0
+
+
+@dataclass
+class Fault:
+    kind: str
+    planned: float  # seconds after the start of the soak
+    hold: float  # seconds the fault lasts: a pause, or a server / daemon down
+    injected: float | None = None  # seconds after the start
+    cleared: float | None = None
+    detail: str = ""
+
+
+@dataclass
+class Sample:
+    """What the soak saw at `t` (seconds after the start): per stream, the offsets its last done batch committed
+    up to and the topic's high watermarks."""
+
+    t: float
+    committed: dict[str, dict[int, int]]
+    highs: dict[str, dict[int, int]]
+
+
+def plan_faults(rng: random.Random, count: int, window_s: float) -> list[Fault]:
+    """`count` faults at random moments of the window (after a first minute of warm-up when the window allows)."""
+    start = min(60.0, window_s / 4)
+    faults = []
+    for t in sorted(rng.uniform(start, window_s) for _ in range(count)):
+        kind = rng.choice(KINDS)
+        hold = ZK_SESSION_TIMEOUT_S + rng.uniform(5, 15) if kind == "run_pause" else rng.uniform(2, 15)
+        faults.append(Fault(kind, round(t, 1), round(hold, 1)))
+    return faults
+
+
+def soak_processes(state_dir: str) -> dict[int, bytes]:
+    """pid -> command line of every process whose environment names this soak's state folder."""
+    marker = f"EP_STATE_DIR={state_dir}".encode()
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:  # gone, or not ours to read
+            continue
+    return out
+
+
+def run_workers(state_dir: str) -> list[int]:
+    processes = soak_processes(state_dir)
+    workers = []
+    for pid, cmd in processes.items():
+        if b"dagster" in cmd and b"execute_run" in cmd:
+            workers.append(pid)
+        elif b"spawn_main" in cmd:
+            try:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"dagster" in processes.get(parent, b"") and b"grpc" in processes.get(parent, b""):
+                workers.append(pid)
+    return sorted(workers)
+
+
+def stack(action: str, servers: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action, *servers], env=env, check=check, capture_output=True)
+
+
+class Daemon:
+    """`dagster-daemon run` with the soak's environment, in a process group of its own (its code servers and run
+    workers start there too); every group it ever had is swept at the end."""
+
+    def __init__(self, env: dict[str, str], log: Path):
+        self.env, self.log, self.process, self.groups = env, log, None, []
+        self.down = False  # killed on purpose (a fault): nobody else restarts it meanwhile
+
+    def start(self) -> None:
+        with open(self.log, "a") as out:
+            self.process = subprocess.Popen([str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
+                                            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.groups.append(self.process.pid)
+        self.down = False
+
+    def exited_by_itself(self) -> bool:
+        return self.process is not None and not self.down and self.process.poll() is not None
+
+    def kill(self) -> None:
+        """SIGKILL the daemon process only: its code server and runs live on, as after a crash of the daemon."""
+        self.down = True
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self, timeout: float = 60) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()  # the daemon maps SIGTERM to an interrupt and shuts down cleanly
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for group in self.groups:  # code servers and run workers left in the groups we created
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                try:
+                    os.killpg(group, sig)
+                except ProcessLookupError:
+                    break
+                time.sleep(2)
+
+
+class Injector(threading.Thread):
+    """Injects the planned faults one after another (a fault waits for the previous one to clear)."""
+
+    def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random):
+        super().__init__(name="soak-faults", daemon=True)
+        self.faults, self.start_at, self.window_s = faults, start, window_s
+        self.env, self.state_dir, self.daemon, self.rng = env, env["EP_STATE_DIR"], daemon, rng
+        self.halt = threading.Event()
+
+    def now(self) -> float:
+        return time.monotonic() - self.start_at
+
+    def run(self) -> None:
+        for fault in self.faults:
+            if self.halt.wait(max(0.0, fault.planned - self.now())) or self.now() > self.window_s:
+                fault.detail = fault.detail or "not injected: the produce window was over"
+                continue
+            try:
+                self.inject(fault)
+            except Exception as exc:  # a fault that could not be injected is reported, the soak goes on
+                fault.detail = f"failed: {exc!r}"[:300]
+            print(f"fault {fault.kind}: injected {fault.injected}, cleared {fault.cleared} {fault.detail}", flush=True)
+
+    def inject(self, fault: Fault) -> None:
+        if fault.kind in ("run_kill", "run_pause"):
+            pid = self.some_run_worker()
+            if pid is None:
+                fault.detail = "not injected: no run in flight within 60 s"
+                return
+            fault.injected, fault.detail = self.now(), f"pid {pid}"
+            os.kill(pid, signal.SIGKILL if fault.kind == "run_kill" else signal.SIGSTOP)
+            if fault.kind == "run_pause":
+                time.sleep(fault.hold)
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    fault.detail += " (gone before SIGCONT)"
+            fault.cleared = self.now()
+        elif fault.kind == "daemon_kill":
+            fault.injected = self.now()
+            self.daemon.kill()
+            time.sleep(fault.hold)
+            self.daemon.start()
+            fault.cleared = self.now()
+        else:
+            server = SERVERS[fault.kind]
+            fault.injected = self.now()
+            stopped = stack("stop", [server], self.env, check=False)  # whatever happened, start it again below
+            fault.detail = "" if stopped.returncode == 0 else f"stop exited {stopped.returncode}; "
+            time.sleep(fault.hold)
+            for attempt in range(3):  # a port still in TIME_WAIT, a slow JVM: try again rather than end the soak
+                if stack("start", [server], self.env, check=False).returncode == 0:
+                    break
+                fault.detail += f"start attempt {attempt + 1} failed; "
+                time.sleep(5)
+            fault.cleared = self.now()
+
+    def some_run_worker(self, within: float = 60) -> int | None:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline and not self.halt.is_set():
+            workers = run_workers(self.state_dir)
+            if workers:
+                return self.rng.choice(workers)
+            time.sleep(0.5)
+        return None
+
+
+def recovery_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, list[float | None]]:
+    """Per kind, for each fault that cleared: seconds from clearing until every stream had committed everything its
+    topic held when the fault cleared (None: never, within the samples)."""
+    out: dict[str, list[float | None]] = {}
+    for fault in faults:
+        if fault.cleared is None:
+            continue
+        after = [s for s in samples if s.t >= fault.cleared]
+        target = after[0].highs if after else {}
+        took = next((s.t - fault.cleared for s in after if all(s.committed.get(stream, {}).get(p, 0) >= high
+                                                            for stream, highs in target.items() for p, high in highs.items())), None)
+        out.setdefault(fault.kind, []).append(took)
+    return out
+
+
+def summary(faults: list[Fault], samples: list[Sample]) -> list[str]:
+    """One line per kind: injected / planned, median and max seconds to recover, never recovered."""
+    recovered = recovery_seconds(faults, samples)
+    lines = []
+    for kind in KINDS:
+        of_kind = [f for f in faults if f.kind == kind]
+        if not of_kind:
+            continue
+        times = [t for t in recovered.get(kind, []) if t is not None]
+        never = sum(1 for t in recovered.get(kind, []) if t is None)
+        median = f"median {statistics.median(times):.0f} s, max {max(times):.0f} s" if times else "no recovery measured"
+        lines.append(f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
+                     f"time to recover {median}; never recovered {never}")
+    return lines

@@ -1,0 +1,349 @@
+"""The soak's expected final state, from the workload's messages alone. Nothing of engagement_platform is
+imported: the semantics are re-implemented from the README and the request formats' docstrings.
+
+- Records are classified as the pipelines are documented to: empty / too big / not a JSON object, type errors,
+  required fields and enums, then the stream's own rules. A quarantined record counts once, under its error codes
+  joined by "+"; a producer retry is `duplicate` (duplicate_in_batch, already_in_table or duplicate_request:
+  which one depends on batching, the count does not).
+- engagement_activity: the first copy of each valid activity, the valid mutation requests applied one at a time in
+  (request_time, request_id) order, then rows whose lead_id or contact_id is an erased subject of their org
+  removed. A record naming an erased subject (a rejected one by whole-token mention, of any org when it has none)
+  is stored nowhere: suppressed, or quarantined and then purged by the erasure.
+- Timing: a request whose target came after it may expire (`target_not_found_within_horizon`). The caller passes
+  the requests that expired and those still pending: neither applies; pending is unaccounted, expired needs a late target.
+- profile_raw/<tenant>: per primary id, the valid changes folded in cdc_seq order (newer non-null keys win, null
+  keeps, delete leaves a tombstone, an upsert after it starts empty, links from the newest change carrying
+  related_ids). Identity components (the related_ids and component_id columns) are not computed.
+- `problems`: where the workload breaks an assumption this exactness rests on (workload.py's docstring).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from functools import partial
+
+from benchmarks.soak.workload import ACTIVITIES, GDPR, INGESTION, MUTATIONS, PROFILES, RETENTION
+
+ACTIVITY_TYPES = {"email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced", "call", "meeting",
+                  "video_viewed", "linkedin_message", "task_completed"}
+OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
+CHECKED = ("lead_id", "contact_id", "account_id", "user_id", "engagement_date", "activity_type", "subject")
+MAX_BYTES = {ACTIVITIES: 65536, MUTATIONS: 65536, GDPR: 65536, PROFILES: 262144}
+DUPLICATE, EXPIRED = "duplicate", "target_not_found_within_horizon"
+OP_REQUIRED = {"convert": ("from_field", "from_id", "to_field", "to_id"), "merge": ("field", "from_ids", "to_id"),
+               "update": ("engagement_id", "record")}
+TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+@dataclass
+class Expected:
+    activities: dict = field(default_factory=dict)  # (org, engagement_id) -> {org_id and CHECKED columns}
+    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)})
+    requests: set = field(default_factory=set)  # (org, request_id) of valid mutation requests: the request log's rows
+    gdpr_requests: set = field(default_factory=set)  # (org, request_id) of valid GDPR requests: gdpr_audit's rows
+    late: set = field(default_factory=set)  # requests whose target came after them (may expire)
+    profiles: dict = field(default_factory=dict)  # tenant -> primary_id -> {deleted, fields, linked_ids, cdc_seq}
+    unaccounted: list = field(default_factory=list)
+    problems: list = field(default_factory=list)
+
+
+def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None) -> Expected:
+    """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds."""
+    out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)}
+    erased = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
+    uses = _activities(by_topic[ACTIVITIES], erased, out)
+    _apply(_requests(by_topic[MUTATIONS], erased, out), uses, set(expired), set(pending), out)
+    _profiles(by_topic[PROFILES], out)
+    out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
+    return out
+
+
+
+def parse(value: bytes, topic: str) -> tuple[dict | None, set[str]]:
+    if not value or len(value) > MAX_BYTES[topic]:
+        return None, {"oversized" if value else "empty_record"}
+    record = loads(value)
+    return (record, set()) if isinstance(record, dict) else (None, {"malformed_record"})
+
+
+def columns(record: dict, names) -> dict:
+    """JSON values as string columns hold them: strings as themselves, anything else as its JSON text."""
+    return {n: v if v is None or isinstance(v, str) else json.dumps(v) for n, v in ((n, record.get(n)) for n in names)}
+
+
+def blank(value) -> bool:
+    return value is None or not value.strip()
+
+
+def attempt(convert, value):
+    """convert(value), or None when the value does not convert."""
+    try:
+        return convert(value)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def timestamp(value: str | None) -> datetime | None:
+    t = attempt(lambda v: datetime.fromisoformat(v.replace("Z", "+00:00")), value)
+    return t if t is None or t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+day = partial(attempt, date.fromisoformat)
+loads = partial(attempt, json.loads)
+
+
+def integer(value: str | None) -> int | None:
+    return int(value) if value is not None and re.fullmatch(r"\s*[+-]?\d+\s*", value) else None
+
+
+def typed(v: dict, parsers: dict) -> bool:
+    """Whether every present column of `v` named in `parsers` converts (the pipelines' convert stage)."""
+    return all(v[n] is None or parse_(v[n]) is not None for n, parse_ in parsers.items())
+
+
+def checked(v: dict, required, enums: dict) -> set[str]:
+    """The validate stage: required (missing or blank) and enum columns."""
+    return ({"missing_required" for n in required if blank(v[n])}
+            | {"not_in_enum" for n, allowed in enums.items() if v[n] is not None and v[n] not in allowed})
+
+
+def names_erased(raw: bytes, org: str | None, erased: dict) -> bool:
+    """Whether the content holds an erased subject of `org` (any org's when None) as a whole token: not next to a
+    letter, digit or underscore."""
+    content = raw.decode("utf-8", "replace")
+    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", content)
+               for o in ([org] if org is not None else list(erased)) for s in erased.get(o, ()))
+
+
+def count(out: Expected, topic: str, reasons: set[str]) -> None:
+    out.quarantine[topic]["+".join(sorted(reasons))] += 1
+
+
+
+def classify_activity(record: dict) -> tuple[dict | None, set[str]]:
+    v = columns(record, ("org_id", "engagement_id", "activity_type", "event_time", "engagement_date", "duration_seconds",
+                         "subject", *OWNER_FIELDS))
+    if not typed(v, {"event_time": timestamp, "duration_seconds": integer, "engagement_date": day}):
+        return None, {"wrong_type"}
+    errors = checked(v, ("org_id", "engagement_id", "activity_type", "event_time"), {"activity_type": ACTIVITY_TYPES})
+    if errors:
+        return None, errors
+    when = day(v["engagement_date"]) or timestamp(v["event_time"]).astimezone(timezone.utc).date()
+    return {**{n: v[n] for n in ("org_id", *CHECKED) if n != "engagement_date"}, "engagement_date": when, "id": v["engagement_id"]}, set()
+
+
+def _activities(messages, erased: dict, out: Expected) -> dict:
+    """Fills out.activities and the ingestion quarantine; returns the rounds in which activities name each
+    (org, owner field, id) and (org, "engagement_id", id): the exactness checks need them."""
+    uses = defaultdict(list)
+    for m in messages:
+        record, reasons = parse(m.value, ACTIVITIES)
+        row, reasons = classify_activity(record) if record is not None else (None, reasons)
+        org = row["org_id"] if row else columns(record or {}, ("org_id",))["org_id"]
+        if row is None:
+            if not names_erased(m.value, org, erased):  # else quarantined then purged, or suppressed
+                count(out, ACTIVITIES, reasons)
+            continue
+        key = (org, row.pop("id"))
+        for name, value in (("engagement_id", key[1]), *((f, row[f]) for f in OWNER_FIELDS)):
+            if value is not None:
+                uses[(org, name, value)].append(m.round)
+        if subjects := {row["lead_id"], row["contact_id"]} & set(erased.get(org, {})):
+            at, gate = min(erased[org][s] for s in subjects), m.gate
+            if m.round >= at and (gate is None or (gate.stream, gate.topic) != (RETENTION, GDPR) or gate.round < at):
+                out.problems.append(f"activity {key[1]} names an erased subject in or after its erasure's round, ungated")
+            continue  # deleted by the erasure, or suppressed after it
+        if key in out.activities:
+            count(out, ACTIVITIES, {DUPLICATE})
+        else:
+            out.activities[key] = row
+    return uses
+
+
+def classify_request(record: dict) -> tuple[dict | None, set[str]]:
+    v = columns(record, ("request_id", "org_id", "request_time", "op", "from_field", "from_id", "to_field", "to_id", "field",
+                         "from_ids", "id", "engagement_id", "record", "date_from", "date_to"))
+    if not typed(v, {"request_time": timestamp, "date_from": day, "date_to": day}):
+        return None, {"wrong_type"}
+    errors = checked(v, ("request_id", "org_id", "request_time", "op"),
+                     {"op": ("convert", "merge", "delete", "update"), **{n: OWNER_FIELDS for n in ("from_field", "to_field", "field")}})
+    if errors:
+        return None, errors
+    op, lo, hi = v["op"], day(v["date_from"]), day(v["date_to"])
+    errors = {"missing_required" for n in OP_REQUIRED.get(op, ("field", "id") if v["engagement_id"] is None else ()) if blank(v[n])}
+    if op == "delete" and v["engagement_id"] is not None and (v["field"] is not None or v["id"] is not None):
+        errors.add("ambiguous_target")
+    ids, body = loads(v["from_ids"]) if op == "merge" else None, loads(v["record"]) if op == "update" else None
+    errors |= {"wrong_type"} if (op == "merge" and v["from_ids"] is not None and not (
+        isinstance(ids, list) and ids and all(isinstance(x, str) and x for x in ids))) or (
+        op == "update" and v["record"] is not None and not isinstance(body, dict)) else set()
+    errors |= {"invalid_date_range"} if lo and hi and lo > hi else set()
+    return None if errors else {
+        "org": v["org_id"], "id": v["request_id"], "time": timestamp(v["request_time"]), "op": op, "to_field": v["to_field"],
+        "field": v["from_field"] if op == "convert" else v["field"], "owner": v["from_id"] if op == "convert" else v["id"],
+        "from_ids": ids or [], "to_id": v["to_id"], "engagement_id": v["engagement_id"], "record": body, "date_from": lo, "date_to": hi,
+    }, errors
+
+
+def _requests(messages, erased: dict, out: Expected) -> list[dict]:
+    valid = []
+    for m in messages:
+        if m.gate is None or (m.gate.stream, m.gate.topic) != (INGESTION, ACTIVITIES) or m.gate.round < m.round - 1:
+            out.problems.append(f"mutation message {m.index} is not gated on the ingestion of every earlier round")
+        record, reasons = parse(m.value, MUTATIONS)
+        request, reasons = classify_request(record) if record is not None else (None, reasons)
+        if names_erased(m.value, request["org"] if request else columns(record or {}, ("org_id",))["org_id"], erased):
+            if request is not None:
+                out.problems.append(f"mutation request {request['id']} names an erased subject: applied or dropped depending on timing")
+            continue
+        if reasons or (request["org"], request["id"]) in out.requests:
+            count(out, MUTATIONS, reasons or {DUPLICATE})
+            continue
+        out.requests.add((request["org"], request["id"]))
+        valid.append({**request, "round": m.round})
+    return sorted(valid, key=lambda r: (r["time"], r["id"]))
+
+
+def _needs(r: dict) -> list[tuple]:
+    """What a request needs from the table: owner positions, or its engagement."""
+    if r["op"] == "convert" or (r["op"] == "delete" and r["engagement_id"] is None):
+        return [(r["org"], r["field"], r["owner"])]
+    if r["op"] == "merge":
+        return [(r["org"], r["field"], i) for i in r["from_ids"] if i != r["to_id"]]
+    return [(r["org"], "engagement_id", r["engagement_id"])]
+
+
+def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Expected) -> None:
+    """The valid requests one at a time (the reference semantics), with the checks exactness rests on."""
+    needed = Counter(n for r in requests for n in _needs(r))
+    produced = {(r["org"], r["to_field"] if r["op"] == "convert" else r["field"], r["to_id"]) for r in requests if r["op"] in ("convert", "merge")}
+    for r in requests:
+        key, rounds = (r["org"], r["id"]), [u for n in _needs(r) for u in uses.get(n, [])]
+        if any(u >= r["round"] for u in rounds):  # its target comes in its round or later: it may wait, then expire
+            out.late.add(key)
+            if any(u < r["round"] for u in rounds) or any(needed[n] > 1 or n in produced for n in _needs(r)):
+                out.problems.append(f"request {r['id']}: an activity it touches comes after it, or another request shares its target")
+        if key in expired:
+            count(out, MUTATIONS, {EXPIRED})
+            if key not in out.late:
+                out.problems.append(f"request {r['id']} expired although its target was committed before it was sent")
+        elif key in pending:
+            out.unaccounted.append(f"mutation request {r['id']} is neither applied nor quarantined (still pending)")
+        else:
+            missing, deleted = _apply_one(out.activities, r)
+            if missing:  # the lake holds such a request back (or not, if a request of its batch produced the target)
+                out.problems.append(f"request {r['id']} finds no row holding {sorted(missing)} when it applies")
+            for eid in deleted:  # a retry of it sent later would be appended again
+                if len(copies := uses.get((r["org"], "engagement_id", eid), [])) > 1 and max(copies) >= r["round"]:
+                    out.problems.append(f"engagement {eid} is sent again in or after the round of the request deleting it")
+    out.problems += [f"expired request {key} is not a valid request of the workload" for key in sorted(expired - out.requests)]
+
+
+def _apply_one(table: dict, r: dict) -> tuple[set[str], list[str]]:
+    """One request on the rows ((org, engagement_id) -> row): (the targets it found no row of, the ids it deleted)."""
+    def hit(row) -> bool:
+        d = row["engagement_date"] or date.min  # a null date orders first
+        return (r["date_from"] is None or d >= r["date_from"]) and (r["date_to"] is None or d <= r["date_to"])
+
+    rows = {k: row for k, row in table.items() if k[0] == r["org"]}
+    if r["op"] in ("convert", "merge"):
+        sources = {r["owner"]} if r["op"] == "convert" else set(r["from_ids"]) - {r["to_id"]}
+        hits = [row for row in rows.values() if row[r["field"]] in sources and hit(row)]
+        missing = sources - {row[r["field"]] for row in hits}
+        for row in hits:
+            row[r["field"]] = None
+            row[r["to_field"] if r["op"] == "convert" else r["field"]] = r["to_id"]
+        return missing, []
+    if r["op"] == "delete":
+        gone = [k for k, row in rows.items() if hit(row) and (k[1] == r["engagement_id"] if r["engagement_id"] else row[r["field"]] == r["owner"])]
+        for k in gone:
+            del table[k]
+        return ({r["engagement_id"] or r["owner"]} if not gone else set()), [k[1] for k in gone]
+    if (row := rows.get((r["org"], r["engagement_id"]))) is None or not hit(row):
+        return {r["engagement_id"]}, []
+    row.update({n: None for n in (*OWNER_FIELDS, "engagement_date")}, **{n: x for n, x in r["record"].items() if n in CHECKED})
+    row["engagement_date"] = day(row["engagement_date"]) if isinstance(row["engagement_date"], str) else row["engagement_date"]
+    return set(), []  # update: owners and date replaced, the other columns it names set
+
+
+def _gdpr(messages, now: datetime, out: Expected) -> dict[str, dict[str, int]]:
+    """org -> erased subject -> the round of its erasure request; fills the GDPR quarantine and valid requests."""
+    erased, refused = defaultdict(dict), []
+    for m in messages:
+        record, reasons = parse(m.value, GDPR)
+        v = columns(record or {}, ("request_id", "org_id", "request_time", "kind", "retention_days", "subject_id"))
+        if record is not None and not typed(v, {"request_time": timestamp, "retention_days": integer}):
+            reasons = {"wrong_type"}
+        elif record is not None:
+            reasons = checked(v, ("request_id", "org_id", "request_time", "kind"), {"kind": ("retention", "erasure")})
+            if v["retention_days"] is not None and not 1 <= integer(v["retention_days"]) <= 36500:
+                reasons.add("out_of_range")
+            if not reasons:
+                needed, unwanted = ("retention_days", "subject_id") if v["kind"] == "retention" else ("subject_id", "retention_days")
+                reasons = ({"missing_required"} if blank(v[needed]) else set()) | ({"unexpected_field"} if v[unwanted] is not None else set())
+                reasons |= {"request_time_in_future"} if timestamp(v["request_time"]) > now + timedelta(days=1) else set()
+            if not reasons and (v["org_id"], v["request_id"]) in out.gdpr_requests:
+                reasons = {DUPLICATE}
+        if reasons:
+            refused.append((m.value, v["org_id"], reasons))
+            continue
+        out.gdpr_requests.add((v["org_id"], v["request_id"]))
+        if v["kind"] == "erasure":
+            erased[v["org_id"]].setdefault(v["subject_id"], m.round)
+        else:
+            out.problems.append(f"retention request {v['request_id']}: what it deletes depends on timing")
+    for raw, org, reasons in refused:  # a refused request naming an erased subject is purged, or never kept
+        if not names_erased(raw, org, erased):
+            count(out, GDPR, reasons)
+    return erased
+
+
+
+def classify_change(record: dict) -> tuple[dict | None, set[str]]:
+    v = columns(record, ("tenant", "primary_id", "record_type", "op", "cdc_seq", "cdc_ts", "fields", "related_ids"))
+    if not typed(v, {"cdc_seq": integer, "cdc_ts": timestamp}):
+        return None, {"wrong_type"}
+    errors = checked(v, ("tenant", "primary_id", "record_type", "op", "cdc_seq", "cdc_ts"), {"op": ("upsert", "delete")})
+    errors |= {"pattern_mismatch"} if v["tenant"] is not None and not TENANT.match(v["tenant"]) else set()
+    errors |= {"out_of_range"} if v["cdc_seq"] is not None and integer(v["cdc_seq"]) < 0 else set()
+    fields, related = loads(v["fields"]), loads(v["related_ids"])
+    errors |= {"invalid_json"} if (v["fields"] is not None and not isinstance(fields, dict)) or (
+        v["related_ids"] is not None and not isinstance(related, list)) else set()
+    return None if errors else {
+        "tenant": v["tenant"], "id": v["primary_id"], "op": v["op"], "seq": integer(v["cdc_seq"]), "fields": fields,
+        "related": None if related is None else [x if isinstance(x, str) else json.dumps(x) for x in related],
+    }, errors
+
+
+def _profiles(messages, out: Expected) -> None:
+    changes = defaultdict(list)  # (tenant, id) -> valid changes in arrival order
+    for m in messages:
+        record, reasons = parse(m.value, PROFILES)
+        change, reasons = classify_change(record) if record is not None else (None, reasons)
+        if reasons:
+            count(out, PROFILES, reasons)
+        else:
+            changes[(change["tenant"], change["id"])].append(change)
+    for (tenant, pid), arrived in changes.items():
+        ordered = sorted(arrived, key=lambda c: c["seq"])
+        for i, c in enumerate(arrived):  # a late change is dropped or folded by batching: newer ones must make it moot
+            if any(e["seq"] > c["seq"] for e in arrived[:i]):
+                later = [n for n in ordered if n["seq"] > c["seq"]]
+                keys = [{k for k, x in (n["fields"] or {}).items() if x is not None} for n in (c, *later)]
+                if not (any(n["op"] == "delete" for n in later) or (c["op"] == "upsert" and keys[0] <= set().union(*keys[1:]) and (
+                        c["related"] is None or any(n["related"] is not None for n in later)))):
+                    out.problems.append(f"late profile change {tenant}/{pid}@{c['seq']}: its outcome depends on batching")
+        state = None
+        for c in ordered:
+            if c["op"] == "delete":
+                state = {"deleted": True, "fields": None, "linked_ids": [], "cdc_seq": c["seq"]}
+                continue
+            alive = state is not None and not state["deleted"]
+            fields = {**(state["fields"] if alive else {}), **{k: x for k, x in (c["fields"] or {}).items() if x is not None}}
+            linked = list(dict.fromkeys(c["related"])) if c["related"] is not None else (state["linked_ids"] if alive else [])
+            state = {"deleted": False, "fields": fields, "linked_ids": linked, "cdc_seq": c["seq"]}
+        out.profiles.setdefault(tenant, {})[pid] = state

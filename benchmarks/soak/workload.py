@@ -1,0 +1,348 @@
+"""The soak's workload: deterministic for a seed, generated round by round (the runner, __main__.py, sends it).
+
+Covers (defaults, per round): activities of 3 orgs on leads and contacts; bad activities of five kinds (cut
+JSON, no activity_type, a non-integer duration, an unknown activity type, oversized); producer retries (the
+same bytes twice); ID mutation requests (convert, sometimes date-bounded; merge of two contacts; delete of an
+owner or of one engagement; update of one engagement) with chains (a contact a convert made is merged or
+deleted later), requests whose target activity comes 8-25 rounds later (late targets), retried requests and bad
+requests of five kinds; every 40 rounds a lead who is erased (activities before and after the request, and a
+namesake in another org who stays); bad GDPR requests of four kinds; profile CDC of 3 tenants: partial upserts
+with explicit nulls, links (related_ids), deletes, late changes (a lower sequence 3-15 rounds after a higher
+one) and bad records of four kinds.
+
+Left out, because their outcome depends on timing the oracle cannot observe: TTL retention (its cut-off deletes
+what happens to be ingested), repeated erasures (kept in quarantine or not depending on the suppression commit's
+timing), mutations naming an erased subject (applied before the erasure, dropped after), late profile deletes
+and late changes setting keys their newer change does not (the raw row keeps no per-key sequence), profile
+erasure, backfill, landing files.
+
+What keeps the rest exact although batching is not deterministic:
+- a request touches only ids and engagements whose activities all came in earlier rounds, and no later activity
+  names an id a request touched (the id leaves the pool activities draw from);
+- each mutation message of round k is gated: sent once the ingestion stream committed every activity of rounds
+  < k, so what a request needs is in the table when its batch is planned;
+- an erased subject's activities after the erasure request wait until the retention stream committed it (the
+  suppression list then drops them), and no request names the subject;
+- a late target is one activity no other request touches: whether its request applies late or expires changes
+  nothing else (the oracle takes the requests that actually expired as an input).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+
+ACTIVITIES, MUTATIONS, GDPR, PROFILES = "activities", "mutations", "gdpr", "profiles"  # logical topics
+INGESTION, RETENTION = "ingestion", "retention"  # the streams a gate waits for
+ORGS = ("00DSOAK000001", "00DSOAK000002", "00DSOAK000003")
+TENANTS = ("acme", "globex", "initech")
+ACTIVITY_TYPES = ("email_sent", "email_opened", "email_replied", "call", "meeting", "video_viewed", "task_completed")
+# Request and CDC clocks are synthetic and in the past: request_time more than a day after the batch is refused.
+BASE_TIME = datetime(2026, 1, 5, 8, tzinfo=timezone.utc)
+FIRST_DAY = date(2026, 1, 1)
+DROP = object()  # in a spoiler: remove the key
+# Bad records: kind -> how a good record is spoiled (malformed_record: its JSON cut short by 7 bytes). The kind is
+# the error code the stream's validation gives it; each record has exactly one.
+BAD_ACTIVITIES = {"malformed_record": {}, "missing_required": {"activity_type": DROP}, "wrong_type": {"duration_seconds": "long"},
+                  "not_in_enum": {"activity_type": "fax_sent"}, "oversized": {"payload": {"body": "x" * 70_000}}}
+BAD_REQUESTS = {"malformed_record": {}, "not_in_enum": {"op": "rename"}, "missing_required": {"to_id": DROP},
+                "invalid_date_range": {"date_from": "2026-01-20", "date_to": "2026-01-10"},
+                "wrong_type": {"op": "merge", "field": "contact_id", "from_ids": "003NOTALIST", "from_field": DROP, "from_id": DROP,
+                               "to_field": DROP}}
+BAD_GDPR = {"malformed_record": {}, "not_in_enum": {"kind": "forget"}, "missing_required": {"subject_id": DROP},
+            "request_time_in_future": {"request_time": "2099-01-01T00:00:00Z"}}
+BAD_PROFILES = {"malformed_record": {}, "not_in_enum": {"op": "merge"}, "invalid_json": {"fields": "[1, 2]"},
+                "missing_required": {"primary_id": DROP}}
+OWNERS = ("lead_id", "contact_id", "account_id", "user_id")
+OPS = ("convert", "merge", "delete_owner", "delete_engagement", "update", "late")
+OP_WEIGHTS = (30, 15, 10, 10, 15, 20)
+
+
+@dataclass(frozen=True)
+class Gate:  # send only once `stream` has committed every message of `topic` produced in rounds <= `round`
+    stream: str
+    topic: str
+    round: int
+
+
+@dataclass(frozen=True)
+class Message:
+    index: int  # send order
+    round: int
+    topic: str  # logical topic
+    key: bytes
+    value: bytes
+    intent: str  # what the generator meant (tests and diagnostics only: the oracle derives outcomes itself)
+    gate: Gate | None = None
+
+
+def dumps(record: dict) -> bytes:
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Workload:
+    def __init__(self, seed: int = 7, activities_per_round: int = 6, requests_per_round: float = 1.5,
+                 profile_changes_per_round: int = 4, erasure_every: int = 40):
+        self.rng, self.seed = random.Random(seed), seed
+        self.activities_per_round, self.requests_per_round = activities_per_round, requests_per_round
+        self.profile_changes_per_round, self.erasure_every = profile_changes_per_round, erasure_every
+        self.round = 0
+        self.messages: list[Message] = []
+        self.scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate)
+        self.rows: dict[str, dict] = {}  # the generator's own model of engagement_activity (isolated rows left out)
+        self.pool = {(org, f): [] for org in ORGS for f in ("lead_id", "contact_id")}  # ids activities may name
+        self.last_used: dict[tuple[str, str, str], int] = {}
+        self.counter = 0
+        self.clock = BASE_TIME  # request_time: strictly increasing in send order
+        self.seq = {t: 0 for t in TENANTS}
+        self.busy: set[tuple[str, str]] = set()  # profiles waiting for their late change
+        self.bad = Counter()
+
+    # ---- rounds --------------------------------------------------------------------------------------
+
+    def next_round(self, generate: bool = True) -> list[Message]:
+        """The messages of the next round: what earlier rounds scheduled for it, then (if `generate`) new ones."""
+        k, start = self.round, len(self.messages)
+        self.round += 1
+        self.clock = max(self.clock, BASE_TIME + timedelta(seconds=2 * k))
+        for topic, key, value, intent, gate in self.scheduled.pop(k, []):
+            self._emit(k, topic, key, value, intent, gate)
+            if intent == "late_change":
+                self.busy.discard(tuple(key.decode().split("/", 1)))
+        if generate:
+            self._activities(k)
+            if k % self.erasure_every == 5:
+                self._subject(k)
+            if k >= 3:
+                count = int(self.requests_per_round) + (self.rng.random() < self.requests_per_round % 1)
+                for _ in range(count):
+                    self._request(k)
+                if self.rng.random() < 0.08:
+                    self._bad_request(k)
+            if k % 20 == 10:
+                self._bad_gdpr(k)
+            for _ in range(self.profile_changes_per_round):
+                self._profile_change(k)
+        return self.messages[start:]
+
+    def remaining_rounds(self) -> list[list[Message]]:
+        """After the last generated round: the rounds that only send what was scheduled (late targets and changes,
+        an erasure and its subject's later activities), with their own round numbers."""
+        return [self.next_round(generate=False) for _ in range(max(self.scheduled, default=self.round - 1) - self.round + 1)]
+
+    def _emit(self, k, topic, key, value, intent, gate=None) -> None:
+        self.messages.append(Message(len(self.messages), k, topic, key, value, intent, gate))
+
+    def _later(self, k, topic, key, value, intent, gate=None) -> None:
+        assert k >= self.round, "scheduled for a round already generated"
+        self.scheduled.setdefault(k, []).append((topic, key, value, intent, gate))
+
+    def _spoiled(self, family: str, kinds: dict, record: dict) -> tuple[str, bytes]:
+        """The next bad kind of `family` (in turn, so every kind occurs) and `record` spoiled that way."""
+        kind = list(kinds)[self.bad[family] % len(kinds)]
+        self.bad[family] += 1
+        if kind == "malformed_record":
+            return kind, dumps(record)[:-7]
+        return kind, dumps({k: v for k, v in {**record, **kinds[kind]}.items() if v is not DROP})
+
+    def _id(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}S{self.seed}N{self.counter:06d}"  # alphanumeric, fixed width: no id is a token of another
+
+    # ---- activities ----------------------------------------------------------------------------------
+
+    def _activity(self, org: str, field: str, owner: str) -> dict:
+        rng, eid = self.rng, self._id("e")
+        kind = rng.choice(ACTIVITY_TYPES)
+        day = FIRST_DAY + timedelta(days=rng.randint(0, 27))
+        record = {"engagement_id": eid, "org_id": org, "activity_type": kind,
+                  "event_time": f"{day.isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
+                  "user_id": f"005S{self.seed}U{rng.randint(0, 9)}", "lead_id": None, "contact_id": None, "account_id": None,
+                  "subject": f"soak {eid}" if rng.random() < 0.7 else None, "payload": {"step": rng.randint(1, 8)}}
+        record[field] = owner
+        if field == "contact_id":
+            record["account_id"] = f"001S{self.seed}A{rng.randint(0, 20)}"
+        if kind == "call":
+            record["duration_seconds"] = rng.randint(0, 1800)
+        return record
+
+    def _activities(self, k: int) -> None:
+        rng = self.rng
+        for _ in range(self.activities_per_round):
+            org, field = rng.choice(ORGS), "lead_id" if rng.random() < 0.6 else "contact_id"
+            pool = self.pool[(org, field)]
+            if len(pool) < 4 or rng.random() < 0.15:
+                pool.append(self._id("00Q" if field == "lead_id" else "003"))
+            owner = rng.choice(pool)
+            self.last_used[(org, field, owner)] = k
+            record = self._activity(org, field, owner)
+            self.rows[record["engagement_id"]] = {**{f: record[f] for f in ("org_id", *OWNERS, "activity_type", "subject")}, "round": k,
+                                                  "engagement_date": date.fromisoformat(record["event_time"][:10])}
+            self._emit(k, ACTIVITIES, org.encode(), dumps(record), "good")
+            if rng.random() < 0.08:  # a producer retry: the same bytes again, same key (same partition, later offset)
+                self._emit(k, ACTIVITIES, org.encode(), dumps(record), "duplicate")
+        if rng.random() < 0.25:  # on no lead or contact: no erasure ever touches it
+            kind, value = self._spoiled(ACTIVITIES, BAD_ACTIVITIES, self._activity(rng.choice(ORGS), "lead_id", None))
+            self._emit(k, ACTIVITIES, b"bad", value, f"bad:{kind}")
+
+    def _subject(self, k: int) -> None:
+        """A lead who is erased: activities in the next 3 rounds, the erasure request 2 rounds later, two activities
+        after it (gated on the retention stream), and a namesake in another org before and after (kept)."""
+        org = ORGS[(k // self.erasure_every) % len(ORGS)]
+        other = ORGS[(ORGS.index(org) + 1) % len(ORGS)]
+        subject = self._id("00Q")
+        for r in (k + 1, k + 2, k + 3):
+            self._later(r, ACTIVITIES, org.encode(), dumps(self._activity(org, "lead_id", subject)), "subject")
+        self._later(k + 2, ACTIVITIES, other.encode(), dumps(self._activity(other, "lead_id", subject)), "namesake")
+        erasure = {"request_id": self._id("g"), "org_id": org, "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 5))),
+                   "kind": "erasure", "subject_id": subject}
+        self._later(k + 5, GDPR, org.encode(), dumps(erasure), "erasure")
+        gate = Gate(RETENTION, GDPR, k + 5)
+        for r in (k + 7, k + 9):
+            self._later(r, ACTIVITIES, org.encode(), dumps(self._activity(org, "lead_id", subject)), "subject_after_erasure", gate)
+        self._later(k + 8, ACTIVITIES, other.encode(), dumps(self._activity(other, "lead_id", subject)), "namesake")
+
+    def _owners(self, org: str, field: str, k: int) -> list[str]:
+        """Ids of `field` in `org` that hold rows and that no activity of this round names."""
+        held = {r[field] for r in self.rows.values() if r["org_id"] == org and r[field] is not None}
+        return sorted(i for i in held if self.last_used.get((org, field, i), -1) < k)
+
+    def _retire(self, org: str, field: str, owner: str) -> None:
+        """No activity names `owner` from now on: a request touched it, and a later activity would miss it."""
+        self.pool[(org, field)] = [i for i in self.pool.get((org, field), []) if i != owner]
+
+    def _base(self, org: str, k: int, op: str) -> dict:
+        self.clock += timedelta(milliseconds=1)
+        return {"request_id": self._id("m"), "org_id": org, "request_time": iso(self.clock), "op": op}
+
+    def _request(self, k: int) -> None:
+        rng = self.rng
+        org, op = rng.choice(ORGS), rng.choices(OPS, OP_WEIGHTS)[0]
+        rows = [(eid, r) for eid, r in sorted(self.rows.items()) if r["org_id"] == org and r["round"] < k]
+        request = None
+        if op == "convert" and (leads := self._owners(org, "lead_id", k)):
+            lead, to = rng.choice(leads), self._id("003")
+            request = {**self._base(org, k, op), "from_field": "lead_id", "from_id": lead, "to_field": "contact_id", "to_id": to}
+            hits = [r for _, r in rows if r["lead_id"] == lead]
+            if rng.random() < 0.3:  # a date range holding at least one of the lead's rows: the target exists
+                day = rng.choice(hits)["engagement_date"]
+                lo, hi = day - timedelta(days=rng.randint(0, 2)), day + timedelta(days=rng.randint(0, 2))
+                request.update(date_from=lo.isoformat(), date_to=hi.isoformat())
+                hits = [r for r in hits if lo <= r["engagement_date"] <= hi]
+            for r in hits:
+                r.update(lead_id=None, contact_id=to)
+            self._retire(org, "lead_id", lead)
+        elif op == "merge" and len(contacts := self._owners(org, "contact_id", k)) >= 2:
+            sources, to = rng.sample(contacts, 2), self._id("003")
+            request = {**self._base(org, k, op), "field": "contact_id", "from_ids": sources, "to_id": to}
+            for _, r in rows:
+                if r["contact_id"] in sources:
+                    r["contact_id"] = to
+            for c in sources:
+                self._retire(org, "contact_id", c)
+        elif op == "delete_owner" and (owners := self._owners(org, field := rng.choice(("lead_id", "contact_id")), k)):
+            owner = rng.choice(owners)
+            request = {**self._base(org, k, "delete"), "field": field, "id": owner}
+            for eid, r in rows:
+                if r[field] == owner:
+                    del self.rows[eid]
+            self._retire(org, field, owner)
+        elif op in ("delete_engagement", "update") and rows:
+            eid, row = rng.choice(rows)
+            if op == "delete_engagement":
+                request = {**self._base(org, k, "delete"), "engagement_id": eid}
+                del self.rows[eid]
+            else:
+                day = FIRST_DAY + timedelta(days=rng.randint(0, 27))
+                record = {**{f: row[f] for f in OWNERS}, "engagement_date": day.isoformat(),
+                          "activity_type": rng.choice(ACTIVITY_TYPES), "subject": f"updated {eid}"}
+                request = {**self._base(org, k, op), "engagement_id": eid, "record": record}
+                row.update(record, engagement_date=day)
+        elif op == "late":
+            request = self._late_request(org, k)
+        if request is None:
+            return
+        gate = Gate(INGESTION, ACTIVITIES, k - 1)
+        self._emit(k, MUTATIONS, org.encode(), dumps(request), "late_request" if op == "late" else "request", gate)
+        if op != "late" and rng.random() < 0.1:  # a producer retry of the request
+            self._emit(k, MUTATIONS, org.encode(), dumps(request), "duplicate_request", gate)
+
+    def _late_request(self, org: str, k: int) -> dict:
+        """A request whose target, one activity of a lead nobody else uses, is produced 8-25 rounds later: long enough
+        for the request (sent once the activities before it are committed) to reach a mutation batch first."""
+        record = self._activity(org, "lead_id", self._id("00Q"))
+        self._later(k + self.rng.randint(8, 25), ACTIVITIES, org.encode(), dumps(record), "late_target")
+        kind = self.counter % 3
+        if kind == 0:
+            return {**self._base(org, k, "convert"), "from_field": "lead_id", "from_id": record["lead_id"], "to_field": "contact_id",
+                    "to_id": self._id("003")}
+        if kind == 1:
+            return {**self._base(org, k, "delete"), "engagement_id": record["engagement_id"]}
+        return {**self._base(org, k, "update"), "engagement_id": record["engagement_id"],
+                "record": {**{f: record[f] for f in OWNERS}, "engagement_date": "2026-01-31", "activity_type": "meeting", "subject": "late"}}
+
+    def _bad_request(self, k: int) -> None:
+        org = self.rng.choice(ORGS)  # ids no activity uses
+        request = {**self._base(org, k, "convert"), "from_field": "lead_id", "from_id": self._id("00Q"), "to_field": "contact_id",
+                   "to_id": self._id("003")}
+        kind, value = self._spoiled(MUTATIONS, BAD_REQUESTS, request)
+        self._emit(k, MUTATIONS, org.encode(), value, f"bad:{kind}", Gate(INGESTION, ACTIVITIES, k - 1))
+
+    def _bad_gdpr(self, k: int) -> None:
+        org = self.rng.choice(ORGS)
+        request = {"request_id": self._id("g"), "org_id": org, "request_time": iso(BASE_TIME + timedelta(seconds=2 * k)),
+                   "kind": "erasure", "subject_id": self._id("00Q")}  # an id no activity uses: never erased
+        kind, value = self._spoiled(GDPR, BAD_GDPR, request)
+        self._emit(k, GDPR, org.encode(), value, f"bad:{kind}")
+
+    # ---- profile CDC ---------------------------------------------------------------------------------
+
+    def _fields(self, keys: list[str], pid: str) -> dict:
+        rng = self.rng
+        values = {"email": lambda: f"{pid}.{rng.randint(0, 99)}@example.com", "country": lambda: rng.choice(["DE", "FR", "US", "JP"]),
+                  "plan": lambda: rng.choice(["free", "pro", "enterprise"]), "score": lambda: rng.randint(0, 100),
+                  "tags": lambda: rng.sample(["a", "b", "c", "d"], rng.randint(0, 2))}
+        return {key: values[key]() for key in keys}
+
+    def _change(self, tenant: str, pid: str, k: int, op: str = "upsert", fields: dict | None = None) -> dict:
+        self.seq[tenant] += 1
+        change = {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": self.seq[tenant],
+                  "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.seq[tenant] % 1000))}
+        if op == "upsert":
+            change["fields"] = fields or {}
+        return change
+
+    def _profile_change(self, k: int) -> None:
+        rng = self.rng
+        tenant = rng.choice(TENANTS)
+        pid = rng.choice([p for p in (f"p{n}" for n in range(1, 41)) if (tenant, p) not in self.busy])
+        key, roll = f"{tenant}/{pid}".encode(), rng.random()
+        keys = rng.sample(["email", "country", "plan", "score", "tags"], rng.randint(1, 3))
+        if roll < 0.03:
+            kind, value = self._spoiled(PROFILES, BAD_PROFILES, self._change(tenant, pid, k, fields=self._fields(keys, pid)))
+            self._emit(k, PROFILES, b"bad", value, f"bad:{kind}")
+        elif roll < 0.11:  # late: L (lower sequence) arrives 3-15 rounds after N (another staging batch, mostly), and N
+            # sets every key L sets, or deletes: L then changes nothing whether the processor folds it or drops it
+            late = self._change(tenant, pid, k, fields=self._fields(keys[:max(1, len(keys) - 1)], pid))
+            newer = self._change(tenant, pid, k, "delete") if rng.random() < 0.3 else self._change(tenant, pid, k, fields=self._fields(keys, pid))
+            self._emit(k, PROFILES, key, dumps(newer), "profile_change")
+            self._later(k + rng.randint(3, 15), PROFILES, key, dumps(late), "late_change")
+            self.busy.add((tenant, pid))
+        elif roll < 0.16:
+            self._emit(k, PROFILES, key, dumps(self._change(tenant, pid, k, "delete")), "profile_change")
+        else:
+            fields = self._fields(keys, pid)
+            if rng.random() < 0.1:
+                fields[rng.choice(keys)] = None  # "not captured": keeps the stored value
+            change = self._change(tenant, pid, k, fields=fields)
+            if rng.random() < 0.15:
+                change["related_ids"] = rng.sample([f"p{n}" for n in range(1, 41) if f"p{n}" != pid], rng.randint(1, 2))
+            self._emit(k, PROFILES, key, dumps(change), "profile_change")
+

@@ -1,0 +1,272 @@
+"""The soak benchmark's oracle (benchmarks/soak/oracle.py) on tiny hand-made workloads with hand-computed answers,
+and the soak workload checked against it. Pure: no stack, no Spark."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import date, datetime, timezone
+
+from benchmarks.soak.oracle import DUPLICATE, EXPIRED, expected
+from benchmarks.soak.workload import (
+    ACTIVITIES, GDPR, INGESTION, MUTATIONS, PROFILES, RETENTION, Gate, Message, Workload,
+)
+
+NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+
+
+class Script:
+    """Messages in send order; mutation messages gated on the ingestion of earlier rounds, as the workload does."""
+
+    def __init__(self):
+        self.messages: list[Message] = []
+
+    def send(self, topic: str, record, round: int = 0, gate: Gate | None = None, key: bytes = b"k") -> Script:
+        value = record if isinstance(record, bytes) else json.dumps(record).encode()
+        if topic == MUTATIONS and gate is None:
+            gate = Gate(INGESTION, ACTIVITIES, round - 1)
+        self.messages.append(Message(len(self.messages), round, topic, key, value, "test", gate))
+        return self
+
+
+def activity(eid: str, org: str = "o1", **columns) -> dict:
+    return {"engagement_id": eid, "org_id": org, "activity_type": "call", "event_time": "2026-01-02T10:00:00Z", **columns}
+
+
+def request(rid: str, op: str, second: int, org: str = "o1", **columns) -> dict:
+    return {"request_id": rid, "org_id": org, "request_time": f"2026-01-05T08:00:{second:02d}Z", "op": op, **columns}
+
+
+def row(org="o1", lead_id=None, contact_id=None, account_id=None, user_id=None, engagement_date=date(2026, 1, 2),
+        activity_type="call", subject=None) -> dict:
+    return {"org_id": org, "lead_id": lead_id, "contact_id": contact_id, "account_id": account_id, "user_id": user_id,
+            "engagement_date": engagement_date, "activity_type": activity_type, "subject": subject}
+
+
+def test_each_bad_activity_gets_the_reason_the_pipeline_gives_and_good_ones_their_utc_day():
+    good = activity("a", event_time="2026-03-04T23:30:00-05:00", lead_id="L1", subject="hi")
+    s = Script().send(ACTIVITIES, good)
+    s.send(ACTIVITIES, json.dumps(activity("b")).encode()[:-7])
+    s.send(ACTIVITIES, b"[1, 2, 3]")
+    s.send(ACTIVITIES, {k: v for k, v in activity("c").items() if k != "activity_type"})
+    s.send(ACTIVITIES, activity("d", duration_seconds="long"))
+    s.send(ACTIVITIES, activity("e", activity_type="fax_sent"))
+    s.send(ACTIVITIES, activity("f", payload={"body": "x" * 70_000}))
+    s.send(ACTIVITIES, activity(" ", activity_type="fax"))  # a blank id and a bad type: both reasons, one record
+    out = expected(s.messages, now=NOW)
+    assert out.activities == {("o1", "a"): row(lead_id="L1", subject="hi", engagement_date=date(2026, 3, 5))}
+    assert out.quarantine[ACTIVITIES] == Counter({"malformed_record": 2, "missing_required": 1, "wrong_type": 1, "not_in_enum": 1,
+                                                  "oversized": 1, "missing_required+not_in_enum": 1})
+    assert out.problems == []
+
+
+def test_a_retried_activity_counts_once_as_a_duplicate_and_the_same_id_in_another_org_is_another_row():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1")).send(ACTIVITIES, activity("a", lead_id="L1"))
+    s.send(ACTIVITIES, activity("a", org="o2"), round=1)
+    out = expected(s.messages, now=NOW)
+    assert set(out.activities) == {("o1", "a"), ("o2", "a")}
+    assert out.quarantine[ACTIVITIES] == Counter({DUPLICATE: 1})
+
+
+def test_requests_apply_one_by_one_in_request_time_order_whatever_the_send_order():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1")).send(ACTIVITIES, activity("b", lead_id="L1"))
+    s.send(ACTIVITIES, activity("c", contact_id="C1", account_id="AC1", activity_type="email_sent", subject="hi",
+                                event_time="2026-01-04T09:00:00Z"))
+    s.send(MUTATIONS, request("r3", "delete", 3, engagement_id="b"), round=1)
+    s.send(MUTATIONS, request("r1", "convert", 1, from_field="lead_id", from_id="L1", to_field="contact_id", to_id="C2"), round=1)
+    s.send(MUTATIONS, request("r2", "merge", 2, field="contact_id", from_ids=["C2", "C1"], to_id="C3"), round=1)
+    s.send(MUTATIONS, request("r4", "update", 4, engagement_id="a", record={"contact_id": "C9", "engagement_date": "2026-02-01",
+                                                                            "subject": "new"}), round=1)
+    # same request_time: the request_id breaks the tie ("y" before "z"), so "z" wins
+    s.send(MUTATIONS, request("z", "update", 5, engagement_id="c", record={"contact_id": "CZ", "activity_type": "meeting"}), round=1)
+    s.send(MUTATIONS, request("y", "update", 5, engagement_id="c", record={"contact_id": "CY"}), round=1)
+    out = expected(s.messages, now=NOW)
+    assert out.activities == {
+        ("o1", "a"): row(contact_id="C9", engagement_date=date(2026, 2, 1), subject="new"),  # the update replaced owners and date
+        ("o1", "c"): row(contact_id="CZ", engagement_date=None, activity_type="meeting", subject="hi"),
+    }
+    assert out.requests == {("o1", r) for r in ("r1", "r2", "r3", "r4", "y", "z")}
+    assert out.problems == [] and out.late == set()
+
+
+def test_a_date_range_limits_a_convert_to_the_rows_it_holds():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1", event_time="2026-01-02T10:00:00Z"))
+    s.send(ACTIVITIES, activity("b", lead_id="L1", event_time="2026-01-09T10:00:00Z"))
+    s.send(MUTATIONS, request("r1", "convert", 1, from_field="lead_id", from_id="L1", to_field="contact_id", to_id="C2",
+                              date_from="2026-01-01", date_to="2026-01-03"), round=1)
+    out = expected(s.messages, now=NOW)
+    assert out.activities[("o1", "a")]["contact_id"] == "C2" and out.activities[("o1", "a")]["lead_id"] is None
+    assert out.activities[("o1", "b")]["lead_id"] == "L1"
+
+
+def test_bad_and_retried_requests_are_counted_by_reason():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1"))
+    convert = request("r1", "convert", 1, from_field="lead_id", from_id="L1", to_field="contact_id", to_id="C2")
+    s.send(MUTATIONS, convert, round=1).send(MUTATIONS, convert, round=1)
+    s.send(MUTATIONS, json.dumps(request("r2", "delete", 2, engagement_id="a")).encode()[:-7], round=1)
+    s.send(MUTATIONS, request("r3", "rename", 3), round=1)
+    s.send(MUTATIONS, {k: v for k, v in convert.items() if k != "to_id"} | {"request_id": "r4"}, round=1)
+    s.send(MUTATIONS, {**convert, "request_id": "r5", "date_from": "2026-01-20", "date_to": "2026-01-10"}, round=1)
+    s.send(MUTATIONS, request("r6", "merge", 6, field="contact_id", from_ids="C1", to_id="C3"), round=1)
+    s.send(MUTATIONS, request("r7", "delete", 7, engagement_id="a", field="lead_id", id="L1"), round=1)
+    out = expected(s.messages, now=NOW)
+    assert out.quarantine[MUTATIONS] == Counter({DUPLICATE: 1, "malformed_record": 1, "not_in_enum": 1, "missing_required": 1,
+                                                 "invalid_date_range": 1, "wrong_type": 1, "ambiguous_target": 1})
+    assert out.requests == {("o1", "r1")}
+
+
+def test_a_late_target_may_expire_and_the_table_follows_what_actually_happened():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1"))
+    s.send(MUTATIONS, request("early", "delete", 1, engagement_id="a"), round=1)
+    s.send(MUTATIONS, request("late", "convert", 2, from_field="lead_id", from_id="L9", to_field="contact_id", to_id="C9"), round=1)
+    s.send(ACTIVITIES, activity("z", lead_id="L9"), round=3)  # the late request's target arrives two rounds later
+    applied = expected(s.messages, now=NOW)
+    assert applied.late == {("o1", "late")} and applied.problems == []
+    assert applied.activities == {("o1", "z"): row(contact_id="C9")}
+
+    expired = expected(s.messages, expired={("o1", "late")}, now=NOW)
+    assert expired.activities == {("o1", "z"): row(lead_id="L9")}
+    assert expired.quarantine[MUTATIONS] == Counter({EXPIRED: 1}) and expired.problems == []
+
+    pending = expected(s.messages, pending={("o1", "late")}, now=NOW)
+    assert pending.activities == expired.activities and len(pending.unaccounted) == 1
+
+    wrongly = expected(s.messages, expired={("o1", "early")}, now=NOW)  # its target was committed before it was sent
+    assert any("expired although" in p for p in wrongly.problems)
+
+
+def test_assumptions_the_oracle_cannot_be_exact_without_are_reported():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1"))
+    s.send(MUTATIONS, request("r1", "convert", 1, from_field="lead_id", from_id="L1", to_field="contact_id", to_id="C2"), round=1)
+    s.send(ACTIVITIES, activity("b", lead_id="L1"), round=2)  # converted or not, depending on when the batch ran
+    s.send(MUTATIONS, request("r2", "delete", 2, field="contact_id", id="C404"), round=3)  # no row: held back or not
+    s.send(MUTATIONS, request("r3", "delete", 3, engagement_id="a"), round=4, gate=Gate(INGESTION, ACTIVITIES, 1))  # gate too old
+    problems = expected(s.messages, now=NOW).problems
+    assert any("comes after it" in p for p in problems)
+    assert any("finds no row" in p for p in problems)
+    assert any("not gated" in p for p in problems)
+
+
+def test_an_erased_subject_is_nowhere_in_its_org_and_its_namesake_elsewhere_stays():
+    s = Script().send(ACTIVITIES, activity("a", lead_id="S1")).send(ACTIVITIES, activity("n", org="o2", lead_id="S1"))
+    s.send(ACTIVITIES, activity("d", lead_id="S1")).send(ACTIVITIES, activity("d", lead_id="S1"))  # a retry of it too
+    s.send(ACTIVITIES, b'{"engagement_id": "x", "lead_id": "S1", ')  # rejected, no org: matched in any org's list
+    s.send(GDPR, {"request_id": "g1", "org_id": "o1", "request_time": "2026-01-05T08:00:00Z", "kind": "erasure", "subject_id": "S1"},
+           round=1)
+    s.send(ACTIVITIES, activity("after", lead_id="S1"), round=3, gate=Gate(RETENTION, GDPR, 1))
+    s.send(ACTIVITIES, activity("other", lead_id="S10"), round=3)  # a longer id is another person
+    out = expected(s.messages, now=NOW)
+    assert set(out.activities) == {("o2", "n"), ("o1", "other")}
+    assert out.quarantine[ACTIVITIES] == Counter() and out.gdpr_requests == {("o1", "g1")} and out.problems == []
+
+    s.send(ACTIVITIES, activity("ungated", lead_id="S1"), round=4)  # could be stored before the erasure commits
+    assert any("ungated" in p for p in expected(s.messages, now=NOW).problems)
+
+
+def test_bad_gdpr_requests_by_reason():
+    base = {"request_id": "g", "org_id": "o1", "request_time": "2026-01-05T08:00:00Z", "kind": "erasure", "subject_id": "X1"}
+    s = Script().send(GDPR, {**base, "kind": "forget"}).send(GDPR, {k: v for k, v in base.items() if k != "subject_id"})
+    s.send(GDPR, {**base, "request_time": "2099-01-01T00:00:00Z"}).send(GDPR, json.dumps(base).encode()[:-7])
+    s.send(GDPR, {**base, "kind": "retention", "retention_days": 0})
+    out = expected(s.messages, now=NOW)
+    assert out.quarantine[GDPR] == Counter({"not_in_enum": 1, "missing_required": 1, "request_time_in_future": 1,
+                                            "malformed_record": 1, "out_of_range": 1})
+    assert out.gdpr_requests == set()
+
+
+def change(pid: str, seq: int, op: str = "upsert", tenant: str = "acme", **extra) -> dict:
+    return {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": seq,
+            "cdc_ts": "2026-01-05T08:00:00Z", **extra}
+
+
+def test_profiles_fold_by_sequence_with_nulls_deletes_and_a_covered_late_change():
+    s = Script().send(PROFILES, change("p1", 1, fields={"email": "a@x", "plan": "free"}, related_ids=["p2", "p2"]))
+    s.send(PROFILES, change("p1", 3, fields={"plan": "pro", "email": None}))  # null keeps the email
+    s.send(PROFILES, change("p1", 2, fields={"plan": "trial"}))  # late, and p1@3 sets plan too: dropped or overridden
+    s.send(PROFILES, change("p2", 5, fields={"score": 1})).send(PROFILES, change("p2", 6, "delete"))
+    s.send(PROFILES, change("p2", 4, fields={"tags": ["a"]}))  # late below a delete: the tombstone stays
+    s.send(PROFILES, change("p3", 1, fields={"score": 1})).send(PROFILES, change("p3", 2, "delete"))
+    s.send(PROFILES, change("p3", 3, fields={"country": "DE"}))  # re-created from empty fields
+    s.send(PROFILES, b'{"tenant": "acme", "primary_id": ').send(PROFILES, change("p4", 1, op="merge"))
+    s.send(PROFILES, change("p4", 2, fields="[1, 2]")).send(PROFILES, {k: v for k, v in change("p4", 3).items() if k != "primary_id"})
+    s.send(PROFILES, change("p4", 4, tenant="Bad Tenant"))
+    out = expected(s.messages, now=NOW)
+    assert out.profiles == {"acme": {
+        "p1": {"deleted": False, "fields": {"email": "a@x", "plan": "pro"}, "linked_ids": ["p2"], "cdc_seq": 3},
+        "p2": {"deleted": True, "fields": None, "linked_ids": [], "cdc_seq": 6},
+        "p3": {"deleted": False, "fields": {"country": "DE"}, "linked_ids": [], "cdc_seq": 3},
+    }}
+    assert out.quarantine[PROFILES] == Counter({"malformed_record": 1, "not_in_enum": 1, "invalid_json": 1, "missing_required": 1,
+                                                "pattern_mismatch": 1})
+    assert out.problems == []
+
+    s.send(PROFILES, change("p1", 2, fields={"country": "FR"}))  # a late key p1@3 does not set: kept or not by batching
+    assert any("depends on batching" in p for p in expected(s.messages, now=NOW).problems)
+
+
+def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_with_the_oracle():
+    def generate(seed):
+        w = Workload(seed=seed)
+        for _ in range(120):
+            w.next_round()
+        w.remaining_rounds()
+        return w
+
+    w = generate(3)
+    assert [m.value for m in w.messages] == [m.value for m in generate(3).messages]
+    assert not w.scheduled and [m.index for m in w.messages] == list(range(len(w.messages)))
+    out = expected(w.messages, now=NOW)
+    assert out.problems == []
+    intents = Counter(m.intent for m in w.messages)
+    assert out.quarantine[ACTIVITIES][DUPLICATE] == intents["duplicate"]
+    assert out.quarantine[MUTATIONS][DUPLICATE] == intents["duplicate_request"]
+    for topic in (ACTIVITIES, MUTATIONS, GDPR, PROFILES):
+        meant = Counter(m.intent[4:] for m in w.messages if m.topic == topic and m.intent.startswith("bad:"))
+        assert meant and +Counter({k: v for k, v in out.quarantine[topic].items() if k != DUPLICATE}) == meant, topic
+    assert len(out.late) == intents["late_request"] > 0 and intents["subject_after_erasure"] > 0
+    # the generator tracks the rows it aims requests at; the oracle recomputes them from the bytes alone
+    isolated = {json.loads(m.value)["engagement_id"] for m in w.messages if m.intent in ("late_target", "namesake")}
+    table = {eid: r for (_, eid), r in out.activities.items() if eid not in isolated}
+    assert table == {eid: {k: v for k, v in r.items() if k != "round"} for eid, r in w.rows.items()}
+
+
+class FakeProducer:
+    """Delivers on poll, offsets counted per topic on partition 0."""
+
+    def __init__(self):
+        self.sent, self.reports = [], []
+
+    def produce(self, topic, value, key, on_delivery):
+        self.sent.append((topic, value))
+        self.reports.append((on_delivery, sum(1 for t, _ in self.sent if t == topic) - 1))
+
+    def poll(self, timeout=0):
+        reports, self.reports = self.reports, []
+        for on_delivery, offset in reports:
+            on_delivery(None, type("Delivered", (), {"partition": lambda self: 0, "offset": lambda self, o=offset: o})())
+
+
+def test_the_sender_holds_a_gated_message_until_the_stream_committed_the_rounds_it_waits_for():
+    from benchmarks.soak.__main__ import Sender
+
+    producer = FakeProducer()
+    sender = Sender(producer, {ACTIVITIES: "a", MUTATIONS: "m"})
+    message = lambda i, r, topic, gate=None: Message(i, r, topic, b"k", f"v{i}".encode(), "test", gate)  # noqa: E731
+    sender.send([message(0, 0, ACTIVITIES), message(1, 0, ACTIVITIES)], {})
+    gated = [message(2, 1, MUTATIONS, Gate(INGESTION, ACTIVITIES, 0)), message(3, 1, MUTATIONS, Gate(INGESTION, ACTIVITIES, 0))]
+    sender.send(gated, {})
+    assert [t for t, _ in producer.sent] == ["a", "a"] and sender.unsent() == 2  # both wait: nothing committed yet
+    sender.pump({"ingestion": {0: 1}})  # one of the two activities committed
+    assert sender.unsent() == 2
+    sender.pump({"ingestion": {0: 2}})
+    assert [v for _, v in producer.sent] == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_what_the_broker_lost_or_repeated_is_what_the_oracle_sees():
+    from benchmarks.soak.reconcile import as_delivered
+
+    s = Script().send(ACTIVITIES, activity("a")).send(ACTIVITIES, activity("b")).send(ACTIVITIES, activity("c"))
+    on_topic = Counter({(ACTIVITIES, s.messages[0].value): 2, (ACTIVITIES, s.messages[2].value): 1})
+    delivered, notes = as_delivered(s.messages, on_topic)
+    assert [m.index for m in delivered] == [0, 0, 2] and len(notes) == 2
+    assert expected(delivered, now=NOW).quarantine[ACTIVITIES] == Counter({DUPLICATE: 1})
