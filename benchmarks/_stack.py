@@ -130,3 +130,19 @@ def upload_lake(local: Path, uri: str, options: dict) -> float:
     fs, base = filesystem(uri, options)
     pafs.copy_files(str(local), base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs, use_threads=True)
     return time.perf_counter() - t
+
+
+def processes_of(state_dir: str) -> dict[int, Path]:
+    """pid -> /proc/<pid> of every process whose environment names this EP_STATE_DIR (a stack, Dagster and the
+    runs it started all inherit it; other processes on the machine do not)."""
+    marker = f"EP_STATE_DIR={state_dir}".encode()
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                out[int(entry.name)] = entry
+        except OSError:  # gone, or not ours to read
+            continue
+    return out

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stack import REPO, machine  # noqa: E402
+from _stack import REPO, machine, processes_of  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 STREAM_TOPICS = {  # stream -> the settings attribute path of its topic
@@ -48,17 +48,12 @@ def load_average() -> tuple[float, float, float]:
 
 
 def platform_rss(state_dir: str) -> dict[int, float]:
-    """pid -> RSS in MB of every process whose environment names this run's state folder."""
-    marker = f"EP_STATE_DIR={state_dir}".encode()
+    """pid -> RSS in MB of every process started with this run's state folder."""
     out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, proc in processes_of(state_dir).items():
         try:
-            if marker not in (entry / "environ").read_bytes().split(b"\0"):
-                continue
-            out[int(entry.name)] = int((entry / "statm").read_text().split()[1]) * PAGE / 2**20
-        except OSError:  # gone, or not ours to read
+            out[pid] = int((proc / "statm").read_text().split()[1]) * PAGE / 2**20
+        except OSError:  # gone meanwhile
             continue
     return out
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks._stack import REPO
+from benchmarks._stack import REPO, processes_of
 
 KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "broker_restart", "spark_restart")
 SERVERS = {"zookeeper_restart": "zookeeper", "broker_restart": "kafka", "spark_restart": "spark"}
@@ -68,15 +68,11 @@ def plan_faults(rng: random.Random, count: int, window_s: float) -> list[Fault]:
 
 def soak_processes(state_dir: str) -> dict[int, bytes]:
     """pid -> command line of every process whose environment names this soak's state folder."""
-    marker = f"EP_STATE_DIR={state_dir}".encode()
     out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid, proc in processes_of(state_dir).items():
         try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:  # gone, or not ours to read
+            out[pid] = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:  # gone meanwhile
             continue
     return out
 

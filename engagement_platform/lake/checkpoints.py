@@ -72,6 +72,13 @@ def _row(plan: BatchPlan, process: str, state: str, at: datetime, **columns) -> 
     return dict(stream=plan.stream, batch_id=plan.batch_id, process=process, state=state, topic=topic, ranges=ranges, recorded_at=at, **columns)
 
 
+@dataclass(frozen=True)
+class LatestBatch:
+    plan: BatchPlan | None
+    done: bool
+    planned_at: datetime | None  # when the plan was recorded (a cadence's wait counts from it)
+
+
 class CheckpointStore:
     def __init__(self, lake: DeltaLake):
         self.lake = lake
@@ -146,19 +153,25 @@ class CheckpointStore:
 
     def latest_of(self, streams: list[str]) -> dict[str, tuple[BatchPlan | None, bool]]:
         """`latest` of every stream in `streams`, from one read."""
+        return {stream: (b.plan, b.done) for stream, b in self.latest_batches(streams).items()}
+
+    def latest_batches(self, streams: list[str]) -> dict[str, LatestBatch]:
+        """Each stream's latest plan, whether it is done and when it was planned, from one read."""
         by_stream = _split_by(self.rows_of(streams), "stream")
         out = {}
         for stream in streams:
             rows = by_stream.get(stream, CHECKPOINTS.schema.empty_table())
             plans = plans_from_rows(stream, rows)
-            out[stream] = (plans[-1], states_from_rows(rows, plans[-1].batch_id).get(BATCH) == "done") if plans else (None, False)
+            if not plans:
+                out[stream] = LatestBatch(None, False, None)
+                continue
+            latest = plans[-1]
+            out[stream] = LatestBatch(latest, states_from_rows(rows, latest.batch_id).get(BATCH) == "done", planned_at_in(rows, latest.batch_id))
         return out
 
     def planned_at(self, stream: str, batch_id: int) -> datetime | None:
         """When the batch's plan was recorded (None if it never was)."""
-        rows = self.rows(stream)
-        rows = rows.filter(pc.and_(pc.equal(rows["batch_id"], batch_id), pc.equal(rows["process"], PLAN)))
-        return rows["recorded_at"][0].as_py() if rows.num_rows else None
+        return planned_at_in(self.rows(stream), batch_id)
 
     def states(self, stream: str, batch_id: int) -> dict[str, str]:
         """process -> latest state for one batch."""
@@ -166,6 +179,12 @@ class CheckpointStore:
 
     def is_done(self, stream: str, batch_id: int) -> bool:
         return self.states(stream, batch_id).get(BATCH) == "done"
+
+
+def planned_at_in(rows: pa.Table, batch_id: int) -> datetime | None:
+    """When the batch's plan row was recorded, among checkpoint rows of its stream."""
+    rows = rows.filter(pc.and_(pc.equal(rows["batch_id"], batch_id), pc.equal(rows["process"], PLAN)))
+    return rows["recorded_at"][0].as_py() if rows.num_rows else None
 
 
 def plans_from_rows(stream: str, rows: pa.Table) -> list[BatchPlan]:

@@ -227,15 +227,10 @@ def batch_cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
-def cadence_wait(cadence: Cadence, plan: BatchPlan, latest: BatchPlan | None, store: CheckpointStore,
-                max_records_per_partition: int) -> str | None:
-    """The cadence's reason to hold a new slice back, or None: the previous plan's time is read only when the
-    slice is small enough for that to matter."""
+def cadence_wait(cadence: Cadence, plan: BatchPlan, previous_planned_at: datetime | None, max_records_per_partition: int) -> str | None:
+    """The cadence's reason to hold a new slice back, or None (`previous_planned_at`: None when the stream never planned)."""
     full = reached_bound((r.size for r in plan.ranges), max_records_per_partition)
-    if cadence.wait_reason(plan.record_count, full, 0.0) is None:
-        return None
-    planned = store.planned_at(latest.stream, latest.batch_id) if latest is not None else None
-    waited = (datetime.now(timezone.utc) - planned).total_seconds() if planned is not None else None
+    waited = (datetime.now(timezone.utc) - previous_planned_at).total_seconds() if previous_planned_at is not None else None
     return cadence.wait_reason(plan.record_count, full, waited)
 
 
@@ -250,7 +245,8 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
         reason = definition.tick_gate(store)
         if reason:
             return SkipReason(reason)
-    latest, done = store.latest(stream)
+    state = store.latest_batches([stream])[stream]  # one read: the plan, whether it is done, when it was planned
+    latest, done = state.plan, state.done
     # The cursor is read only to catch a lake that is not the one it planned in: the checkpoint store,
     # not the cursor, says where the stream stands, so a lost cursor never skips or repeats a slice.
     ahead = cursor_ahead_of_store(context.cursor, stream, latest)
@@ -274,7 +270,7 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
             asset_events=observed,
         )
     if idle is None:
-        not_due = cadence_wait(settings.cadence(stream), plan, latest, store, settings.max_records_per_partition)
+        not_due = cadence_wait(settings.cadence(stream), plan, state.planned_at, settings.max_records_per_partition)
         if not_due:
             return SensorResult(skip_reason=not_due, asset_events=observed)
     # A new batch's run is launched only when it would get in: the lock free and the predecessor rule
