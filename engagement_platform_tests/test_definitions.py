@@ -48,6 +48,8 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     assert {s.name for s in repo.schedule_defs} == {"layout_upkeep_schedule", "profile_upkeep_schedule", "landing_retention_schedule"}
     assert {"engagement_ingestion_job", "engagement_mutation_job", "engagement_retention_job", "layout_upkeep_job", "ingest_rewards_members_job",
             "profile_cdc_staging_job", "profile_processor_job", "profile_backfill_job"} <= set(repo.job_names)
+    # a processor run merges a tenant's changes and evaluates its segments in one process
+    assert repo.get_job("profile_processor_job").asset_layer.executable_asset_keys == {AssetKey("profile_raw"), AssetKey("profile_segments")}
     assert repo.assets_defs_by_key[AssetKey("engagement_mutation")].op.pool == "engagement_activity_rewrites"
     assert repo.assets_defs_by_key[AssetKey("engagement_layout_upkeep")].op.pool == "engagement_activity_rewrites"
     assert repo.assets_defs_by_key[AssetKey("engagement_retention")].op.pool == "engagement_activity_rewrites"

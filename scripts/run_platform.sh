@@ -120,9 +120,9 @@ trap cleanup EXIT
 
 bash scripts/stack.sh start zookeeper kafka spark "${STORES[@]}"
 
-# The demo producer runs for hours: topics keep EP_DEMO_TOPIC_RETENTION_MINUTES [10] of messages (standard
+# The demo producer runs for hours: topics keep EP_DEMO_TOPIC_RETENTION_MINUTES [5] of messages (standard
 # retention.ms), far more than the streams' lag (about a minute), so the broker's log stays bounded.
-.venv/bin/python -m engagement_platform.cli create-topics --retention-minutes "${EP_DEMO_TOPIC_RETENTION_MINUTES:-10}"
+.venv/bin/python -m engagement_platform.cli create-topics --retention-minutes "${EP_DEMO_TOPIC_RETENTION_MINUTES:-5}"
 # Two store exports for the rewards_members ingest pipeline (its landing sensor picks them up).
 .venv/bin/python -m engagement_platform.cli demo-landing --files 2 --rows 5000
 

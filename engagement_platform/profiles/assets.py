@@ -14,11 +14,11 @@ materialization of the tenant for every commit it makes. Both take the tenant lo
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dagster import AssetExecutionContext, AssetKey, AssetSpec, DynamicPartitionsDefinition
+from dagster import AssetExecutionContext, AssetKey, AssetSpec, DagsterInstance, DynamicPartitionsDefinition, RunsFilter
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.parts import Parts
-from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, coordination_failures
+from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, UNFINISHED, coordination_failures
 from engagement_platform.orchestration.topics import Watermarks
 from engagement_platform.profiles.lag import staged_offsets, topic_lag
 from engagement_platform.profiles.locks import tenant_lock
@@ -31,6 +31,11 @@ TOPIC_ASSET = AssetKey(["kafka", "profile_cdc"])
 STAGING_ASSET = AssetKey(PROFILE_CDC_STAGING.name)
 RAW_ASSET = AssetKey("profile_raw")
 BACKFILL_ASSET = AssetKey("profile_backfill")
+SEGMENTS_ASSET = AssetKey("profile_segments")
+# A processor run merges a tenant's staged changes and then evaluates its segments in the same process (one
+# run per tenant per staging batch instead of two); the segments job alone follows the other raw writers.
+PROCESSOR_JOB = "profile_processor_job"
+SEGMENTS_JOB = "profile_segments_job"
 # One per tenant: the processor sensor adds a tenant when its first changes are staged.
 profile_tenants = DynamicPartitionsDefinition(name="profile_tenants")
 
@@ -44,6 +49,14 @@ def cdc_lag_metadata(watermarks: Watermarks, staged: dict[int, int]) -> dict:
 def cdc_observation_metadata(checkpoints: CheckpointStore, watermarks: Watermarks) -> dict:
     """What an observation of the CDC topic adds to its watermarks: its lag behind the dumper's last done batch."""
     return cdc_lag_metadata(watermarks, staged_offsets(checkpoints))
+
+
+def tenants_in_flight(instance: DagsterInstance, job_names: tuple[str, ...] = (PROCESSOR_JOB, SEGMENTS_JOB)) -> set[str]:
+    """Tenants with an unfinished run of any of these jobs. Both jobs evaluate a tenant's segments, and two
+    evaluations of one tenant at once would clean up each other's uncommitted files: neither sensor requests
+    a run for a tenant another run is working on."""
+    return {r.tags.get("dagster/partition") for name in job_names
+            for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))}
 
 
 @contextmanager

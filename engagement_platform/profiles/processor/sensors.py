@@ -12,7 +12,7 @@ from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
 from engagement_platform.orchestration.runs import FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, counts_as_attempt
 from engagement_platform.orchestration.topics import topic_observation
-from engagement_platform.profiles.assets import TOPIC_ASSET, cdc_observation_metadata, profile_tenants
+from engagement_platform.profiles.assets import SEGMENTS_JOB, TOPIC_ASSET, cdc_observation_metadata, profile_tenants, tenants_in_flight
 from engagement_platform.profiles.lag import tenant_lags
 from engagement_platform.profiles.processor.apply import processor_stream
 from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
@@ -43,7 +43,7 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
     instance = context.instance
     running = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(UNFINISHED)))
     running, note = reap_orphans(instance, running, coordinator)  # runs whose process is gone are failed here
-    in_flight = {r.tags.get("dagster/partition") for r in running}
+    in_flight = {r.tags.get("dagster/partition") for r in running} | tenants_in_flight(instance, (SEGMENTS_JOB,))
     requests, waiting = [], []
     for tenant in tenants:
         if tenant in in_flight:

@@ -1,6 +1,7 @@
 """Segments in Dagster: profile_segments, one partition per tenant, downstream of the raw tables; a sensor
 requests a tenant's evaluation once its raw table moved past the last evaluated version (the processor,
-backfill or an erasure committed). Each run reports identities evaluated, segments, entries, exits and
+backfill or an erasure committed) and no run of the tenant is in flight: the processor's run evaluates the
+segments itself right after its merge, so this sensor only follows the other writers. Each run reports identities evaluated, segments, entries, exits and
 every segment's size (plotted over runs); its check re-evaluates a sample of identities with the slow
 reference evaluator and compares with the committed membership.
 
@@ -18,7 +19,8 @@ from dagster import (
 )
 
 from engagement_platform.orchestration.parts import Parts
-from engagement_platform.profiles.assets import GROUP, RAW_ASSET, profile_tenants
+from engagement_platform.orchestration.runs import STREAM_TAG
+from engagement_platform.profiles.assets import GROUP, RAW_ASSET, SEGMENTS_ASSET, SEGMENTS_JOB, profile_tenants, tenants_in_flight
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
 from engagement_platform.profiles.segments.definitions import load_segments
 from engagement_platform.profiles.segments.reference import members
@@ -29,7 +31,6 @@ from engagement_platform.settings import load_settings
 from engagement_platform.streams.pin import pin_batch
 from engagement_platform.streams.slices import TableVersionsSlice
 
-SEGMENTS_ASSET = "profile_segments"
 MATCHES_REFERENCE = "membership_matches_reference"
 SAMPLE = 500
 
@@ -74,22 +75,25 @@ def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int)
                             metadata={"sampled": len(sample), "missing": len(expected - committed), "extra": len(committed - expected)})
 
 
-profile_segments_job = define_asset_job("profile_segments_job", selection=AssetSelection.assets(SEGMENTS_ASSET), partitions_def=profile_tenants,
+profile_segments_job = define_asset_job(SEGMENTS_JOB, selection=AssetSelection.assets(SEGMENTS_ASSET), partitions_def=profile_tenants,
                                         executor_def=in_process_executor, description="Evaluate every segment of one tenant.")
 
 
 @sensor(job=profile_segments_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def profile_segments_sensor(context: SensorEvaluationContext, lake: LakeResource):
-    """One evaluation per tenant whose raw table moved past the version its last evaluation read."""
+    """One evaluation per tenant whose raw table moved past the version its last evaluation read, unless a
+    run of the tenant (a processor run evaluates too) is in flight."""
     store, requests = lake.lake, []
+    busy = tenants_in_flight(context.instance)
     for tenant in context.instance.get_dynamic_partitions(profile_tenants.name):
-        if not store.exists(raw_table_name(tenant)):
+        if tenant in busy or not store.exists(raw_table_name(tenant)):
             continue
         latest = lake.checkpoints.latest_plan(segments_stream(tenant))
         evaluated = latest.slice_as(TableVersionsSlice).up_to if latest else -1
         current = store.table(raw_table_name(tenant)).version()
         if current > evaluated:
-            requests.append(RunRequest(run_key=f"{segments_stream(tenant)}/raw@{current}", partition_key=tenant))
+            requests.append(RunRequest(run_key=f"{segments_stream(tenant)}/raw@{current}", partition_key=tenant,
+                                       tags={STREAM_TAG: segments_stream(tenant)}))
     return requests or SkipReason("every tenant's segments are evaluated at its raw table's current version")
 
 

@@ -5,12 +5,14 @@ profile linked to another enters as its merged identity dictates; a deleted prof
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from dagster import DagsterInstance, SkipReason, build_sensor_context, materialize
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context, materialize
 
-from engagement_platform.profiles.assets import profile_tenants
+from engagement_platform.orchestration.runs import STREAM_TAG
+from engagement_platform.profiles.assets import PROCESSOR_JOB, profile_tenants
 from engagement_platform.profiles.segments.assets import profile_segments, profile_segments_sensor
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
 from engagement_platform.profiles.segments.definitions import parse_segment
@@ -91,8 +93,19 @@ def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_
         assert (meta["segments"].value, meta["identities_evaluated"].value, meta["size_germans"].value, meta["size_linked"].value) == (2, 2, 1, 1)
         (check,) = out.get_asset_check_evaluations()
         assert check.passed and check.metadata["sampled"].value == 2 and check.metadata["missing"].value == check.metadata["extra"].value == 0
-        tick = profile_segments_sensor(build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}))
-        assert isinstance(tick, SkipReason), "evaluated at the raw table's current version: nothing to request"
+        def tick():
+            return profile_segments_sensor(build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}))
+        assert isinstance(tick(), SkipReason), "evaluated at the raw table's current version: nothing to request"
+
+        # The raw table moves while a processor run of the tenant is in flight: that run evaluates the
+        # segments itself after its merge, so the sensor requests nothing for the tenant until it ends.
+        stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p4", 2, {"country": "DE"})], "acme")
+        processor_run = instance.add_run(DagsterRun(job_name=PROCESSOR_JOB, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
+                                                    tags={"dagster/partition": "acme"}))
+        assert isinstance(tick(), SkipReason)
+        instance.report_run_failed(processor_run)  # e.g. its segments step failed: this sensor picks the evaluation up
+        (request,) = tick()
+        assert isinstance(request, RunRequest) and request.partition_key == "acme" and request.tags[STREAM_TAG] == segments_stream("acme")
 
 
 def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str, str]]:
