@@ -2,7 +2,7 @@
 (workload.py) while faults are injected (faults.py), then every table reconciled with an independent oracle
 (oracle.py, reconcile.py).
 
-    .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20
+    .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20 [--max-concurrent-faults 2]
 
 Its own stack (ZooKeeper 43181, broker 49192, Spark Connect 45102: neither the default, the tests' nor the other
 benchmarks' ports) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
@@ -179,7 +179,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--minutes", type=float, default=5.0, help="how long rounds are produced and faults injected")
-    parser.add_argument("--faults", type=int, default=20, help="faults planned over the window (one at a time; those that do not fit are reported)")
+    parser.add_argument("--faults", type=int, default=20, help="faults planned over the window (those that do not fit are reported)")
+    parser.add_argument("--max-concurrent-faults", type=int, default=1, help="faults active at once (one per target)")
     parser.add_argument("--round-seconds", type=float, default=2.0)
     parser.add_argument("--sample-seconds", type=float, default=5.0, help="how often committed offsets and watermarks are read")
     parser.add_argument("--batch-wait", type=int, default=20, help="EP_BATCH_MAX_WAIT_SECONDS: a batch per stream this often")
@@ -222,7 +223,7 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     window = args.minutes * 60
     start, samples, incidents = time.monotonic(), [], []
     faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window)  # its own stream: the workload stays the same
-    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1))
+    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1), args.max_concurrent_faults)
 
     def wait_until(t: float) -> None:
         """Sample, send what gates let through, and watch the daemon until `t` seconds after the start."""

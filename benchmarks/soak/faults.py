@@ -7,7 +7,13 @@ Kinds:
                (its lease is gone: fencing must keep it from committing; its batch is retried);
 - daemon_kill: SIGKILL the dagster daemon (sensors, run queue, run monitoring), restart it a few seconds later;
 - zookeeper_restart / broker_restart / spark_restart: `scripts/stack.sh stop <server>` (SIGTERM, then SIGKILL
-               after 30 s), down a few seconds, `start <server>` with the soak's ports and state folder.
+               after 30 s), down a few seconds, `start <server>` with the soak's ports and state folder;
+- zookeeper_session_expiry: SIGSTOP the ZooKeeper server past the clients' session timeout, then SIGCONT: when it
+               resumes it expires the sessions that went quiet, so every run holding a lock loses its ephemeral
+               lock and liveness nodes at once (a restart need not: sessions outlive a quick restart).
+
+Faults may overlap (`max_concurrent`, as real failures do): a fault starts at its planned moment unless as many
+are already active or one is active on the same target (a server, the daemon); then it starts once that clears.
 
 A process belongs to the soak when its environment names the soak's EP_STATE_DIR (as benchmarks/demo_health.py's
 platform_rss finds them). A run worker is a `dagster api execute_run` process, or, with the default run launcher,
@@ -28,8 +34,9 @@ from pathlib import Path
 
 from benchmarks._stack import REPO, processes_of
 
-KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "broker_restart", "spark_restart")
+KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "zookeeper_session_expiry", "broker_restart", "spark_restart")
 SERVERS = {"zookeeper_restart": "zookeeper", "broker_restart": "kafka", "spark_restart": "spark"}
+TARGETS = {**SERVERS, "zookeeper_session_expiry": "zookeeper", "daemon_kill": "daemon"}  # run faults pick any run: no target
 # CoordinatorResource.session_timeout_s (resources.py), the kazoo session of streams/coordinator.py: a run stopped
 # longer than this has lost its ephemeral lock and liveness nodes.
 ZK_SESSION_TIMEOUT_S = 10.0
@@ -61,7 +68,8 @@ def plan_faults(rng: random.Random, count: int, window_s: float) -> list[Fault]:
     faults = []
     for t in sorted(rng.uniform(start, window_s) for _ in range(count)):
         kind = rng.choice(KINDS)
-        hold = ZK_SESSION_TIMEOUT_S + rng.uniform(5, 15) if kind == "run_pause" else rng.uniform(2, 15)
+        past_session = kind in ("run_pause", "zookeeper_session_expiry")
+        hold = ZK_SESSION_TIMEOUT_S + rng.uniform(5, 15) if past_session else rng.uniform(2, 15)
         faults.append(Fault(kind, round(t, 1), round(hold, 1)))
     return faults
 
@@ -139,27 +147,52 @@ class Daemon:
 
 
 class Injector(threading.Thread):
-    """Injects the planned faults one after another (a fault waits for the previous one to clear)."""
+    """Injects the planned faults at their moments, each in a thread of its own: at most `max_concurrent` at once and
+    one per target (a fault waits for those to clear, and starts late)."""
 
-    def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random):
+    def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random,
+                 max_concurrent: int = 1):
         super().__init__(name="soak-faults", daemon=True)
         self.faults, self.start_at, self.window_s = faults, start, window_s
         self.env, self.state_dir, self.daemon, self.rng = env, env["EP_STATE_DIR"], daemon, rng
+        self.max_concurrent = max_concurrent
         self.halt = threading.Event()
+        self.active: dict[threading.Thread, str | None] = {}  # fault thread -> its target
+        self.lock = threading.Lock()  # rng and active are shared by the fault threads
 
     def now(self) -> float:
         return time.monotonic() - self.start_at
 
     def run(self) -> None:
         for fault in self.faults:
-            if self.halt.wait(max(0.0, fault.planned - self.now())) or self.now() > self.window_s:
+            target = TARGETS.get(fault.kind)
+            if self.halt.wait(max(0.0, fault.planned - self.now())):
                 fault.detail = fault.detail or "not injected: the produce window was over"
                 continue
-            try:
-                self.inject(fault)
-            except Exception as exc:  # a fault that could not be injected is reported, the soak goes on
-                fault.detail = f"failed: {exc!r}"[:300]
-            print(f"fault {fault.kind}: injected {fault.injected}, cleared {fault.cleared} {fault.detail}", flush=True)
+            while not self.halt.is_set() and not self.free(target):
+                time.sleep(0.2)
+            if self.halt.is_set() or self.now() > self.window_s:
+                fault.detail = fault.detail or "not injected: the produce window was over"
+                continue
+            thread = threading.Thread(target=self.inject_reported, args=(fault,), name=f"fault-{fault.kind}", daemon=True)
+            with self.lock:
+                self.active[thread] = target
+            thread.start()
+        for thread in list(self.active):  # a fault in progress clears first (a server it stopped is started again)
+            thread.join()
+
+    def free(self, target: str | None) -> bool:
+        with self.lock:
+            for thread in [t for t in self.active if not t.is_alive()]:
+                del self.active[thread]
+            return len(self.active) < self.max_concurrent and (target is None or target not in self.active.values())
+
+    def inject_reported(self, fault: Fault) -> None:
+        try:
+            self.inject(fault)
+        except Exception as exc:  # a fault that could not be injected is reported, the soak goes on
+            fault.detail = f"failed: {exc!r}"[:300]
+        print(f"fault {fault.kind}: injected {fault.injected}, cleared {fault.cleared} {fault.detail}", flush=True)
 
     def inject(self, fault: Fault) -> None:
         if fault.kind in ("run_kill", "run_pause"):
@@ -175,6 +208,15 @@ class Injector(threading.Thread):
                     os.kill(pid, signal.SIGCONT)
                 except ProcessLookupError:
                     fault.detail += " (gone before SIGCONT)"
+            fault.cleared = self.now()
+        elif fault.kind == "zookeeper_session_expiry":
+            pid = int((Path(self.state_dir) / "pids" / "zookeeper.pid").read_text().strip())
+            fault.injected, fault.detail = self.now(), f"pid {pid}"
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(fault.hold)
+            finally:
+                os.kill(pid, signal.SIGCONT)
             fault.cleared = self.now()
         elif fault.kind == "daemon_kill":
             fault.injected = self.now()
@@ -200,7 +242,8 @@ class Injector(threading.Thread):
         while time.monotonic() < deadline and not self.halt.is_set():
             workers = run_workers(self.state_dir)
             if workers:
-                return self.rng.choice(workers)
+                with self.lock:
+                    return self.rng.choice(workers)
             time.sleep(0.5)
         return None
 

@@ -1,5 +1,6 @@
 """The soak's verdict: the lake's tables (read with deltalake, no Spark) against the oracle, the stopped Dagster
-instance's runs and asset checks, and the faults with their recovery times; printed, with a final PASS/FAIL line.
+instance's runs, sensor ticks (a stream still paused at the end fails the soak: its faults had cleared) and asset
+checks, and the faults with their recovery times; printed, with a final PASS/FAIL line.
 
 Per table: rows lost (expected, absent), duplicated (a key more than once), wrong (same key, a checked column
 differs) and unexpected (present, not expected); quarantines per reason (records, i.e. distinct source positions,
@@ -141,7 +142,16 @@ def dagster_outcome(dagster_home: str) -> dict:
                     (warned if severity == "WARN" else failing).append(f"{where}: {severity}")
                 elif record.status.value == "PLANNED" and status.get(record.run_id) not in (None, "STARTED", "STARTING"):
                     unevaluated.append(f"{where}: planned by run {record.run_id[:8]} ({status.get(record.run_id)}), never evaluated")
-    return {"runs": Counter(f"{r.job_name}: {r.status.value}" for r in runs), "failed": failed,
+        ticks, failed_ticks, paused = Counter(), Counter(), []
+        for state in instance.all_instigator_state():
+            history = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1_000_000)  # newest first
+            ticks.update(tick.status.value for tick in history)
+            failed_ticks.update(state.instigator_name for tick in history if tick.status.value == "FAILURE")
+            reason = (history[0].skip_reason or "") if history else ""
+            if "paused" in reason:  # a stream that stopped retrying waits for a person (README: resuming a paused stream)
+                paused.append(f"{state.instigator_name}: {reason[:300]}")
+    return {"runs": Counter(f"{r.job_name}: {r.status.value}" for r in runs), "failed": failed, "ticks": ticks,
+            "failed_ticks": failed_ticks, "paused": paused,
             "retried": sum(1 for n in attempts.values() if n > 1), "checks": evaluated, "failing": failing, "warnings": warned,
             "unevaluated": unevaluated}
 
@@ -165,6 +175,10 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
     print(f"  failed runs {len(dagster['failed'])}, batches that took more than one run {dagster['retried']}")
     for line in dagster["failed"]:
         print("    failed: " + line)
+    print(f"  sensor and schedule ticks: {dict(sorted(dagster['ticks'].items()))}; failed ticks by sensor (faults make some): "
+          f"{dict(sorted(dagster['failed_ticks'].items())) or 'none'}")
+    for line in dagster["paused"]:
+        print("  PAUSED at the end: " + line)
     print(f"\n== checks: {dagster['checks']} (check, partition) latest evaluations ==")
     for label in ("failing", "unevaluated", "warnings"):
         for line in dagster[label]:
@@ -181,6 +195,7 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
     verdict = {"not caught up within the bound": not caught_up, f"{differences} differences in the tables": differences > 0,
                f"{len(unaccounted)} records unaccounted for": bool(unaccounted), f"{len(dagster['failing'])} failing checks": bool(dagster["failing"]),
                f"{len(dagster['unevaluated'])} checks never evaluated": bool(dagster["unevaluated"]),
+               f"{len(dagster['paused'])} streams paused after the faults cleared": bool(dagster["paused"]),
                f"{len(problems)} broken workload assumptions": bool(problems)}
     failed = [reason for reason, bad in verdict.items() if bad]
     print(f"\n{'FAIL: ' + '; '.join(failed) if failed else 'PASS'} ({len(messages)} messages, {sum(f.injected is not None for f in faults)} faults)")

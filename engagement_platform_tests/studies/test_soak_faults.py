@@ -1,0 +1,62 @@
+"""The soak's fault scheduling (benchmarks/soak/faults.py) with the injection itself replaced by a sleep: faults
+overlap up to the bound, never two on one target, start late rather than never inside the window, and faults that
+must outlast a ZooKeeper session are planned so. Pure: no process is signalled."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from benchmarks.soak.faults import KINDS, TARGETS, ZK_SESSION_TIMEOUT_S, Fault, Injector, plan_faults
+
+
+class Timed(Injector):
+    """Records (kind, start, end) instead of signalling anything."""
+
+    def __init__(self, faults: list[Fault], window_s: float, max_concurrent: int):
+        super().__init__(faults, time.monotonic(), window_s, {"EP_STATE_DIR": "/nonexistent"}, daemon=None, rng=random.Random(0),
+                         max_concurrent=max_concurrent)
+        self.spans: list[tuple[str, float, float]] = []
+        self.spans_lock = threading.Lock()
+
+    def inject(self, fault: Fault) -> None:
+        fault.injected = self.now()
+        time.sleep(fault.hold)
+        fault.cleared = self.now()
+        with self.spans_lock:
+            self.spans.append((fault.kind, fault.injected, fault.cleared))
+
+
+def most_at_once(spans) -> int:
+    return max(sum(1 for _, s, e in spans if s <= t < e) for _, t, _ in spans)
+
+
+def test_faults_overlap_up_to_the_bound_and_never_two_on_one_target():
+    faults = [Fault("zookeeper_restart", 0.0, 0.4), Fault("zookeeper_session_expiry", 0.05, 0.2), Fault("broker_restart", 0.1, 0.4),
+              Fault("run_kill", 0.15, 0.2), Fault("run_pause", 0.2, 0.2), Fault("daemon_kill", 5.0, 0.1)]
+    injector = Timed(faults, window_s=3.0, max_concurrent=2)
+    injector.start()
+    injector.join(10)
+    by_kind = {f.kind: f for f in faults}
+    assert all(by_kind[k].injected is not None for k in ("zookeeper_restart", "zookeeper_session_expiry", "broker_restart", "run_kill", "run_pause"))
+    assert by_kind["zookeeper_session_expiry"].injected >= by_kind["zookeeper_restart"].cleared, "one fault per server at a time"
+    assert by_kind["broker_restart"].injected < by_kind["zookeeper_restart"].cleared, "another target overlaps"
+    assert by_kind["run_kill"].injected >= min(by_kind["zookeeper_restart"].cleared, by_kind["broker_restart"].cleared) - 0.01, "waits for a slot"
+    assert most_at_once(injector.spans) == 2
+    assert by_kind["daemon_kill"].injected is None and "window" in by_kind["daemon_kill"].detail, "planned after the window: not injected"
+
+
+def test_one_at_a_time_is_sequential():
+    faults = [Fault(kind, 0.01 * i, 0.1) for i, kind in enumerate(("run_kill", "broker_restart", "spark_restart"))]
+    injector = Timed(faults, window_s=3.0, max_concurrent=1)
+    injector.start()
+    injector.join(10)
+    assert most_at_once(injector.spans) == 1 and len(injector.spans) == 3
+
+
+def test_planned_faults_cover_every_kind_and_session_faults_outlast_the_session():
+    faults = plan_faults(random.Random(5), 400, 1800)
+    assert {f.kind for f in faults} == set(KINDS) and all(60 <= f.planned <= 1800 for f in faults)
+    assert all(f.hold > ZK_SESSION_TIMEOUT_S for f in faults if f.kind in ("run_pause", "zookeeper_session_expiry"))
+    assert set(TARGETS) <= set(KINDS)

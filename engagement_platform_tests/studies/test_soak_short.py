@@ -1,0 +1,32 @@
+"""A short soak in the README's test command (issue 18): the platform with its daemon and every sensor under the
+soak's seeded workload while at least 20 faults are injected, two at a time at most (run kills and pauses past the
+ZooKeeper session, daemon kills, broker / ZooKeeper / Spark restarts, ZooKeeper session expiry), then reconciled
+with the oracle, which imports nothing from the platform. The soak runs its own stack on its own ports
+(benchmarks/soak), so it is a subprocess here; it fails on any lost, duplicated, wrong or unaccounted record, any
+failing check, or a platform that did not catch up."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from engagement_platform_tests.support.stack import REPO
+
+SEED, MINUTES, FAULTS = 11, 4, 24
+
+
+@pytest.mark.stack
+def test_a_short_soak_under_20_or_more_faults_loses_duplicates_and_breaks_nothing():
+    command = [sys.executable, "-u", "-m", "benchmarks.soak", "--seed", str(SEED), "--minutes", str(MINUTES), "--faults", str(FAULTS),
+               "--max-concurrent-faults", "2", "--catch-up-minutes", "8", "--settle-seconds", "20"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=25 * 60)
+    out = done.stdout + done.stderr
+    tail = out[-6000:]
+    injected = re.findall(r"^fault (\w+): injected \d", done.stdout, flags=re.M)
+    assert len(injected) >= 20, f"{len(injected)} faults injected\n{tail}"
+    assert re.search(r"^PASS \(\d+ messages, \d+ faults\)$", done.stdout, flags=re.M), tail
+    assert done.returncode == 0, tail
+    assert re.search(r"engagement_activity: expected \d+, found \d+: lost 0, duplicated 0, wrong 0, unexpected 0", done.stdout), tail
