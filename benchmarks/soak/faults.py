@@ -164,22 +164,26 @@ class Injector(threading.Thread):
         return time.monotonic() - self.start_at
 
     def run(self) -> None:
-        for fault in self.faults:
-            target = TARGETS.get(fault.kind)
-            if self.halt.wait(max(0.0, fault.planned - self.now())):
-                fault.detail = fault.detail or "not injected: the produce window was over"
-                continue
-            while not self.halt.is_set() and not self.free(target):
-                time.sleep(0.2)
-            if self.halt.is_set() or self.now() > self.window_s:
-                fault.detail = fault.detail or "not injected: the produce window was over"
-                continue
-            thread = threading.Thread(target=self.inject_reported, args=(fault,), name=f"fault-{fault.kind}", daemon=True)
-            with self.lock:
-                self.active[thread] = target
-            thread.start()
+        pending, ready = list(self.faults), []  # planned order; ready: its moment has come, waiting for a slot or its target
+        while (pending or ready) and not self.halt.is_set() and self.now() <= self.window_s:
+            while pending and pending[0].planned <= self.now():
+                ready.append(pending.pop(0))
+            for fault in list(ready):  # a fault waiting for its target does not hold up one on another target
+                if self.free(TARGETS.get(fault.kind)):
+                    ready.remove(fault)
+                    self.launch(fault)
+            due = pending[0].planned - self.now() if pending else 0.2
+            self.halt.wait(max(0.01, min(due, 0.2)))
+        for fault in pending + ready:
+            fault.detail = fault.detail or "not injected: the produce window was over"
         for thread in list(self.active):  # a fault in progress clears first (a server it stopped is started again)
             thread.join()
+
+    def launch(self, fault: Fault) -> None:
+        thread = threading.Thread(target=self.inject_reported, args=(fault,), name=f"fault-{fault.kind}", daemon=True)
+        with self.lock:
+            self.active[thread] = TARGETS.get(fault.kind)
+        thread.start()
 
     def free(self, target: str | None) -> bool:
         with self.lock:

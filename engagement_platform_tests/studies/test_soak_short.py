@@ -15,7 +15,7 @@ import pytest
 
 from engagement_platform_tests.support.stack import REPO
 
-SEED, MINUTES, FAULTS = 11, 4, 24
+SEED, MINUTES, FAULTS = 11, 5, 28
 
 
 @pytest.mark.stack
