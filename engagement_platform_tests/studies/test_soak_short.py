@@ -24,6 +24,7 @@ def test_a_short_soak_under_20_or_more_faults_loses_duplicates_and_breaks_nothin
                "--max-concurrent-faults", "2", "--catch-up-minutes", "8", "--settle-seconds", "20"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=25 * 60)
     out = done.stdout + done.stderr
+    (REPO / ".state" / f"soak-{SEED}" / "report.txt").write_text(out)  # the whole report, for a person reading a CI run
     tail = out[-6000:]
     injected = re.findall(r"^fault (\w+): injected \d", done.stdout, flags=re.M)
     assert len(injected) >= 20, f"{len(injected)} faults injected\n{tail}"
