@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.metrics.daily import KEYS, METRICS_SCHEMA, daily_metrics, differences, metric_deltas
+from engagement_platform.engagement.metrics.daily import KEYS, METRICS_SCHEMA, differences, metric_deltas
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.changes import START, changes_since
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
@@ -97,15 +98,10 @@ class Comparison:
     sample: list[dict]  # a few differing keys, for the check's metadata
 
 
-def compare_with_recomputation(lake: DeltaLake, activity_version: int | None, shown: int = 5) -> Comparison:
-    """The stored metrics against `daily_metrics` of engagement_activity at the version they reflect."""
+def compare_with_recomputation(lake: DeltaLake, activity_version: int | None, expected: pa.Table, shown: int = 5) -> Comparison:
+    """The stored metrics against `expected`, the metrics recomputed from engagement_activity at the version they
+    reflect (recompute.py does it in Spark tasks; tests also from the rows read whole)."""
     stored = lake.read(DAILY_METRICS.name) if lake.exists(DAILY_METRICS.name) else METRICS_SCHEMA.empty_table()
-    if activity_version is None:
-        expected = METRICS_SCHEMA.empty_table()
-    else:
-        rows = lake.table(ENGAGEMENT_ACTIVITY.name, activity_version).to_pyarrow_dataset().to_table(
-            columns=[*KEYS, "duration_seconds"])
-        expected = daily_metrics(rows)
     diff = differences(expected, stored)
     total = lambda t: int(pc.sum(t["activities"]).as_py() or 0)  # noqa: E731
     return Comparison(activity_version, expected.num_rows, total(expected), total(stored), diff.num_rows,

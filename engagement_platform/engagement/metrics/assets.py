@@ -3,7 +3,8 @@
 `engagement_daily_metrics` depends on engagement_activity and engagement_notifications; its sensor requests
 a refresh when the notification table has moved past the metrics' checkpoint (run key = that notification
 version, so a re-evaluated tick cannot request it twice), and every refresh checks its totals against a full
-recomputation of engagement_activity at the version the metrics reflect.
+recomputation of engagement_activity at the version the metrics reflect, which Spark tasks compute
+(recompute.py: the driver only sums per-task aggregates).
 """
 
 from dagster import (
@@ -27,10 +28,11 @@ from dagster import (
 
 from engagement_platform.engagement.assets import GROUP
 from engagement_platform.engagement.metrics.apply import DAILY_METRICS, checkpoint_of, compare_with_recomputation, refresh_daily_metrics
+from engagement_platform.engagement.metrics.recompute import recomputed_metrics
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import STREAM_TAG, UNFINISHED
-from engagement_platform.resources import LakeResource
+from engagement_platform.resources import LakeResource, SparkResource
 
 METRICS_ASSET = AssetKey(DAILY_METRICS.name)
 EQUALS_RECOMPUTATION = "daily_metrics_equal_full_recomputation"
@@ -40,14 +42,15 @@ EQUALS_RECOMPUTATION = "daily_metrics_equal_full_recomputation"
     key=METRICS_ASSET,
     deps=[AssetKey(ENGAGEMENT_ACTIVITY.name), AssetKey(ENGAGEMENT_NOTIFICATIONS.name)],
     group_name=GROUP,
-    kinds={"deltalake"},
+    kinds={"spark", "deltalake"},
     check_specs=[AssetCheckSpec(EQUALS_RECOMPUTATION, asset=METRICS_ASSET,
                                 description="Every (org, day, activity type) equals a full GROUP BY of engagement_activity at the version the metrics reflect.")],
     description=DAILY_METRICS.description + " An example consumer of changes_since: its checkpoint is stored exactly once with its data.",
 )
-def engagement_daily_metrics(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
+def engagement_daily_metrics(context: AssetExecutionContext, lake: LakeResource, spark: SparkResource) -> MaterializeResult:
     refresh = refresh_daily_metrics(lake.lake)
-    compared = compare_with_recomputation(lake.lake, refresh.activity_version)
+    recomputed = recomputed_metrics(spark.spark_session, lake.lake, refresh.activity_version)  # Spark tasks read the table
+    compared = compare_with_recomputation(lake.lake, refresh.activity_version, recomputed)
     context.log.info(f"daily metrics: notifications {refresh.checkpoint_before} -> {refresh.checkpoint}, {refresh.changed_rows} "
                      f"changed rows, {refresh.keys_changed} keys; {compared.keys_differing} keys differ from a recomputation")
     check = AssetCheckResult(

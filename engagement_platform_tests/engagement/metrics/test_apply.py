@@ -1,6 +1,7 @@
 """engagement_daily_metrics refreshed from real Delta commits (appends, a MERGE update, a delete, a commit
 whose changes only the change log holds): equal to a recomputation after every refresh, each change counted
-once, the checkpoint stored in the metrics table's own commit."""
+once, the checkpoint stored in the metrics table's own commit; and the check's recomputation in Spark tasks
+equal to grouping the rows read whole."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from datetime import date, datetime, timezone
 import pyarrow as pa
 
 from engagement_platform.engagement.metrics.apply import DAILY_METRICS, APP_ID, checkpoint_of, compare_with_recomputation, refresh_daily_metrics
+from engagement_platform.engagement.metrics.daily import METRICS_SCHEMA, daily_metrics
+from engagement_platform.engagement.metrics.recompute import dealt, recomputed_metrics
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.changes import START
 from engagement_platform.lake.delta import BatchTxn
@@ -33,9 +36,16 @@ def notify(lake, app: str, batch_id: int) -> None:
     lake.append(ENGAGEMENT_NOTIFICATIONS, notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, version, app, batch_id), BatchTxn(app, batch_id))
 
 
+def read_whole(lake, version: int | None) -> pa.Table:
+    """The slow, obviously correct recomputation: every row of the table at `version` grouped on this process."""
+    if version is None:
+        return METRICS_SCHEMA.empty_table()
+    return daily_metrics(lake.table(TABLE, version).to_pyarrow_table(columns=["org_id", "engagement_date", "activity_type", "duration_seconds"]))
+
+
 def refreshed_and_equal(lake) -> int:
     refresh = refresh_daily_metrics(lake)
-    compared = compare_with_recomputation(lake, refresh.activity_version)
+    compared = compare_with_recomputation(lake, refresh.activity_version, read_whole(lake, refresh.activity_version))
     assert compared.keys_differing == 0, compared.sample
     assert refresh.activity_version == lake.table(TABLE).version()
     return compared.activities_stored
@@ -77,4 +87,27 @@ def test_a_refresh_whose_changes_cancel_still_stores_its_checkpoint(lake):
     assert refresh.changed_rows == 2 and refresh.keys_changed == 0 and refresh.version is not None
     assert checkpoint_of(lake) == lake.table(ENGAGEMENT_NOTIFICATIONS.name).version()
     assert lake.read(DAILY_METRICS.name).num_rows == 0
-    assert compare_with_recomputation(lake, refresh.activity_version).keys_differing == 0
+    assert compare_with_recomputation(lake, refresh.activity_version, read_whole(lake, refresh.activity_version)).keys_differing == 0
+
+
+def test_files_are_dealt_to_tasks_once_each_and_no_task_is_empty():
+    files = [(f"f{i}", f"o{i % 3}") for i in range(7)]
+    for tasks in (1, 2, 4, 7, 50):
+        shares = dealt(files, tasks)
+        assert len(shares) == min(tasks, 7) and all(shares) and sorted(f for share in shares for f in share) == sorted(files)
+    assert dealt([], 4) == [[]]
+
+
+def test_spark_tasks_recompute_what_grouping_the_rows_read_whole_gives(spark, lake):
+    assert recomputed_metrics(spark, lake, None).num_rows == 0
+    for batch in range(1, 4):  # several files per org, over three orgs
+        lake.append(ENGAGEMENT_ACTIVITY, activity([(f"o{i % 3}", f"e{batch}-{i}", D0.replace(day=1 + i % 4), ("call", "meeting")[i % 2], i)
+                                                   for i in range(40)], batch), BatchTxn("ingest", batch))
+    moved = activity([("o1", "e1-1", D0.replace(day=9), "email_sent", 7)], 9)
+    (lake.merge(ENGAGEMENT_ACTIVITY, moved, "t.org_id = s.org_id AND t.engagement_id = s.engagement_id", BatchTxn("fix", 1))
+     .when_matched_update({c: f"s.{c}" for c in ("engagement_date", "activity_type", "duration_seconds")}).execute())
+    lake.delete(ENGAGEMENT_ACTIVITY, "engagement_id = 'e2-2'", BatchTxn("erase", 1))
+    version = lake.table(TABLE).version()
+    expected = read_whole(lake, version)
+    assert expected.num_rows > 10 and expected.equals(recomputed_metrics(spark, lake, version))
+    assert read_whole(lake, 0).equals(recomputed_metrics(spark, lake, 0)), "an older version reads that version's files"

@@ -11,7 +11,7 @@ from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_contex
 
 from engagement_platform.engagement.metrics.apply import DAILY_METRICS
 from engagement_platform.engagement.metrics.assets import EQUALS_RECOMPUTATION, engagement_daily_metrics, engagement_daily_metrics_sensor
-from engagement_platform.resources import LakeResource
+from engagement_platform.resources import LakeResource, SparkResource
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.mutations import mutate, req
 
@@ -24,7 +24,7 @@ def mutation_topic(kafka) -> str:
 
 
 def refresh(lake_root: str, instance) -> dict:
-    resources = {"lake": LakeResource(root=lake_root)}
+    resources = {"lake": LakeResource(root=lake_root), "spark": SparkResource()}  # SPARK_REMOTE: the test stack's server
     with build_sensor_context(instance=instance, resources=resources) as ctx:
         request = engagement_daily_metrics_sensor(ctx)
     assert isinstance(request, RunRequest), request
