@@ -2,7 +2,11 @@
 through the same scripts/stack.sh the platform uses, on test ports and a test state folder.
 
 Every test that uses a server fixture (support/stack.py SERVER_FIXTURES, directly or through another
-fixture) is marked `stack`: `pytest -m "not stack"` is the fast tier of pure logic, no server started."""
+fixture) is marked `stack`: `pytest -m "not stack"` is the fast tier of pure logic, no server started.
+
+A test marked `lake_stores("local", "s3")` runs once per store: its `lake_root`, `lake` and `checkpoints`
+(and the environment the CLI's child processes read) point at a local folder or at a bucket of a local S3
+endpoint (moto_server), so the exactly-once crash tests hold on an object store too."""
 
 from __future__ import annotations
 
@@ -14,8 +18,16 @@ import pytest
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.kafka import KafkaClient
+from engagement_platform_tests.support.object_store import s3_endpoint
 from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV
+
+
+def pytest_generate_tests(metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("lake_stores")
+    if marker is not None and "lake_root" in metafunc.fixturenames:
+        metafunc.parametrize("lake_store", marker.args, indirect=True)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -66,17 +78,33 @@ def topic(kafka, monkeypatch) -> str:
 
 
 @pytest.fixture
-def lake_root(tmp_path, monkeypatch) -> str:
-    root = str(tmp_path / "lake")
-    monkeypatch.setenv("EP_LAKE_ROOT", root)
-    # A fresh lake gets fresh coordination state: the job coordinator's znodes under its own root.
-    monkeypatch.setenv("EP_ZK_ROOT", f"/tests/{uuid.uuid4().hex}")
-    return root
+def lake_store(request) -> str:
+    """Where the test's lake lives: "local" unless the test is marked `lake_stores(...)`."""
+    return getattr(request, "param", "local")
 
 
 @pytest.fixture
-def lake(lake_root) -> DeltaLake:
-    return DeltaLake(lake_root)
+def lake_root(tmp_path, monkeypatch, lake_store):
+    # A fresh lake gets fresh coordination state: the job coordinator's znodes under its own root.
+    monkeypatch.setenv("EP_ZK_ROOT", f"/tests/{uuid.uuid4().hex}")
+    if lake_store == "local":
+        root = str(tmp_path / "lake")
+        monkeypatch.setenv("EP_LAKE_ROOT", root)
+        yield root
+        return
+    assert lake_store == "s3", lake_store
+    with s3_endpoint(tmp_path / "moto.log") as options:
+        bucket = options.pop("bucket")
+        for name, value in options.items():  # what a deployment sets: the CLI's child processes read it too
+            monkeypatch.setenv(name, value)
+        root = f"s3://{bucket}/lake"
+        monkeypatch.setenv("EP_LAKE_ROOT", root)
+        yield root
+
+
+@pytest.fixture
+def lake(lake_root, lake_store) -> DeltaLake:
+    return DeltaLake(lake_root, load_settings().storage_options if lake_store != "local" else None)
 
 
 @pytest.fixture

@@ -86,6 +86,7 @@ def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, l
     assert duplicate_engagement_ids(lake) == 0
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name])
 def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, kafka, topic, lake, lake_root, checkpoints, crash_after):
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from pathlib import Path
 
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pytest
 
 from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
@@ -21,7 +21,7 @@ from engagement_platform.engagement.mutation.tables import (
 from engagement_platform.engagement.mutation.apply import APP_ID, DATA_FILES, STREAM, TARGET_NOT_FOUND, apply_mutation_batch
 from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
-from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
+from engagement_platform.lake.file_writes import filesystem, unreferenced_files, writer_tag
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
@@ -196,6 +196,7 @@ def ingested_org_with_a_lead(spark, kafka, topic, lake, checkpoints) -> tuple[st
     return org, lead, before, {r["engagement_id"] for r in before if r["lead_id"] == lead}
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [DATA_FILES, ENGAGEMENT_MUTATION_REQUESTS.name, ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name,
                                          ENGAGEMENT_MUTATIONS_PENDING.name])
 def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints, crash_after):
@@ -241,8 +242,9 @@ def test_process_killed_between_table_commits_then_rerun_applies_once(spark, kaf
 def written_by_batch(lake, batch_id: int) -> list[str]:
     """Data files in engagement_activity's folder named as written by this mutation batch (committed or not)."""
     tag = writer_tag(APP_ID, batch_id)
-    root = Path(lake.uri(ENGAGEMENT_ACTIVITY.name))
-    return sorted(str(p.relative_to(root)) for p in root.rglob(f"part-{tag}-*.parquet"))
+    fs, root = filesystem(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.storage_options)  # a local folder or an object store
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    return sorted(i.path[len(root) + 1:] for i in infos if i.is_file and i.base_name.startswith(f"part-{tag}-") and i.base_name.endswith(".parquet"))
 
 
 def test_pending_request_expires_after_the_age_horizon_measured_at_the_batch_as_of(spark, kafka, topic, mutation_topic, lake, checkpoints, monkeypatch):

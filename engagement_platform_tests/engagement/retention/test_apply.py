@@ -211,6 +211,7 @@ def test_malformed_and_repeated_requests_are_quarantined_with_reasons(spark, kaf
 @pytest.mark.parametrize("crash_after", [
     QUARANTINE_ENGAGEMENT_GDPR.name, ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name,
 ])
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, topic, gdpr_topic, lake, lake_root, checkpoints, crash_after):
     day = date(2025, 6, 1)
     produce(kafka, topic, [

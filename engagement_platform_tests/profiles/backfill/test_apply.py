@@ -83,6 +83,7 @@ def test_snapshot_rows_order_against_cdc_changes_by_sequence(spark, kafka, lake,
     assert json.loads(profiles(lake, "acme")["1"]["fields"]) == {"a": 2, "c": 3}
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 def test_backfill_killed_after_the_merge_then_rerun_is_exactly_once(stack, lake, lake_root, checkpoints, export):
     stream, options = backfill_stream("acme"), ("--path", str(export), "--until", UNTIL)
     raw = raw_table_name("acme")

@@ -173,6 +173,7 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
         assert same_rows(rows, str(folder), columns), folder.name
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [PROFILE_ERASED_SUBJECTS.name, raw_table_name("acme"), PROFILE_CDC_STAGING.name])
 def test_killed_after_a_commit_then_rerun_erases_exactly_once(spark, kafka, lake, lake_root, checkpoints, cdc_topic, erasure_topic, crash_after):
     identity_world(spark, kafka, lake, checkpoints, cdc_topic)

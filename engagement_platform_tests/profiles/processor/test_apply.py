@@ -122,6 +122,7 @@ def test_tenants_are_separate_and_found_by_the_sensor_question(spark, kafka, lak
     assert set(profiles(lake, "acme")) == {"1", "2"}
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 def test_processor_killed_after_the_merge_then_rerun_is_exactly_once(spark, kafka, stack, lake, lake_root, checkpoints, cdc_topic):
     stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "1", 1, {"n": 1}, related=["2"])], "acme")
     stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "1", 2, {"m": 2}), record("acme", "3", 3, {}, related=["2"])])

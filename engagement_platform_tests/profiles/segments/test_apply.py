@@ -149,6 +149,7 @@ def test_incremental_evaluation_gives_exactly_the_full_membership(spark, kafka, 
     assert redefined.mode == "full" and membership(lake) == full_membership(lake, checkpoints, [changed, *segments[1:]], redefined.plan.batch_id)
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [PROFILE_SEGMENT_CHANGES.name, PROFILE_SEGMENTS.name])
 def test_killed_after_a_commit_then_rerun_evaluates_exactly_once(spark, kafka, lake, lake_root, checkpoints, cdc_topic, tmp_path, monkeypatch,
                                                                  crash_after):

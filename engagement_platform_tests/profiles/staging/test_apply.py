@@ -90,6 +90,7 @@ def test_rerun_of_a_staged_batch_changes_nothing(spark, kafka, lake, checkpoints
     assert lake.read(PROFILE_CDC_STAGING.name).num_rows == 10
 
 
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name])
 def test_dumper_killed_between_commits_then_rerun_is_exactly_once(spark, kafka, stack, lake, lake_root, checkpoints, crash_after):
     topic = new_topic(kafka)
