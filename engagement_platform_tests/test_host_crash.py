@@ -7,7 +7,12 @@ an EP_PAUSEPOINT) every one of those processes is SIGKILLed at once, as a host c
 group would. `dagster dev` is started again on the same DAGSTER_HOME: the stream's sensor finds the run
 STARTED with no liveness node in ZooKeeper, fails it (tagged orphaned) after the bound, and requests the
 batch again; the batch is committed exactly once (the table compared with what Kafka holds), no run of the
-stream stays STARTED, and the retry reports how long the batch was stranded."""
+stream stays STARTED, and the retry reports how long the batch was stranded.
+
+The mutation case is the soak's finding: its run holds the slot of the pool `engagement_activity_rewrites`
+when it dies, and Dagster frees a dead run's slots only when the instance says after how long
+(`run_monitoring.free_slots_after_run_end_seconds` in dagster.yaml); without that the retry, and every later
+mutation, retention and upkeep run, stayed QUEUED for good."""
 
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ import pytest
 
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION
 from engagement_platform.engagement.ingestion.assets import INGESTION as INGESTION_DEFS
+from engagement_platform.engagement.mutation.apply import STREAM as MUTATION
+from engagement_platform.engagement.mutation.assets import MUTATION as MUTATION_DEFS
+from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_REQUESTS
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
@@ -36,6 +44,7 @@ from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
 from engagement_platform.streams.batch import PAUSEPOINT_ENV, PAUSEPOINT_MARKER_ENV
 from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.cdc import encode, record
+from engagement_platform_tests.support.mutations import produce_requests, req
 from engagement_platform_tests.support.stack import REPO
 ORPHAN_AFTER_S = 10
 RECOVERY_S = 150  # from the second `dagster dev`'s start to the batch committed (the issue's bound is 2 minutes + start-up)
@@ -114,6 +123,10 @@ def staged(lake_root: str) -> Counter:
 ACTIVITY_COLUMNS = ["engagement_id", "org_id", "activity_type", "lead_id"]
 
 
+def requests_logged(lake_root: str) -> Counter:
+    return Counter(DeltaLake(lake_root).read(ENGAGEMENT_MUTATION_REQUESTS.name, columns=["request_id"])["request_id"].to_pylist())
+
+
 def ingested(lake_root: str) -> Counter:
     rows = DeltaLake(lake_root).read(ENGAGEMENT_ACTIVITY.name, columns=ACTIVITY_COLUMNS).to_pylist()
     return Counter(tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows)
@@ -123,7 +136,8 @@ def ingested(lake_root: str) -> Counter:
     (INGESTION, None),  # killed once its run is STARTED: while it reads and computes
     (INGESTION, f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}"),  # killed after its data commit, before quarantine and notifications
     (PROFILE_CDC, f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}"),  # a profile stream, killed after its staging commit
-], ids=["ingestion-computing", "ingestion-committing", "profile-cdc-committing"])
+    (MUTATION, f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}"),  # holding its pool slot, killed after its first commit
+], ids=["ingestion-computing", "ingestion-committing", "profile-cdc-committing", "mutation-holding-its-pool-slot"])
 def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(stack, kafka, topic, lake_root, tmp_path, stream, pause_after):
     home = tmp_path / "dagster_home"
     home.mkdir()
@@ -139,6 +153,14 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
         produced = produce_activities(kafka, topic, 3000)
         expected = Counter((eid, *(r[c] for c in ACTIVITY_COLUMNS[1:])) for eid, r in produced.items())
         stored = ingested
+    elif stream == MUTATION:
+        job, asset, watched = MUTATION_DEFS.job.name, "engagement_mutation", f"{topic}.mutations"
+        kafka.create_topics({watched: 2})
+        produced = produce_activities(kafka, topic, 200)
+        leads = sorted({(r["org_id"], r["lead_id"]) for r in produced.values() if r["lead_id"]})[:20]
+        requests = [req(f"r{i}", org, i, "delete", field="lead_id", id=lead) for i, (org, lead) in enumerate(leads)]
+        produce_requests(kafka, watched, requests)
+        expected, stored = Counter(r["request_id"] for r in requests), requests_logged
     else:
         kafka.create_topics({cdc_topic: 2})
         job, asset, watched = PROFILE_CDC_DEFS.job.name, PROFILE_CDC_STAGING.name, cdc_topic
