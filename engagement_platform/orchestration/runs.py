@@ -19,7 +19,10 @@ MAX_ATTEMPTS (the batch is not at fault), so the sensor keeps requesting the sam
 ticks. They still number the attempts, so every retry has a new run key.
 
 A run in flight whose process is gone (a crash of the Dagster host: no liveness node in ZooKeeper) is
-marked failed by the sensor and retried the same way, without counting as an attempt (orphans.py).
+marked failed by the sensor and retried the same way, without counting as an attempt (orphans.py). Nor do
+runs whose process was killed or vanished (Dagster records no failure reason for them), nor runs that met
+a broker or Spark server that could not be reached (UNAVAILABLE_TAG): only a batch whose own code failed
+MAX_ATTEMPTS times pauses its stream, so a fault that has cleared never leaves one paused.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
+from confluent_kafka import KafkaError, KafkaException
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
@@ -42,6 +46,8 @@ from dagster import (
     SensorResult,
     SkipReason,
 )
+
+from pyspark.errors.exceptions.connect import SparkConnectException
 
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, reap_orphans, retry_tags
 from engagement_platform.resources import CoordinatorResource, holder_owner
@@ -57,6 +63,11 @@ UNFINISHED = {
 }
 FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 COORDINATION_TAG = "engagement/coordination"  # "gave_up" | "lease_lost" on runs that ended that way
+UNAVAILABLE_TAG = "engagement/unavailable"  # "kafka" | "spark" on runs that failed because the service was away
+FAILURE_REASON_TAG = "dagster/failure_reason"  # Dagster's: set when the run's code failed, absent when its process died
+CODE_FAILURES = {"STEP_FAILURE", "RUN_EXCEPTION", "JOB_INITIALIZATION_FAILURE"}
+KAFKA_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
+SPARK_UNREACHABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused", "Socket closed")
 LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
 
 # Why a run of the batch would wait for its turn right now, or None: (plan, after a coordination give-up).
@@ -76,9 +87,31 @@ def run_request(plan: BatchPlan, attempt: int, tags: dict[str, str]) -> RunReque
 
 
 def counts_as_attempt(run: DagsterRun) -> bool:
-    """A failed run counts towards MAX_ATTEMPTS unless the batch was not at fault: a coordination
-    give-up, or a process that died with its host (ORPHANED_TAG)."""
-    return COORDINATION_TAG not in run.tags and ORPHANED_TAG not in run.tags
+    """A failed run counts towards MAX_ATTEMPTS only when the batch may be at fault: its code raised (Dagster's
+    failure reason says a step, the run or the job's initialisation failed) or a person cancelled it. Not: a
+    coordination give-up or lost lease, a service that was unavailable (UNAVAILABLE_TAG), a process that died
+    with its host (ORPHANED_TAG), nor a run whose process was killed or vanished (no failure reason): faults
+    that clear must never pause a stream (the soak killed one batch's runs three times in a row)."""
+    if COORDINATION_TAG in run.tags or ORPHANED_TAG in run.tags or UNAVAILABLE_TAG in run.tags:
+        return False
+    return run.status == DagsterRunStatus.CANCELED or run.tags.get(FAILURE_REASON_TAG) in CODE_FAILURES
+
+
+def unavailable_service(error: BaseException | None) -> str | None:
+    """"kafka" or "spark" when `error`, or an error it was raised from, says that service could not be reached (a
+    broker or Spark Connect server restarting: the batch is not at fault); None for anything else, which counts."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+            if error.args[0].retriable() or error.args[0].code() in KAFKA_UNREACHABLE:
+                return "kafka"
+        if isinstance(error, SparkConnectException):
+            text = str(error)
+            if error.getCondition() == "NO_ACTIVE_SESSION" or any(s in text for s in SPARK_UNREACHABLE):
+                return "spark"
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def resume_unfinished(
@@ -137,7 +170,8 @@ def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: 
 @contextmanager
 def coordination_failures(context: AssetExecutionContext, what: str, then: str, **metadata) -> Iterator[None]:
     """A give-up or a lost lease inside the block ends the run as a Failure tagged COORDINATION_TAG
-    (not retried by Dagster: the sensor decides), saying `what` gave up and what happens `then`."""
+    (not retried by Dagster: the sensor decides), saying `what` gave up and what happens `then`; a broker or
+    Spark server that could not be reached, as a Failure tagged UNAVAILABLE_TAG. Neither counts as an attempt."""
     try:
         yield
     except (CoordinationGaveUp, LeaseLost) as e:
@@ -148,6 +182,13 @@ def coordination_failures(context: AssetExecutionContext, what: str, then: str, 
             metadata={"coordination": outcome, "reason": str(e), **metadata},
             allow_retries=False,
         ) from e
+    except Exception as e:  # a broker or Spark server away mid-batch: exactly-once re-runs it; it is no attempt
+        service = unavailable_service(e)
+        if service is None:
+            raise
+        context.instance.add_run_tags(context.run_id, {UNAVAILABLE_TAG: service})
+        raise Failure(description=f"{what}: {service} unavailable: {str(e)[:500]}. The batch is retried from its plan{then}.",
+                      metadata={"unavailable": service, **metadata}, allow_retries=False) from e
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, b
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA, STRANDED_SINCE_TAG
-from engagement_platform.orchestration.runs import COORDINATION_TAG, STREAM_TAG
+from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILURE_REASON_TAG, STREAM_TAG, UNAVAILABLE_TAG
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator
@@ -48,8 +48,10 @@ class Liveness(CoordinatorResource):
 
 
 def add_run(instance: DagsterInstance, status: DagsterRunStatus, **tags: str) -> DagsterRun:
+    """A run of PLAN's batch; a FAILURE is its code's (Dagster's failure reason STEP_FAILURE) unless `tags` say otherwise."""
+    reason = {FAILURE_REASON_TAG: "STEP_FAILURE"} if status == DagsterRunStatus.FAILURE else {}
     run = DagsterRun(job_name="demo_clicks_job", run_id=str(uuid.uuid4()), status=status,
-                     tags={"dagster/partition": PLAN.partition_key, STREAM_TAG: "clicks", **tags})
+                     tags={"dagster/partition": PLAN.partition_key, STREAM_TAG: "clicks", **reason, **tags})
     return instance.add_run(run)
 
 
@@ -126,6 +128,27 @@ def test_orphaned_attempts_never_pause_the_stream_but_real_failures_still_do(pla
         assert request.run_key == f"{PLAN.run_key}#attempt5"
         for _ in range(3):
             add_run(instance, DagsterRunStatus.FAILURE)
+        paused = tick(instance, planned, liveness)
+        assert isinstance(paused, SkipReason) and "failed 3 times" in paused.skip_message
+
+
+def test_killed_processes_and_unreachable_services_never_pause_the_stream_but_failures_of_its_code_do(planned):
+    """Found by the soak: one batch's runs were SIGKILLed three times (once while launching), each counted, and the
+    stream stayed paused after the faults had cleared. A run whose process was killed or vanished has no failure
+    reason in Dagster; a run that met a broker or Spark server restarting is tagged UNAVAILABLE_TAG."""
+    with DagsterInstance.ephemeral() as instance:
+        liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+        for _ in range(3):
+            add_run(instance, DagsterRunStatus.FAILURE, **{FAILURE_REASON_TAG: ""})  # killed: no reason recorded
+        add_run(instance, DagsterRunStatus.FAILURE, **{FAILURE_REASON_TAG: "UNEXPECTED_TERMINATION"})
+        add_run(instance, DagsterRunStatus.FAILURE, **{UNAVAILABLE_TAG: "spark"})
+        add_run(instance, DagsterRunStatus.FAILURE, **{UNAVAILABLE_TAG: "kafka"})
+        (request,) = tick(instance, planned, liveness).run_requests
+        assert request.run_key == f"{PLAN.run_key}#attempt7", "six ended runs, none counted"
+        add_run(instance, DagsterRunStatus.FAILURE, **{FAILURE_REASON_TAG: "JOB_INITIALIZATION_FAILURE"})
+        add_run(instance, DagsterRunStatus.CANCELED)  # a person stopped it
+        assert tick(instance, planned, liveness).run_requests, "two counted: not paused yet"
+        add_run(instance, DagsterRunStatus.FAILURE)  # its code raised
         paused = tick(instance, planned, liveness)
         assert isinstance(paused, SkipReason) and "failed 3 times" in paused.skip_message
 
