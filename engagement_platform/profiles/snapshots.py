@@ -10,11 +10,14 @@ compacted (a compaction would make old rows look new; the processor would then s
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.file_writes import filesystem, read_parquet
 
 _TENANT_DIR = re.compile(r"/tenant=([^/]+)/")
 
@@ -53,11 +56,31 @@ def table_files(lake: DeltaLake, name: str) -> list[str]:
     return lake.table(name).file_uris() if lake.exists(name) else []
 
 
-def read_files(spark: SparkSession, uris: list[str], ddl: str) -> DataFrame:
-    """The files as one DataFrame with schema `ddl` (an empty one when there are none)."""
+READ_TASKS = 4  # Spark tasks that read an object store's files (each with its share of the files)
+
+
+def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: Mapping[str, str] | None = None) -> DataFrame:
+    """The files as one DataFrame with schema `ddl` (an empty one when there are none). Local files go through
+    Spark's Parquet reader; files on an object store through pyarrow in Spark tasks, with the lake's storage
+    options, since Spark's own reader would need Hadoop's S3 / ABFS connectors (not installed here)."""
     if not uris:
         return spark.createDataFrame([], ddl)
-    return spark.read.schema(ddl).parquet(*uris)
+    if all("://" not in u or u.startswith("file://") for u in uris):
+        return spark.read.schema(ddl).parquet(*uris)
+    struct = spark.createDataFrame([], ddl).schema
+    schema = to_arrow_schema(struct, timezone="UTC")  # timestamps as Delta stores them: UTC instants
+    shares = [uris[i::min(len(uris), READ_TASKS)] for i in range(min(len(uris), READ_TASKS))]
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for index in batch.column("id").to_pylist():
+                for uri in shares[index]:
+                    fs, path = filesystem(uri, storage_options)
+                    rows = read_parquet(fs, path)
+                    columns = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
+                    yield from pa.Table.from_arrays(columns, schema=schema).to_batches()
+
+    return spark.range(len(shares), numPartitions=len(shares)).mapInArrow(read, struct)
 
 
 def staged_stats(lake: DeltaLake, name: str, uris_by_tenant: dict[str, list[str]]) -> dict[str, dict] | None:

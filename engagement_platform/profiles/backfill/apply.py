@@ -289,7 +289,7 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
         named = marked.where(F.col(SUPPRESSED_HASH).isNotNull()).select(SUPPRESSED_HASH).toArrow()[SUPPRESSED_HASH].to_pylist()
         hits = hits_table([(tenant, h) for h in named])
         changes = marked.where(F.col(SUPPRESSED_HASH).isNull()).drop(SUPPRESSED_HASH)
-    raw = snapshots.read_files(spark, lake.table(spec.name, version=read_version).file_uris(), RAW_DDL)
+    raw = snapshots.read_files(spark, lake.table(spec.name, version=read_version).file_uris(), RAW_DDL, lake.storage_options)
     source = merge_source(changes, replaced(raw, changes)).toArrow()
     at = datetime.now(timezone.utc)
     errors, quarantine_hits = drop_suppressed_quarantine(_quarantine(bad, plan, files, at), suppressed)

@@ -87,7 +87,7 @@ def run_tenant_batches(spark: SparkSession, lake: DeltaLake, checkpoints: Checkp
     stats = snapshots.staged_stats(lake, PROFILE_CDC_STAGING.name, staged_by_tenant)
     if stats is None:
         staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
-        staged = with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL))
+        staged = with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL, lake.storage_options))
         stats = {r["tenant"]: r for r in batch_stats(staged).toArrow().to_pylist()}
     t1 = time.perf_counter()
     sources = merge_sources(spark, lake, files)
