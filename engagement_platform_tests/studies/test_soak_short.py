@@ -15,7 +15,7 @@ import pytest
 
 from engagement_platform_tests.support.stack import REPO
 
-SEED, MINUTES, FAULTS = 11, 5, 28
+SEED, MINUTES, FAULTS = 11, 5, 36  # 20 of 28 planned were injected in CI: room above the bound
 
 
 @pytest.mark.stack
