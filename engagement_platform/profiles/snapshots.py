@@ -18,6 +18,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import filesystem, read_parquet
+from engagement_platform.spark.handoff import dealt
 
 _TENANT_DIR = re.compile(r"/tenant=([^/]+)/")
 
@@ -69,7 +70,7 @@ def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: 
         return spark.read.schema(ddl).parquet(*uris)
     struct = spark.createDataFrame([], ddl).schema
     schema = to_arrow_schema(struct, timezone="UTC")  # timestamps as Delta stores them: UTC instants
-    shares = [uris[i::min(len(uris), READ_TASKS)] for i in range(min(len(uris), READ_TASKS))]
+    shares = dealt(uris, READ_TASKS)
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

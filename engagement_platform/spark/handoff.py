@@ -4,12 +4,14 @@ files on the executors and still return everything the driver commits or checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
 HANDOFF_SCHEMA = "kind string, payload binary"
+T = TypeVar("T")
 CHUNK_ROWS = 100_000  # rows per payload: keeps each Arrow message far below Spark Connect's size limit
 
 
@@ -30,3 +32,10 @@ def collect_handoff(frame: DataFrame) -> dict[str, pa.Table]:
     for kind, payload in zip(rows["kind"].to_pylist(), rows["payload"].to_pylist()):
         parts.setdefault(kind, []).append(pa.ipc.open_stream(payload).read_all())
     return {kind: pa.concat_tables(tables) for kind, tables in parts.items()}
+
+
+def dealt(items: Sequence[T], tasks: int) -> list[list[T]]:
+    """Items dealt round-robin to at most `tasks` Spark tasks, none empty (one empty share when there are none):
+    task i of spark.range(len(shares)) takes shares[i]."""
+    count = max(1, min(tasks, len(items)))
+    return [list(items[i::count]) for i in range(count)]

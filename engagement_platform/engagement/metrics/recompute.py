@@ -19,7 +19,7 @@ from engagement_platform.engagement.metrics.daily import METRICS_SCHEMA, add_del
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import filesystem, read_parquet
-from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
+from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, dealt, handoff
 
 MEASURED = ["engagement_date", "activity_type", "duration_seconds"]  # org_id is the partition value, not in the files
 PARTIAL = "partial_metrics"
@@ -31,12 +31,6 @@ def data_files(lake: DeltaLake, version: int) -> list[tuple[str, str]]:
     return list(zip(actions["path"].to_pylist(), actions["partition.org_id"].to_pylist()))
 
 
-def dealt(files: list[tuple[str, str]], tasks: int) -> list[list[tuple[str, str]]]:
-    """Files dealt round-robin to at most `tasks` tasks, none empty."""
-    count = max(1, min(tasks, len(files)))
-    return [files[i::count] for i in range(count)]
-
-
 def recompute_task(table_uri: str, files_by_task: list[list[tuple[str, str]]],
                    storage_options: Mapping[str, str] | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function over spark.range(len(files_by_task)): task i aggregates files_by_task[i]."""
@@ -45,12 +39,12 @@ def recompute_task(table_uri: str, files_by_task: list[list[tuple[str, str]]],
         fs, root = filesystem(table_uri, storage_options)
         for batch in batches:
             for index in batch.column("id").to_pylist():
-                partial = METRICS_SCHEMA.empty_table()
+                per_file = [METRICS_SCHEMA.empty_table()]
                 for path, org in files_by_task[index]:
                     rows = read_parquet(fs, f"{root}/{path}", columns=MEASURED)
                     rows = rows.append_column("org_id", pa.array([org] * rows.num_rows, pa.string()))
-                    partial = add_deltas(partial, daily_metrics(rows))  # stays one row per key the task has seen
-                yield from handoff(PARTIAL, partial)
+                    per_file.append(daily_metrics(rows))  # one row per key of the file: the rows are not kept
+                yield from handoff(PARTIAL, add_deltas(METRICS_SCHEMA.empty_table(), pa.concat_tables(per_file)))
 
     return run
 

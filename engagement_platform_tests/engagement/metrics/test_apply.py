@@ -11,7 +11,8 @@ import pyarrow as pa
 
 from engagement_platform.engagement.metrics.apply import DAILY_METRICS, APP_ID, checkpoint_of, compare_with_recomputation, refresh_daily_metrics
 from engagement_platform.engagement.metrics.daily import METRICS_SCHEMA, daily_metrics
-from engagement_platform.engagement.metrics.recompute import dealt, recomputed_metrics
+from engagement_platform.engagement.metrics.recompute import recomputed_metrics
+from engagement_platform.spark.handoff import dealt
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.changes import START
 from engagement_platform.lake.delta import BatchTxn
