@@ -143,7 +143,7 @@ def run_batch(args) -> None:
 
 def demo_landing(args) -> None:
     from engagement_platform.landing.demo import write_members_file
-    from engagement_platform.landing.files import join
+    from engagement_platform.lake.file_writes import join
 
     settings = load_settings()
     folder = join(settings.landing_root, "rewards_members")

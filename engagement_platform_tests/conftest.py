@@ -4,6 +4,9 @@ through the same scripts/stack.sh the platform uses, on test ports and a test st
 Every test that uses a server fixture (support/stack.py SERVER_FIXTURES, directly or through another
 fixture) is marked `stack`: `pytest -m "not stack"` is the fast tier of pure logic, no server started.
 
+The run is also a leak check (support/secrets_scan.py): it runs with distinctive secret values and, at the
+end, fails if any file it left behind (server logs, temporary folders, Dagster instances) holds one.
+
 A test marked `lake_stores("local", "s3")` runs once per store: its `lake_root`, `lake` and `checkpoints`
 (and the environment the CLI's child processes read) point at a local folder or at a bucket of a local S3
 endpoint (moto_server), so the exactly-once crash tests hold on an object store too."""
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -21,7 +25,40 @@ from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform_tests.support.object_store import s3_endpoint
-from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV
+from engagement_platform_tests.support.secrets_scan import RUN_SECRETS, files_holding
+from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV, STATE
+
+
+RUN_STARTED = time.time()
+
+
+def pytest_configure(config) -> None:
+    os.environ.update(RUN_SECRETS)  # before any server or fixture starts: every process of the run inherits them
+
+
+RUN_FOLDERS: list = []  # the run's temporary folder (pytest's basetemp) and, once the stack started, its state folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_folder(tmp_path_factory):
+    RUN_FOLDERS.append(tmp_path_factory.getbasetemp())
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Search every file the run left behind for the run's secrets; a hit fails the run."""
+    if getattr(session.config, "workerinput", None) is not None or not session.items:
+        return
+    # and the state folders of soaks the run started (their own stack, daemon and Dagster instance)
+    roots = [*RUN_FOLDERS, *(p for p in (REPO / ".state").glob("soak-*") if p.stat().st_mtime >= RUN_STARTED)]
+    hits, files, size = files_holding(RUN_SECRETS, roots)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = f"secrets scan: {files} files, {size / 1e6:,.0f} MB searched for {len(RUN_SECRETS)} secrets, {len(hits)} files hold one"
+    if reporter is not None:
+        reporter.write_line(line)
+        for path, name in hits:
+            reporter.write_line(f"  {name} found in {path}", red=True)
+    if hits:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_generate_tests(metafunc) -> None:
@@ -45,6 +82,7 @@ def _stack(action: str) -> None:
 def stack():
     """Start the servers once; stop them at the end unless EP_KEEP_STACK=1 (faster local re-runs)."""
     os.environ.update(STACK_ENV)
+    RUN_FOLDERS.append(STATE)  # its server logs are searched for the run's secrets at the end
     _stack("start")
     yield STACK_ENV
     from engagement_platform.spark.session import close_shared_clients

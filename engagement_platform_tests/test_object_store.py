@@ -196,6 +196,50 @@ def test_landing_files_under_an_object_store_prefix_are_found_ingested_once_and_
     assert landing_files(landing_root, config) == [] and fs.get_file_info(f"{base}/members-1.csv").type == pafs.FileType.NotFound
 
 
+def test_a_whole_json_document_on_an_object_store_is_one_record_per_element(spark, s3, monkeypatch):
+    """A landing file that is one JSON document (an array) under an object-store prefix: read in a Spark
+    task through the store, one record per element, the bad elements quarantined with their index and
+    JSON; a document that does not parse is one quarantined record with its text. Counts balance."""
+    import json
+
+    import yaml
+
+    from engagement_platform.ingest.config import PipelineConfig
+    from engagement_platform.landing.apply import file_plan, landing_files, run_file_batch
+    from engagement_platform.landing.files import join, land
+
+    root, options = s3
+    landing_root = root.rsplit("/", 1)[0] + "/landing"
+    monkeypatch.setenv("EP_LANDING_ROOT", landing_root)
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    config = PipelineConfig.model_validate(yaml.safe_load("""
+name: orders
+source: {format: json, path: "orders/*.json", columns: {id: string, qty: string}}
+target:
+  table: orders
+  quarantine_table: quarantine_orders
+  columns: {id: {type: long, required: true}, qty: {type: int, min: 1}}
+"""))
+    elements = [{"id": "1", "qty": "2"}, {"id": "x", "qty": "3"}, {"id": "3", "qty": "0"}, {"id": "4", "qty": "5"}]
+    land(join(landing_root, "orders"), "a.json", json.dumps(elements, indent=2).encode(), options)
+    land(join(landing_root, "orders"), "b.json", b'[{"id": "9", ', options)
+    found = landing_files(landing_root, config)
+    assert [f.path.rsplit("/", 1)[1] for f in found] == ["a.json", "b.json"]
+    results = []
+    for batch_id, landed in enumerate(found, start=1):
+        plan = file_plan(config, batch_id, landed.path, landed.size)
+        assert checkpoints.record_plan(plan)
+        results.append(run_file_batch(spark, lake, checkpoints, config, plan))
+    target, quarantine = lake.read("orders"), lake.read("quarantine_orders").to_pylist()
+    assert sorted(zip(target["id"].to_pylist(), target["qty"].to_pylist())) == [(1, 2), (4, 5)]
+    assert [(r.records_read, r.rows_written, r.rows_rejected) for r in results] == [(4, 2, 2), (1, 0, 1)]
+    by_position = {(r["source"].rsplit("/", 1)[1], r["source_offset"]): r for r in quarantine}
+    assert sorted(by_position) == [("a.json", 1), ("a.json", 2), ("b.json", 0)]
+    assert json.loads(by_position[("a.json", 1)]["raw"]) == elements[1]
+    assert by_position[("b.json", 0)]["error_code"] == "malformed_record" and by_position[("b.json", 0)]["raw"] == b'[{"id": "9", '
+
+
 @pytest.mark.parametrize("s3", ["s3"], indirect=True)
 def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     """Segment evaluation's tasks read the raw files and write membership through the store; a profile
@@ -353,3 +397,37 @@ def test_backfill_into_a_lake_on_an_object_store(spark, s3, tmp_path):
     version = lake.table(raw_table_name("acme")).version()
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).already_done
     assert lake.table(raw_table_name("acme")).version() == version
+
+
+def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
+    """The export itself on the object store (JSON lines and Parquet, as a hot store writes them to a bucket):
+    listed with sizes (a dot-file in flight is not part of it), read by Spark tasks through the store, bad
+    rows quarantined with the object's URI and their line or row number; a file added later makes a new batch."""
+    import json
+
+    from engagement_platform.landing.files import land
+    from engagement_platform.profiles.backfill.apply import backfill_tenant
+    from engagement_platform.profiles.processor.apply import read_profiles
+    from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC
+    from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl, write_parquet
+
+    root, options = s3
+    lake = DeltaLake(root, options)
+    checkpoints = CheckpointStore(lake)
+    export = root.rsplit("/", 1)[0] + "/exports/acme-1"
+    write_jsonl(tmp_path / "part-0.jsonl", [snap("1", 4, {"email": "a@x.io"}, related=["2"]), b"{broken", snap("2", 5, {"email": "b@x.io"})])
+    write_parquet(tmp_path / "part-1.parquet", [snap("3", 3, {"email": "c@x.io"}, related=["7"]), snap(None, 6, {}), snap("7", 1, {})])
+    for name in ("part-0.jsonl", "part-1.parquet"):
+        land(export, name, (tmp_path / name).read_bytes(), options)
+    land(export, ".part-2.jsonl.partial", b"not yet", options)
+
+    result = backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL)
+    assert (result.records_read, result.rows_valid, result.records_quarantined) == (6, 4, 2)
+    rows = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
+    assert set(rows) == {"1", "2", "3", "7"} and json.loads(rows["3"]["fields"]) == {"email": "c@x.io"} and rows["7"]["component_id"] == "3"
+    quarantined = {q["row_id"]: q["error_code"] for q in lake.read(QUARANTINE_PROFILE_CDC.name).to_pylist()}
+    assert quarantined == {f"{export}/part-0.jsonl:2": "malformed_record", f"{export}/part-1.parquet:2": "missing_required"}
+    assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).already_done
+
+    land(export, "part-3.jsonl", json.dumps(snap("9", 1, {})).encode() + b"\n", options)  # a new export at the same path: a new batch
+    assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).plan.batch_id == 2

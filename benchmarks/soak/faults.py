@@ -267,17 +267,52 @@ def recovery_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, li
     return out
 
 
+def resumed_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, list[float | None]]:
+    """Per kind, for each fault that cleared: seconds from clearing until every stream that had records waiting
+    then had committed a batch past where it stood (the issue's "back to committing"; None: some stream never
+    did, within the samples). A stream with nothing waiting is not waited for."""
+    out: dict[str, list[float | None]] = {}
+    for fault in faults:
+        if fault.cleared is None:
+            continue
+        after = [s for s in samples if s.t >= fault.cleared]
+        if not after:
+            out.setdefault(fault.kind, []).append(None)
+            continue
+        first = after[0]
+        waiting = [stream for stream, highs in first.highs.items()
+                   if any(high > first.committed.get(stream, {}).get(p, 0) for p, high in highs.items())]
+
+        def moved(sample: Sample, stream: str) -> bool:
+            before = first.committed.get(stream, {})
+            return any(offset > before.get(p, 0) for p, offset in sample.committed.get(stream, {}).items())
+
+        took, pending = 0.0, set(waiting)
+        for sample in after:
+            pending = {stream for stream in pending if not moved(sample, stream)}
+            if not pending:
+                took = sample.t - fault.cleared
+                break
+        out.setdefault(fault.kind, []).append(took if not pending else None)
+    return out
+
+
+def _figures(times: list[float | None]) -> str:
+    done = [t for t in times if t is not None]
+    never = len(times) - len(done)
+    figures = f"median {statistics.median(done):.0f} s, max {max(done):.0f} s" if done else "none measured"
+    return f"{figures}, never {never}"
+
+
 def summary(faults: list[Fault], samples: list[Sample]) -> list[str]:
-    """One line per kind: injected / planned, median and max seconds to recover, never recovered."""
-    recovered = recovery_seconds(faults, samples)
+    """One line per kind: injected / planned; seconds until every stream was back to committing (resumed_seconds)
+    and until every stream had caught up with what its topic held when the fault cleared (recovery_seconds)."""
+    recovered, resumed = recovery_seconds(faults, samples), resumed_seconds(faults, samples)
     lines = []
     for kind in KINDS:
         of_kind = [f for f in faults if f.kind == kind]
         if not of_kind:
             continue
-        times = [t for t in recovered.get(kind, []) if t is not None]
-        never = sum(1 for t in recovered.get(kind, []) if t is None)
-        median = f"median {statistics.median(times):.0f} s, max {max(times):.0f} s" if times else "no recovery measured"
         lines.append(f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
-                     f"time to recover {median}; never recovered {never}")
+                     f"back to committing {_figures(resumed.get(kind, []))}; caught up {_figures(recovered.get(kind, []))}")
     return lines

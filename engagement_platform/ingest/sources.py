@@ -1,6 +1,6 @@
 """Parse stage: a source (landing file or Kafka slice) -> input columns + parse errors.
 
-Text formats use Spark's PERMISSIVE mode with a corrupt-record column: a line that does not parse
+Text formats (and each element of a JSON document) use Spark's PERMISSIVE mode with a corrupt-record column: a line that does not parse
 keeps going as a row whose `_errors` says why, with its raw bytes. Every row carries a stable
 `_row_id` derived from its source position (file line, or Kafka partition and offset), so a re-run
 of the same batch produces the same ids.
@@ -38,16 +38,16 @@ def text_options(source: SourceSpec) -> dict[str, str]:
     return {**opts, "mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 
 
-def parse_text(rows: DataFrame, source: SourceSpec) -> DataFrame:
-    """rows: _row_id, _source_partition, _source_offset, _raw (binary) -> parsed input frame."""
+def parse_text(rows: DataFrame, source: SourceSpec, keep: tuple[str, ...] = ()) -> DataFrame:
+    """rows: _row_id, _source_partition, _source_offset, _raw (binary) -> parsed input frame (plus `keep`)."""
     size = F.length(RAW)
     text = F.when(size <= source.max_record_bytes, F.col(RAW).cast("string"))
-    staged = rows.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, size.alias("_size"), text.alias("_text"))
+    staged = rows.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, *keep, size.alias("_size"), text.alias("_text"))
     schema, opts = read_schema(source), text_options(source)
     parse = F.from_csv(F.col("_text"), schema, opts) if source.format == "csv" else F.from_json(F.col("_text"), schema, opts)
     parsed = staged.select("*", parse.alias("_parsed"))
     return parsed.select(
-        ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW,
+        ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, *keep,
         *[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns],
         F.struct(*[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns]).alias(INPUT),
         gather(parse_errors(source, F.col(RAW), F.col("_size"), F.col("_text"), F.col(f"_parsed.{CORRUPT}"))).alias(ERRORS),
@@ -79,19 +79,15 @@ def read_lines_file(spark: SparkSession, source: SourceSpec, path: str, split_by
 
 
 def read_json_document(spark: SparkSession, source: SourceSpec, path: str) -> DataFrame:
-    """A whole-file JSON document (an object or an array of objects); offsets are element indexes.
-
-    Spark does not split a multi-line JSON file, so monotonically_increasing_id is the element's
-    index within the file: stable across re-runs of the same file."""
-    df = spark.read.schema(read_schema(source)).options(**text_options(source), multiLine="true").json(path)
-    cols = list(source.columns)
-    raw = F.coalesce(F.col(CORRUPT), F.to_json(F.struct(*cols))).cast("binary")
-    return df.select(
-        F.monotonically_increasing_id().alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION),
-        F.monotonically_increasing_id().alias(SOURCE_OFFSET), raw.alias(RAW),
-        *cols, F.struct(*cols).alias(INPUT),
-        gather([F.when(F.col(CORRUPT).isNotNull(), error(PARSE, PARSER, None, "malformed_record", "document is not valid JSON", F.substring(CORRUPT, 1, 200)))]).alias(ERRORS),
-    )
+    """A whole-file JSON document (an object or an array of objects), read in a Spark task through the
+    lake's file system (`landing_document`); offsets are element indexes, each element's JSON stands for
+    its raw bytes, and a document that does not parse is one record with its whole text."""
+    opts = landing_source.options(path, storage_options=load_settings().storage_options)
+    elements = spark.read.format("landing_document").options(**opts).load()
+    rows = elements.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW, "_document_error")
+    parsed = parse_text(rows, source, keep=("_document_error",))
+    broken = error(PARSE, PARSER, None, "malformed_record", "document is not valid JSON", F.substring(F.col(RAW).cast("string"), 1, 200))
+    return parsed.withColumn(ERRORS, F.when(F.col("_document_error"), F.array(broken)).otherwise(F.col(ERRORS))).drop("_document_error")
 
 
 def read_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:

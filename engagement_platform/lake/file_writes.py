@@ -85,6 +85,13 @@ def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tu
     return pafs.FileSystem.from_uri(uri)
 
 
+def join(root: str, relative: str) -> str:
+    """`relative` under `root`, a local folder or an object-store URI."""
+    import os
+
+    return os.path.join(root, relative) if "://" not in root else f"{root.rstrip('/')}/{relative}"
+
+
 def azure_filesystem(storage_options: Mapping[str, str]) -> pafs.AzureFileSystem:
     """pyarrow's Azure (Blob / ADLS Gen2) file system configured from delta-rs's storage option names; an
     AZURE_ENDPOINT (an emulator, "http://host:port/<account>") serves both the blob and the dfs API."""

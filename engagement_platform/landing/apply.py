@@ -101,9 +101,6 @@ def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoint
     if size != planned_size:
         raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {size} now): "
                            "landing files must be complete when they appear (write elsewhere, then rename)")
-    if "://" in path and config.source.format == "json":
-        raise ValueError(f"{path}: whole-document JSON is read by Spark's JSON reader, which reaches object stores only "
-                         "through Hadoop connectors; land JSON lines (format: jsonl) on an object store")
     seconds = {}
     t0 = time.perf_counter()
     at = datetime.now(timezone.utc)

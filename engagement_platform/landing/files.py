@@ -5,14 +5,13 @@ rename it in (on an object store, a copy then a delete), and names starting with
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
 
-from engagement_platform.lake.file_writes import filesystem
+from engagement_platform.lake.file_writes import filesystem, join
 
 
 @dataclass(frozen=True)
@@ -53,10 +52,6 @@ def _segment(part: str) -> str:
             out += re.escape(c)
         j += 1
     return out
-
-
-def join(root: str, relative: str) -> str:
-    return os.path.join(root, relative) if "://" not in root else f"{root.rstrip('/')}/{relative}"
 
 
 def landed_files(root: str, pattern: str, storage_options: Mapping[str, str] | None = None) -> list[LandedFile]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from engagement_platform.lake.delta import DeltaLake
@@ -60,15 +61,20 @@ def table_files(lake: DeltaLake, name: str) -> list[str]:
 READ_TASKS = 4  # Spark tasks that read an object store's files (each with its share of the files)
 
 
-def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: Mapping[str, str] | None = None) -> DataFrame:
-    """The files as one DataFrame with schema `ddl` (an empty one when there are none). Local files go through
-    Spark's Parquet reader; files on an object store through pyarrow in Spark tasks, with the lake's storage
-    options, since Spark's own reader would need Hadoop's S3 / ABFS connectors (not installed here)."""
+def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: Mapping[str, str] | None = None,
+               path_column: str | None = None) -> DataFrame:
+    """The files as one DataFrame with schema `ddl` (an empty one when there are none), plus a string column
+    `path_column` naming each row's file when asked (partition values live only in the paths). Local files
+    go through Spark's Parquet reader; files on an object store through pyarrow in Spark tasks, with the
+    lake's storage options, since Spark's own reader would need Hadoop's S3 / ABFS connectors (not installed
+    here)."""
+    ddl_out = f"{ddl}, `{path_column}` string" if path_column else ddl
     if not uris:
-        return spark.createDataFrame([], ddl)
+        return spark.createDataFrame([], ddl_out)
     if all("://" not in u or u.startswith("file://") for u in uris):
-        return spark.read.schema(ddl).parquet(*uris)
-    struct = spark.createDataFrame([], ddl).schema
+        files = spark.read.schema(ddl).parquet(*uris)
+        return files.select("*", F.col("_metadata.file_path").alias(path_column)) if path_column else files
+    struct = spark.createDataFrame([], ddl_out).schema
     schema = to_arrow_schema(struct, timezone="UTC")  # timestamps as Delta stores them: UTC instants
     shares = dealt(uris, READ_TASKS)
 
@@ -78,6 +84,8 @@ def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: 
                 for uri in shares[index]:
                     fs, path = filesystem(uri, storage_options)
                     rows = read_parquet(fs, path)
+                    if path_column:
+                        rows = rows.append_column(path_column, pa.array([uri] * rows.num_rows, pa.string()))
                     columns = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
                     yield from pa.Table.from_arrays(columns, schema=schema).to_batches()
 

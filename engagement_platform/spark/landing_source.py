@@ -1,9 +1,13 @@
-"""Spark Python data source `landing_lines`: a landing file's records with their line numbers.
+"""Spark Python data sources for landing files, read through pyarrow's file systems (local, S3, ADLS):
 
-Spark's own text and CSV readers do not say which line a row came from, and a quarantine row must
-point at its source position. This source splits each file into byte ranges that start on a line
-boundary (so both cores read), numbers lines exactly, and returns (line, raw bytes) as Arrow.
-One record per line: CSV with embedded newlines is not supported by this path (JSON lines never has them).
+- `landing_lines`: a file's records with their line numbers. Spark's own text and CSV readers do not say
+  which line a row came from, and a quarantine row must point at its source position. This source splits
+  each file into byte ranges that start on a line boundary (so both cores read), numbers lines exactly,
+  and returns (line, raw bytes) as Arrow. One record per line: CSV with embedded newlines is not
+  supported by this path (JSON lines never has them).
+- `landing_document`: a whole-file JSON document (an object, or an array of objects), one record per
+  element with its index; a document that does not parse is one record, its whole text, flagged. Spark's
+  JSON reader would need Hadoop's connectors for an object store (not installed here).
 """
 
 from __future__ import annotations
@@ -87,6 +91,48 @@ class LandingLinesReader(DataSourceReader):
                 numbers.append(number)
                 raws.append(line)
         yield pa.RecordBatch.from_arrays([pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"])
+
+
+DOCUMENT_SCHEMA = "_source_offset long, _raw binary, _document_error boolean"
+
+
+class LandingDocumentDataSource(DataSource):
+    """Options: path (one file), storage_options (JSON: the lake's, for an object store)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "landing_document"
+
+    def schema(self) -> str:
+        return DOCUMENT_SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return LandingDocumentReader(dict(self.options))
+
+
+def document_elements(data: bytes) -> tuple[list[bytes], bool]:
+    """(each element's JSON text, False) of a document: an array's elements, or the one value it holds;
+    ([the whole text], True) when it is not JSON. An element that is not an object is left to the parse
+    stage, which rejects it like any record that is not one JSON object."""
+    try:
+        value = json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return [data], True
+    values = value if isinstance(value, list) else [value]
+    return [json.dumps(v, ensure_ascii=False).encode() for v in values], False
+
+
+class LandingDocumentReader(LandingLinesReader):
+    def partitions(self):
+        return [LineSpan(self.path, 0, 0, 0, 0)]  # a JSON document is not split
+
+    def read(self, span: LineSpan):
+        import pyarrow as pa
+
+        with self._open(span.path) as f:
+            elements, broken = document_elements(f.read())
+        yield pa.RecordBatch.from_arrays([pa.array(range(len(elements)), pa.int64()), pa.array(elements, pa.binary()),
+                                          pa.array([broken] * len(elements), pa.bool_())], names=["_source_offset", "_raw", "_document_error"])
 
 
 def options(path: str, skip_lines: int = 0, split_bytes: int | None = None, storage_options: dict | None = None) -> dict[str, str]:

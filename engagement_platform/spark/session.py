@@ -15,7 +15,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
-from engagement_platform.spark.landing_source import LandingLinesDataSource
+from engagement_platform.spark.landing_source import LandingDocumentDataSource, LandingLinesDataSource
 
 # Settings for a 2-core machine; a cluster overrides them through its own spark-defaults.
 LOCAL_CONF = {
@@ -66,7 +66,7 @@ def _configured(spark: SparkSession) -> SparkSession:
     # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
     # whole batch on one such record.
     spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
-    for source in (KafkaOffsetsDataSource, LandingLinesDataSource):
+    for source in (KafkaOffsetsDataSource, LandingLinesDataSource, LandingDocumentDataSource):
         register_data_source(spark, source)
     return spark
 

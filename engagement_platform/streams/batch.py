@@ -22,8 +22,8 @@ during one table's write cannot stop that write.
 
 Fault points: with EP_FAILPOINT="<stream>:after:<step>" the process dies (as if killed) right after
 that step's commit: the crash tests' way to stop a batch between two tables. With EP_PAUSEPOINT set the
-same way the run stops there for good instead (creating the file EP_PAUSEPOINT_MARKER names), so a test
-can kill the whole host at a known point of the batch.
+same way the run stops there for good instead (creating the file EP_PAUSEPOINT_MARKER names; once that file
+exists, later runs pass the point), so a test can kill the host or the run at a known point of the batch.
 """
 
 from __future__ import annotations
@@ -97,6 +97,8 @@ def failpoint(stream: str, step: str) -> None:
     if os.environ.get(PAUSEPOINT_ENV) == point:
         marker = os.environ.get(PAUSEPOINT_MARKER_ENV)
         if marker:
+            if os.path.exists(marker):
+                return  # paused once already: the retry of the killed run goes on
             open(marker, "a").close()
         while True:  # until the test kills the host
             time.sleep(3600)

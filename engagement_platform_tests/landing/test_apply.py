@@ -20,6 +20,7 @@ from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import erased_subjects_spec
 from engagement_platform.settings import load_settings
+from engagement_platform_tests.support.crash import crash_then_rerun
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_RECORD_BYTES = 120
@@ -182,3 +183,25 @@ def test_landed_files_leave_once_ingested_and_older_than_half_the_erasure_window
     assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(hours=1)) == [], "younger than the retention"
     deleted = expire_landed_files(str(path.parent.parent), [config], checkpoints, timedelta(seconds=0))
     assert deleted == [str(path)] and not path.exists() and waiting.exists()
+
+
+@pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
+@pytest.mark.parametrize("crash_after", ["target", "quarantine"])
+def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(spark, stack, lake, lake_root, checkpoints, tmp_path, crash_after):
+    """The CLI runs the planned file in a child process killed right after one table's commit; the re-run
+    commits only what is missing: every good row once, every rejected line's errors once, counts balanced."""
+    config = load_pipeline(REPO / "pipelines" / "rewards_members.yaml")  # the shipped pipeline the CLI finds
+    path = tmp_path / "store_1.csv"
+    path.write_text("\n".join(LINES) + "\n")
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    table = config.target.table if crash_after == "target" else config.target.quarantine_table
+    rerun = crash_then_rerun(lake_root, lake, checkpoints, stream_name(config), app_id(config), 1, table)
+    figures = json.loads(rerun.stdout.strip().splitlines()[-1])
+    target, quarantine = lake.read(config.target.table).to_pylist(), lake.read(config.target.quarantine_table).to_pylist()
+    assert sorted(r["member_id"] for r in target) == [1, 2, 4, 9]  # line 5 fits the shipped record limit
+    lines = {r["source_offset"] for r in quarantine}
+    assert figures["records_read"] == 9 == len(target) + len(lines) and figures["errors"] == len(quarantine)
+    assert len({(r["row_id"], r["column_name"], r["error_code"]) for r in quarantine}) == len(quarantine)  # no error twice
+    for name in (config.target.table, config.target.quarantine_table):
+        assert lake.committed_version(name, app_id(config)) == 1

@@ -8,7 +8,7 @@ import random
 import threading
 import time
 
-from benchmarks.soak.faults import KINDS, TARGETS, ZK_SESSION_TIMEOUT_S, Fault, Injector, plan_faults
+from benchmarks.soak.faults import KINDS, TARGETS, ZK_SESSION_TIMEOUT_S, Fault, Injector, Sample, plan_faults, recovery_seconds, resumed_seconds
 
 
 class Timed(Injector):
@@ -60,3 +60,22 @@ def test_planned_faults_cover_every_kind_and_session_faults_outlast_the_session(
     assert {f.kind for f in faults} == set(KINDS) and all(60 <= f.planned <= 1800 for f in faults)
     assert all(f.hold > ZK_SESSION_TIMEOUT_S for f in faults if f.kind in ("run_pause", "zookeeper_session_expiry"))
     assert set(TARGETS) <= set(KINDS)
+
+
+def test_back_to_committing_waits_for_every_stream_that_had_records_waiting_and_caught_up_for_all_of_them():
+    """Ingestion has records waiting when the fault clears at t=10 and commits part of them at t=30, all at t=50;
+    mutation has nothing waiting (not waited for) and the third stream commits at t=40: back to committing takes
+    30 s (the last waiting stream's first commit), caught up 40 s; a fault after which a waiting stream never
+    moves is None in both."""
+    def sample(t, ingested, mutated, erased):
+        return Sample(t, {"ingestion": {0: ingested}, "mutation": {0: mutated}, "retention": {0: erased}},
+                      {"ingestion": {0: 100}, "mutation": {0: 5}, "retention": {0: 8}})
+
+    samples = [sample(10, 40, 5, 6), sample(20, 40, 5, 6), sample(30, 70, 5, 6), sample(40, 70, 5, 8), sample(50, 100, 5, 8)]
+    cleared = Fault("broker_restart", 0, 5, injected=5, cleared=10)
+    assert resumed_seconds([cleared], samples) == {"broker_restart": [30]}
+    assert recovery_seconds([cleared], samples) == {"broker_restart": [40]}
+    stuck = [sample(10, 40, 5, 6), sample(60, 40, 5, 8)]
+    assert resumed_seconds([cleared], stuck) == {"broker_restart": [None]}
+    assert recovery_seconds([cleared], stuck) == {"broker_restart": [None]}
+    assert resumed_seconds([Fault("run_kill", 0, 5, injected=5)], samples) == {}  # never cleared: not measured

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from engagement_platform_tests.support.secrets_scan import RUN_SECRETS
 
 
 def free_port() -> int:
@@ -51,14 +52,15 @@ def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
     moto = Path(sys.executable).with_name("moto_server")
     with open(log, "ab") as out:
         proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
+    secret = RUN_SECRETS["AWS_SECRET_ACCESS_KEY"]  # distinctive, so the run's leak check can find it anywhere
     options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
-               "AWS_SECRET_ACCESS_KEY": "test", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+               "AWS_SECRET_ACCESS_KEY": secret, "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
     try:
         wait_until_listening(port, proc, log)
         bucket = f"lake-{uuid.uuid4().hex[:8]}"
         import pyarrow.fs as pafs
 
-        pafs.S3FileSystem(access_key="test", secret_key="test", region="us-east-1", endpoint_override=f"127.0.0.1:{port}", scheme="http",
+        pafs.S3FileSystem(access_key="test", secret_key=secret, region="us-east-1", endpoint_override=f"127.0.0.1:{port}", scheme="http",
                           allow_bucket_creation=True).create_dir(bucket)
         yield {**options, "bucket": bucket}
     finally:

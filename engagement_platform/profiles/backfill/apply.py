@@ -43,14 +43,14 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StringType, StructField, StructType
 
 from engagement_platform.ingest.config import load_pipeline
-from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather
+from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
 from engagement_platform.ingest.plugins import ColumnValidator
-from engagement_platform.ingest.sources import INPUT, read_lines_file
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles import snapshots
+from engagement_platform.profiles.backfill.export import plan_files, read_snapshot, snapshot_slice
 from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.profiles.processor.commit import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
 from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
@@ -66,8 +66,6 @@ from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
 QUARANTINE_PIPELINE = "profile_backfill"
-SUFFIXES = {".jsonl", ".ndjson", ".json", ".parquet"}
-FILE_SHIFT = 40  # row id = file index << 40 | line (or row) number: unique across the files of a batch
 
 
 def backfill_stream(tenant: str) -> str:
@@ -86,26 +84,6 @@ def parse_until(value: str | datetime) -> datetime:
     return _utc(value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00")))
 
 
-def snapshot_files(path: str | Path) -> list[Path]:
-    """The export's data files: the file itself, or the folder's JSON lines / Parquet files, sorted
-    (dot-files are uploads in flight)."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise FileNotFoundError(f"snapshot export {path} does not exist")
-    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in SUFFIXES and not p.name.startswith((".", "_")))
-
-
-def _names_and_sizes(files: list[Path]) -> tuple[tuple[str, int], ...]:
-    return tuple((f.name, f.stat().st_size) for f in files)
-
-
-def snapshot_slice(path: str | Path, until: datetime) -> SnapshotSlice:
-    """The export as it is now: its resolved path, the boundary, each data file's name and size."""
-    return SnapshotSlice(str(Path(path).resolve()), until, _names_and_sizes(snapshot_files(path)))
-
-
 def plan_backfill(checkpoints: CheckpointStore, tenant: str, path: str | Path, until: datetime) -> tuple[BatchPlan, bool]:
     """(plan, already done). An unfinished plan of the tenant is resumed (it must be the same input);
     the same input as the last finished backfill is already done; anything else is a new batch."""
@@ -122,15 +100,6 @@ def plan_backfill(checkpoints: CheckpointStore, tenant: str, path: str | Path, u
     plan = BatchPlan(stream, latest.batch_id + 1 if latest else 1, snapshot)
     checkpoints.record_plan(plan)
     return plan, False
-
-
-def plan_files(plan: BatchPlan) -> list[Path]:
-    """The plan's files, checked unchanged since it was planned."""
-    planned = plan.slice_as(SnapshotSlice)
-    files = snapshot_files(planned.path)
-    if _names_and_sizes(files) != planned.files:
-        raise RuntimeError(f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable")
-    return files
 
 
 def backfill_spec(tenant: str) -> StreamSpec:
@@ -165,44 +134,6 @@ def snapshot_pipeline(tenant: str) -> Pipeline:
     pipeline.validators += [JsonShape("profile_snapshot", JsonShape.Params(), config.target.columns),
                             SnapshotTenant("profile_snapshot", SnapshotTenant.Params(tenant=tenant), config.target.columns)]
     return pipeline
-
-
-def _read_parquet_file(spark: SparkSession, columns: list[str], path: str) -> DataFrame:
-    """A Parquet export in the parse stage's layout: columns as text (nested values as JSON), rows
-    numbered from 1 within the file, the row as JSON for the quarantine's raw bytes."""
-    df = spark.read.parquet(path)
-    types = dict(df.dtypes)
-
-    def text(c: str) -> Column:
-        if c not in types:
-            return F.lit(None).cast("string")
-        nested = types[c].startswith(("struct", "map", "array"))
-        return F.to_json(F.col(c)) if nested else F.col(c).cast("string")
-
-    return df.select(
-        (F.col("_metadata.row_index") + 1).alias(SOURCE_OFFSET), F.lit(0).alias(SOURCE_PARTITION),
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).cast("binary").alias(RAW),
-        *[text(c).alias(c) for c in columns], F.struct(*[text(c).alias(c) for c in columns]).alias(INPUT),
-        gather([]).alias(ERRORS),
-    ).withColumn(ROW_ID, F.col(SOURCE_OFFSET))
-
-
-def read_snapshot(spark: SparkSession, pipeline: Pipeline, files: list[Path]) -> DataFrame:
-    """Every file of the export, parsed; `_source_partition` is the file's index in `files`."""
-    source = pipeline.config.source
-    frames = []
-    for i, path in enumerate(files):
-        df = _read_parquet_file(spark, list(source.columns), str(path)) if path.suffix == ".parquet" else read_lines_file(spark, source, str(path))
-        frames.append(df.select(
-            (F.lit(i).cast("long") * (1 << FILE_SHIFT) + F.col(SOURCE_OFFSET)).alias(ROW_ID), F.lit(i).alias(SOURCE_PARTITION),
-            SOURCE_OFFSET, RAW, *source.columns, INPUT, ERRORS,
-        ))
-    if not frames:
-        raise ValueError("the snapshot export has no JSON lines or Parquet files")
-    out = frames[0]
-    for df in frames[1:]:
-        out = out.unionByName(df)
-    return out
 
 
 def snapshot_changes(valid: DataFrame, tenant: str) -> DataFrame:
@@ -329,11 +260,11 @@ def _with_batch(source: pa.Table, batch_id: int, at: datetime) -> pa.Table:
     return source.select(SOURCE_SCHEMA.names).cast(SOURCE_SCHEMA)
 
 
-def _quarantine(bad: pa.Table, plan: BatchPlan, files: list[Path], at: datetime) -> pa.Table:
+def _quarantine(bad: pa.Table, plan: BatchPlan, files: list[str], at: datetime) -> pa.Table:
     """One quarantine row per error, row_id `<file>:<line>` (Parquet: row number in the file)."""
     parts = []
     for i, path in enumerate(files):
         rows = bad.filter(pc.equal(bad[SOURCE_PARTITION], i))
         if rows.num_rows:
-            parts.append(quarantine_rows(rows, QuarantineContext(QUARANTINE_PIPELINE, plan.batch_id, str(path), at), org_column="tenant"))
+            parts.append(quarantine_rows(rows, QuarantineContext(QUARANTINE_PIPELINE, plan.batch_id, path, at), org_column="tenant"))
     return pa.concat_tables(parts) if parts else QUARANTINE_PROFILE_CDC.schema.empty_table()

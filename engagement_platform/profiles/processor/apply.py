@@ -35,7 +35,9 @@ from engagement_platform.spark import handoff_files
 from engagement_platform.profiles.processor.commit import MERGE_THREADS, ProcessResult, commit_tenants
 from engagement_platform.profiles.processor.planning import plan_tenant_batches, processor_app_id, processor_stream, staging_listings, staging_slice
 from engagement_platform.profiles.processor.progress import unprocessed_tenants
-from engagement_platform.profiles.processor.resolution import STAGED_DDL, batch_stats, merge_sources_to_files, with_partition_values
+from engagement_platform.profiles.processor.resolution import (
+    FILE_PATH, STAGED_DDL, batch_stats, merge_sources_to_files, with_partition_values,
+)
 from engagement_platform.profiles.snapshots import SnapshotListings
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name
 from engagement_platform.settings import load_settings
@@ -86,9 +88,7 @@ def run_tenant_batches(spark: SparkSession, lake: DeltaLake, checkpoints: Checkp
     # The progress row's figures come from the staging log's file statistics: no Spark job.
     stats = snapshots.staged_stats(lake, PROFILE_CDC_STAGING.name, staged_by_tenant)
     if stats is None:
-        staged_uris = [u for uris in staged_by_tenant.values() for u in uris]
-        staged = with_partition_values(snapshots.read_files(spark, staged_uris, STAGED_DDL, lake.storage_options))
-        stats = {r["tenant"]: r for r in batch_stats(staged).toArrow().to_pylist()}
+        stats = staged_stats_from_rows(spark, lake, staged_by_tenant)
     t1 = time.perf_counter()
     sources = merge_sources(spark, lake, files)
     t2 = time.perf_counter()
@@ -99,6 +99,14 @@ def run_tenant_batches(spark: SparkSession, lake: DeltaLake, checkpoints: Checkp
         result.seconds = {"plan": t1 - t0, "compute": t2 - t1, **result.seconds}
         result.batch_seconds = batch_seconds
     return results
+
+
+def staged_stats_from_rows(spark: SparkSession, lake: DeltaLake, uris_by_tenant: dict[str, list[str]]) -> dict[str, dict]:
+    """snapshots.staged_stats' figures computed from the staged rows (a Spark job), for files whose log entry
+    lacks a statistic: a staging writer other than the dumper."""
+    staged_uris = [u for uris in uris_by_tenant.values() for u in uris]
+    files = snapshots.read_files(spark, staged_uris, STAGED_DDL, lake.storage_options, path_column=FILE_PATH)
+    return {r["tenant"]: r for r in batch_stats(with_partition_values(files)).toArrow().to_pylist()}
 
 
 def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[list[str], list[str]]]) -> dict[str, pa.Table]:

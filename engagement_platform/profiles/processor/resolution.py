@@ -45,9 +45,13 @@ def _no_ids():
     return F.array().cast("array<string>")
 
 
+FILE_PATH = "_file_path"
+
+
 def with_partition_values(staged_files: DataFrame) -> DataFrame:
-    """Staging partition values are in the file paths only (Delta keeps them out of the files)."""
-    path = F.col("_metadata.file_path")
+    """Staging partition values are in the file paths only (Delta keeps them out of the files): `staged_files`
+    comes from snapshots.read_files(..., path_column=FILE_PATH)."""
+    path = F.col(FILE_PATH)
     return staged_files.select(F.regexp_extract(path, "/tenant=([^/]+)/", 1).alias("tenant"),
                                F.regexp_extract(path, "/bucket=([^/]+)/", 1).alias("bucket"),
                                *[F.col(c.split()[0]) for c in STAGED_DDL.split(", ")])

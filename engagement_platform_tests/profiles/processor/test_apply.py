@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.processor.apply import (
-    process_tenant, process_tenants, processor_app_id, processor_stream, read_profiles, unprocessed_tenants, z_order_raw,
+    process_tenant, process_tenants, processor_app_id, processor_stream, read_profiles, staged_stats_from_rows, unprocessed_tenants,
+    z_order_raw,
 )
 from engagement_platform.profiles.processor.progress import latest_progress
-from engagement_platform.profiles.tables import PROFILE_PROGRESS, raw_table_name
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS, raw_table_name
 from engagement_platform.spark.handoff_files import new_handoff
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
 from engagement_platform_tests.support.crash import KILLED, after_commit, run_batch
@@ -145,3 +147,22 @@ def test_processor_killed_after_the_merge_then_rerun_is_exactly_once(spark, kafk
     assert unprocessed_tenants(lake) == ["acme"]
     process_tenant(spark, lake, checkpoints, "acme")
     assert set(profiles(lake, "acme")) == {"1", "3", "9"}
+
+
+@pytest.mark.lake_stores("local", "s3")
+def test_batch_figures_from_the_staged_rows_equal_the_logs_statistics(spark, kafka, lake, checkpoints, cdc_topic):
+    """The fallback for staged files without statistics (a writer other than the dumper) reads the rows and
+    takes tenant and bucket from each row's file path: on an object store too, the same figures as the log's."""
+    stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "1", 4, {"a": 1}), record("globex", "7", 2, {}),
+                                                        record("acme", "2", 9, {}, ts="2026-01-06T08:30:00Z")])
+    stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "3", 5, {}), record("globex", "8", 11, {}, ts="2026-01-07T23:59:00Z")])
+    uris = {t: sorted(files) for t, files in snapshots.files_by_tenant(lake, PROFILE_CDC_STAGING.name).items()}
+    assert set(uris) == {"acme", "globex"} and all(uris.values())
+    from_log = snapshots.staged_stats(lake, PROFILE_CDC_STAGING.name, uris)
+    from_rows = staged_stats_from_rows(spark, lake, uris)
+
+    def comparable(stats):
+        return {t: {k: (v.timestamp() if hasattr(v, "timestamp") else v) for k, v in row.items()} for t, row in stats.items()}
+
+    assert comparable(from_rows) == comparable(from_log)
+    assert (from_rows["acme"]["changes_read"], from_rows["acme"]["max_cdc_seq"], from_rows["globex"]["max_cdc_seq"]) == (3, 9, 11)

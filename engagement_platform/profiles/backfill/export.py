@@ -1,0 +1,129 @@
+"""A backfill's export: its data files (JSON lines or Parquet, in a local folder or under an object-store
+prefix) listed with their sizes, and read by Spark into the parse stage's layout.
+
+Files on an object store are read in Spark tasks through pyarrow's file systems with the deployment's
+storage options (JSON lines through the landing_lines source, Parquet here): Spark's own readers would
+need Hadoop's S3 / ABFS connectors, which are not installed here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import LongType, StructField, StructType
+
+from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather
+from engagement_platform.ingest.pipeline import Pipeline
+from engagement_platform.ingest.sources import INPUT, read_lines_file
+from engagement_platform.lake.file_writes import filesystem, join, read_parquet
+from engagement_platform.settings import load_settings
+from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
+
+SUFFIXES = {".jsonl", ".ndjson", ".json", ".parquet"}
+FILE_SHIFT = 40  # row id = file index << 40 | line (or row) number: unique across the files of a batch
+ROW_INDEX = "_row_index"  # a Parquet row's index in its file, when read through pyarrow
+
+
+def snapshot_files(path: str | Path, storage_options: Mapping[str, str] | None = None) -> list[tuple[str, int]]:
+    """(path, size) of the export's data files: the file itself, or the folder's JSON lines / Parquet files,
+    sorted (dot-files are uploads in flight). A local path or an object-store URI (the deployment's storage
+    options)."""
+    path = str(path)
+    fs, where = filesystem(path, storage_options)
+    info = fs.get_file_info(where)
+    if info.is_file:
+        return [(path, info.size)]
+    if info.type != pafs.FileType.Directory:
+        raise FileNotFoundError(f"snapshot export {path} does not exist")
+    return sorted((join(path, f.base_name), f.size) for f in fs.get_file_info(pafs.FileSelector(where))
+                  if f.is_file and os.path.splitext(f.base_name)[1] in SUFFIXES and not f.base_name.startswith((".", "_")))
+
+
+def _names_and_sizes(files: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    return tuple((path.rsplit("/", 1)[-1], size) for path, size in files)
+
+
+def snapshot_slice(path: str | Path, until: datetime) -> SnapshotSlice:
+    """The export as it is now: its resolved path, the boundary, each data file's name and size."""
+    path = str(path)
+    resolved = path.rstrip("/") if "://" in path else str(Path(path).resolve())
+    return SnapshotSlice(resolved, until, _names_and_sizes(snapshot_files(resolved, load_settings().storage_options)))
+
+
+def plan_files(plan: BatchPlan) -> list[str]:
+    """The plan's files, checked unchanged since it was planned."""
+    planned = plan.slice_as(SnapshotSlice)
+    files = snapshot_files(planned.path, load_settings().storage_options)
+    if _names_and_sizes(files) != planned.files:
+        raise RuntimeError(f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable")
+    return [path for path, _ in files]
+
+
+def _parquet_rows(spark: SparkSession, path: str) -> tuple[DataFrame, Column, list[str]]:
+    """(the Parquet file's rows, each row's index in the file, the file's columns). A local file goes through Spark's reader; a
+    file on an object store through pyarrow in a Spark task, since Spark's reader would need Hadoop's
+    connectors (not installed here)."""
+    if "://" not in path or path.startswith("file://"):
+        df = spark.read.parquet(path)
+        return df, F.col("_metadata.row_index"), df.columns
+    storage_options = load_settings().storage_options
+    fs, where = filesystem(path, storage_options)
+    with fs.open_input_file(where) as f:
+        schema = pq.read_schema(f)
+    struct = StructType([*from_arrow_schema(schema).fields, StructField(ROW_INDEX, LongType())])
+
+    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            task_fs, task_where = filesystem(path, storage_options)
+            rows = read_parquet(task_fs, task_where)
+            rows = rows.append_column(ROW_INDEX, pa.array(range(rows.num_rows), pa.int64()))
+            yield from rows.to_batches()
+
+    return spark.range(1, numPartitions=1).mapInArrow(read, struct), F.col(ROW_INDEX), schema.names
+
+
+def _read_parquet_file(spark: SparkSession, columns: list[str], path: str) -> DataFrame:
+    """A Parquet export in the parse stage's layout: columns as text (nested values as JSON), rows
+    numbered from 1 within the file, the row as JSON for the quarantine's raw bytes."""
+    df, row_index, file_columns = _parquet_rows(spark, path)
+    types = {c: t for c, t in df.dtypes if c in file_columns}
+
+    def text(c: str) -> Column:
+        if c not in types:
+            return F.lit(None).cast("string")
+        nested = types[c].startswith(("struct", "map", "array"))
+        return F.to_json(F.col(c)) if nested else F.col(c).cast("string")
+
+    return df.select(
+        (row_index + 1).alias(SOURCE_OFFSET), F.lit(0).alias(SOURCE_PARTITION),
+        F.to_json(F.struct(*[F.col(f"`{c}`") for c in file_columns])).cast("binary").alias(RAW),
+        *[text(c).alias(c) for c in columns], F.struct(*[text(c).alias(c) for c in columns]).alias(INPUT),
+        gather([]).alias(ERRORS),
+    ).withColumn(ROW_ID, F.col(SOURCE_OFFSET))
+
+
+def read_snapshot(spark: SparkSession, pipeline: Pipeline, files: list[str]) -> DataFrame:
+    """Every file of the export, parsed; `_source_partition` is the file's index in `files`."""
+    source = pipeline.config.source
+    frames = []
+    for i, path in enumerate(files):
+        df = _read_parquet_file(spark, list(source.columns), path) if path.endswith(".parquet") else read_lines_file(spark, source, path)
+        frames.append(df.select(
+            (F.lit(i).cast("long") * (1 << FILE_SHIFT) + F.col(SOURCE_OFFSET)).alias(ROW_ID), F.lit(i).alias(SOURCE_PARTITION),
+            SOURCE_OFFSET, RAW, *source.columns, INPUT, ERRORS,
+        ))
+    if not frames:
+        raise ValueError("the snapshot export has no JSON lines or Parquet files")
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
