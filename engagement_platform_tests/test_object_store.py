@@ -431,3 +431,35 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
 
     land(export, "part-3.jsonl", json.dumps(snap("9", 1, {})).encode() + b"\n", options)  # a new export at the same path: a new batch
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).plan.batch_id == 2
+
+
+def test_a_written_file_costs_one_request_and_a_read_two(tmp_path):
+    """Requests per data file on the S3 endpoint, from its access log: a file the Spark tasks write is one PUT
+    (not a multipart upload's three requests), and reading it back whole is a HEAD and one GET (not a GET per
+    chunk of an input stream). On a real store each request is a round trip; on the local endpoint, CPU."""
+    import re
+    import time
+
+    import pyarrow as pa
+
+    from engagement_platform.lake.delta import TableSpec
+    from engagement_platform.lake.file_writes import filesystem, read_parquet, write_files
+
+    log = tmp_path / "moto.log"
+
+    def requests_since(start: int) -> list[str]:
+        time.sleep(0.3)  # the endpoint writes its access log line after answering
+        lines = log.read_text().splitlines()[start:]
+        return [re.sub(r"\x1b\[[0-9;]*m", "", line).split('"')[1].split()[0] for line in lines if '"' in line]
+
+    with s3_endpoint(log) as options:
+        root = f"s3://{options.pop('bucket')}/lake/t"
+        spec = TableSpec("t", pa.schema([("org_id", pa.string()), ("n", pa.int64()), ("text", pa.string())]), partition_by=("org_id",))
+        rows = pa.table({"org_id": ["a"] * 200_000, "n": list(range(200_000)), "text": [f"row {i}" for i in range(200_000)]})
+        start = len(log.read_text().splitlines())
+        (written,) = write_files(root, spec, rows, "test", options)
+        assert written.size > 1_000_000 and requests_since(start) == ["PUT"]
+        start = len(log.read_text().splitlines())
+        fs, base = filesystem(root, options)
+        assert read_parquet(fs, f"{base}/{written.path}")["n"].to_pylist() == list(range(200_000))
+        assert requests_since(start) == ["HEAD", "GET"]
