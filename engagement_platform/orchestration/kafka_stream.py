@@ -46,6 +46,7 @@ from engagement_platform.orchestration.runs import (
     report_table_commits,
     resume_unfinished,
     run_request,
+    unless_unavailable,
     waits_for_its_turn,
 )
 from engagement_platform.orchestration.topics import ObservationMetadata, Watermarks, topic_asset, topic_observation
@@ -204,7 +205,7 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
         # Only the checkpoint store is needed: a stream without a lock never gives up on coordination
         # (its runs' liveness is asked of ZooKeeper as the settings name it).
         def unlocked(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-            return kafka_stream_tick(context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake))
+            return unless_unavailable(lambda: kafka_stream_tick(context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake)))
 
         return decorate(unlocked)
 
@@ -213,7 +214,7 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
             ask = coordinator.predecessor_wait if after_give_up else coordinator.lock_wait
             return ask(plan.stream, plan.batch_id, definition.spec.lock_name)
 
-        return kafka_stream_tick(context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator)
+        return unless_unavailable(lambda: kafka_stream_tick(context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator))
 
     return decorate(locked)
 

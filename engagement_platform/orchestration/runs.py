@@ -31,6 +31,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from dagster import (
@@ -54,6 +55,8 @@ from engagement_platform.resources import CoordinatorResource, holder_owner
 from engagement_platform.streams.batch import fenced
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy, PredecessorRefused
 from engagement_platform.streams.planning import BatchPlan
+
+T = TypeVar("T")
 
 STREAM_TAG = "engagement/stream"  # dagster.yaml limits runs to one per value of this tag
 MAX_ATTEMPTS = 3
@@ -112,6 +115,19 @@ def unavailable_service(error: BaseException | None) -> str | None:
                 return "spark"
         error = error.__cause__ or error.__context__
     return None
+
+
+def unless_unavailable(evaluate: Callable[[], T]) -> T | SkipReason:
+    """A sensor's evaluation that meets an unreachable broker or Spark server skips the tick and says so instead
+    of failing it: a restarting service is not the sensor's fault, and the next tick asks again. Any other error
+    still fails the tick."""
+    try:
+        return evaluate()
+    except Exception as e:  # noqa: BLE001 - re-raised unless it names an unreachable service
+        service = unavailable_service(e)
+        if service is None:
+            raise
+        return SkipReason(f"{service} unreachable, the next tick asks again: {type(e).__name__}: {str(e)[:300]}")
 
 
 def resume_unfinished(

@@ -10,7 +10,7 @@ from dagster import DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluatio
 
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
-from engagement_platform.orchestration.runs import FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, counts_as_attempt
+from engagement_platform.orchestration.runs import FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, counts_as_attempt, unless_unavailable
 from engagement_platform.orchestration.topics import topic_observation
 from engagement_platform.profiles.assets import SEGMENTS_JOB, TOPIC_ASSET, cdc_observation_metadata, profile_tenants, tenants_in_flight
 from engagement_platform.profiles.lag import tenant_lags
@@ -77,12 +77,16 @@ def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, l
     """Every minute: the replication lag of every tenant as the `every_tenant_replication_lag_under_threshold`
     check of profile_progress (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
-    lags = tenant_lags(lake.lake, tenants)
-    marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
-    events = [topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))]
-    if tenants:
-        events.append(every_tenant_lag_evaluation(lags))
-    return SensorResult(asset_events=events, skip_reason=None if tenants else "no tenant partitions yet")
+
+    def evaluate() -> SensorResult:
+        lags = tenant_lags(lake.lake, tenants)
+        marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
+        events = [topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))]
+        if tenants:
+            events.append(every_tenant_lag_evaluation(lags))
+        return SensorResult(asset_events=events, skip_reason=None if tenants else "no tenant partitions yet")
+
+    return unless_unavailable(evaluate)
 
 
 PROCESSOR = Parts(assets=[profile_raw], asset_checks=[every_tenant_lag_check], jobs=[profile_processor_job],
