@@ -22,7 +22,10 @@ A run in flight whose process is gone (a crash of the Dagster host: no liveness 
 marked failed by the sensor and retried the same way, without counting as an attempt (orphans.py). Nor do
 runs whose process was killed or vanished (Dagster records no failure reason for them), nor runs that met
 a broker or Spark server that could not be reached (UNAVAILABLE_TAG): only a batch whose own code failed
-MAX_ATTEMPTS times pauses its stream, so a fault that has cleared never leaves one paused.
+MAX_ATTEMPTS times pauses its stream, so a fault that has cleared never leaves one paused. A batch whose
+runs keep dying that way (an out-of-memory kill on every attempt, a broker down for an hour) is not retried
+in a tight loop either: after FREE_RETRIES such runs the sensor waits a growing pause (retry_backoff_s)
+after the last one ended, and says so in its skip reason.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ FAILURE_REASON_TAG = "dagster/failure_reason"  # Dagster's: set when the run's c
 CODE_FAILURES = {"STEP_FAILURE", "RUN_EXCEPTION", "JOB_INITIALIZATION_FAILURE"}
 KAFKA_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
 SPARK_UNREACHABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused", "Socket closed")
+FREE_RETRIES = 6  # runs of one batch that may die (killed, orphaned, a service away) before retries back off
+BACKOFF_S = (30.0, 600.0)  # the first pause after FREE_RETRIES, and the longest: it doubles in between
 LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
 
 # Why a run of the batch would wait for its turn right now, or None: (plan, after a coordination give-up).
@@ -98,6 +103,35 @@ def counts_as_attempt(run: DagsterRun) -> bool:
     if COORDINATION_TAG in run.tags or ORPHANED_TAG in run.tags or UNAVAILABLE_TAG in run.tags:
         return False
     return run.status == DagsterRunStatus.CANCELED or run.tags.get(FAILURE_REASON_TAG) in CODE_FAILURES
+
+
+def died(run: DagsterRun) -> bool:
+    """The run ended without its code failing and without a coordination give-up: killed, orphaned, or it met
+    an unreachable service. Such runs do not count as attempts, but retries of them back off."""
+    return run.status == DagsterRunStatus.FAILURE and COORDINATION_TAG not in run.tags and not counts_as_attempt(run)
+
+
+def retry_backoff_s(deaths: int) -> float:
+    """Seconds to wait after the last run ended before retrying a batch whose runs died `deaths` times: none
+    for the first FREE_RETRIES, then BACKOFF_S[0], doubling up to BACKOFF_S[1]."""
+    if deaths <= FREE_RETRIES:
+        return 0.0
+    return min(BACKOFF_S[0] * 2 ** (deaths - FREE_RETRIES - 1), BACKOFF_S[1])
+
+
+def backoff_wait(instance, ended: list[DagsterRun], what: str) -> str | None:
+    """The skip reason while the retry of `what` (runs `ended`, newest first) backs off, else None."""
+    deaths = sum(died(r) for r in ended)
+    pause = retry_backoff_s(deaths)
+    if not pause or not ended:
+        return None
+    record = instance.get_run_record_by_id(ended[0].run_id)
+    last_end = (record.end_time or record.update_timestamp.timestamp()) if record is not None else time.time()
+    left = pause - (time.time() - last_end)
+    if left <= 0:
+        return None
+    return (f"{what}: {deaths} runs died without its code failing (killed, orphaned, or a service unreachable); "
+            f"next attempt in {left:.0f} s (backoff {pause:.0f} s)")
 
 
 def unavailable_service(error: BaseException | None) -> str | None:
@@ -158,6 +192,9 @@ def resume_unfinished(
         return SkipReason(f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
                           f"stream paused until partition {latest.partition_key} is re-executed")
     last = ended[0] if ended else None  # get_runs lists the newest first
+    backing_off = backoff_wait(context.instance, ended, f"{latest.stream} batch {latest.batch_id}")
+    if backing_off:
+        return SkipReason(backing_off)
     if turn_wait is not None:
         reason = turn_wait(latest, last is not None and last.tags.get(COORDINATION_TAG) == "gave_up")
         if reason:

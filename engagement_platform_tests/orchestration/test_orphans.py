@@ -18,7 +18,10 @@ from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, b
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA, STRANDED_SINCE_TAG
-from engagement_platform.orchestration.runs import COORDINATION_TAG, FAILURE_REASON_TAG, STREAM_TAG, UNAVAILABLE_TAG
+from engagement_platform.orchestration import runs
+from engagement_platform.orchestration.runs import (
+    BACKOFF_S, COORDINATION_TAG, FAILURE_REASON_TAG, FREE_RETRIES, STREAM_TAG, UNAVAILABLE_TAG, retry_backoff_s,
+)
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Coordinator
@@ -151,6 +154,33 @@ def test_killed_processes_and_unreachable_services_never_pause_the_stream_but_fa
         add_run(instance, DagsterRunStatus.FAILURE)  # its code raised
         paused = tick(instance, planned, liveness)
         assert isinstance(paused, SkipReason) and "failed 3 times" in paused.skip_message
+
+
+def test_retries_of_runs_that_keep_dying_back_off_and_give_ups_do_not_count():
+    assert [retry_backoff_s(n) for n in (0, FREE_RETRIES, FREE_RETRIES + 1, FREE_RETRIES + 2, FREE_RETRIES + 3, 50)] == [
+        0, 0, BACKOFF_S[0], 2 * BACKOFF_S[0], 4 * BACKOFF_S[0], BACKOFF_S[1]]
+
+
+def test_a_batch_whose_runs_keep_dying_is_retried_after_a_growing_pause_not_in_a_tight_loop(planned, monkeypatch):
+    """An out-of-memory kill on every attempt: the runs never count (the stream never pauses), but after
+    FREE_RETRIES of them the sensor waits BACKOFF_S[0] after the last one ended, then requests the batch again;
+    lock give-ups (waiting one's turn) are no reason to back off."""
+    monkeypatch.setattr(runs, "BACKOFF_S", (1.0, 600.0))
+    liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+    with DagsterInstance.ephemeral() as instance:
+        for _ in range(3):
+            add_run(instance, DagsterRunStatus.FAILURE, **{COORDINATION_TAG: "gave_up"})
+        for i in range(FREE_RETRIES):
+            add_run(instance, DagsterRunStatus.FAILURE, **({FAILURE_REASON_TAG: ""} if i % 2 else {ORPHANED_TAG: "true"}))
+        (request,) = tick(instance, planned, liveness).run_requests
+        assert request.run_key == f"{PLAN.run_key}#attempt{FREE_RETRIES + 4}", "up to FREE_RETRIES deaths: at once"
+        add_run(instance, DagsterRunStatus.FAILURE, **{UNAVAILABLE_TAG: "kafka"})
+        waiting = tick(instance, planned, liveness)
+        assert isinstance(waiting, SkipReason), waiting
+        assert f"clicks batch 1: {FREE_RETRIES + 1} runs died" in waiting.skip_message and "backoff 1 s" in waiting.skip_message
+        time.sleep(1.2)
+        (request,) = tick(instance, planned, liveness).run_requests
+        assert request.run_key == f"{PLAN.run_key}#attempt{FREE_RETRIES + 5}"
 
 
 def test_the_retry_of_an_orphaned_run_reports_how_long_the_batch_was_stranded(planned, monkeypatch):

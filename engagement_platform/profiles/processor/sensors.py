@@ -10,7 +10,9 @@ from dagster import DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluatio
 
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
-from engagement_platform.orchestration.runs import FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, counts_as_attempt, unless_unavailable
+from engagement_platform.orchestration.runs import (
+    FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, backoff_wait, counts_as_attempt, unless_unavailable,
+)
 from engagement_platform.orchestration.topics import topic_observation
 from engagement_platform.profiles.assets import SEGMENTS_JOB, TOPIC_ASSET, cdc_observation_metadata, profile_tenants, tenants_in_flight
 from engagement_platform.profiles.lag import tenant_lags
@@ -55,6 +57,10 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
                                                      tags={"dagster/partition": tenant, STAGING_RANGE_TAG: span}))
         if sum(counts_as_attempt(r) for r in ended) >= MAX_ATTEMPTS:  # lock give-ups and orphans are not the batch's fault
             waiting.append(f"{tenant}: failed {MAX_ATTEMPTS} times on staging versions {span}, paused until re-executed")
+            continue
+        backing_off = backoff_wait(instance, ended, tenant)
+        if backing_off:
+            waiting.append(backing_off)
             continue
         last = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}), limit=1)
         requests.append(RunRequest(run_key=processor_run_key(tenant, after, current, len(ended) + 1), partition_key=tenant,
