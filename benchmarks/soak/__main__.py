@@ -6,9 +6,10 @@
 
 Its own stack (ZooKeeper 43181, broker 49192, Spark Connect 45102: neither the default, the tests' nor the other
 benchmarks' ports) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
---round-seconds for --minutes while the faults happen, sends what the last rounds scheduled, then waits (at most
---catch-up-minutes) until the platform is caught up: every stream has committed its topic, no run is queued or in
-flight, every tenant's staging is merged and no mutation request is pending, for --settle-seconds in a row. Then it
+--round-seconds for --minutes while the faults happen (a round's landing file is landed under EP_LANDING_ROOT as a
+producer must), sends what the last rounds scheduled, then waits (at most --catch-up-minutes) until the platform is
+caught up: every stream has committed its topic, every landed file's batch is done, no run is queued or in flight,
+every tenant's staging is merged and no mutation request is pending, for --settle-seconds in a row. Then it
 reads the topics back, stops Dagster and the stack, and reconciles. Exit status 1 on any lost, duplicated, wrong or
 unaccounted record, failing check, broken workload assumption, or when it did not catch up.
 """
@@ -28,11 +29,12 @@ from pathlib import Path
 from benchmarks._stack import REPO, machine
 from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
 from benchmarks.soak.reconcile import reconcile
-from benchmarks.soak.workload import ACTIVITIES, GDPR, MUTATIONS, PROFILES, Gate, Message, Workload
+from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, Gate, LandingFile, Message, Workload
 
 PORTS = {"EP_ZK_PORT": "43181", "EP_KAFKA_PORT": "49192", "EP_SPARK_CONNECT_PORT": "45102"}
 SERVERS = ["zookeeper", "kafka", "spark"]
 STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, "profile_cdc": PROFILES}  # stream -> its topic
+LANDING_STREAM = f"ingest.{LANDING}"  # the landing pipeline's stream in the checkpoint store (landing/apply.py)
 
 
 def environment(state: Path, args) -> dict[str, str]:
@@ -110,6 +112,16 @@ class Sender:
                 self.producer.poll(0.5)
 
 
+def land_files(files: list[LandingFile], landing_root: str) -> list[LandingFile]:
+    """Each file in its pipeline's folder the way a producer must land it: written under a dot-name, then moved in
+    (files.land), so the sensor never plans a file still being written. Returns `files`."""
+    from engagement_platform.landing.files import land
+
+    for f in files:
+        land(f"{landing_root}/{LANDING}", f.name, f.data)
+    return files
+
+
 class Observer:
     """Samples each stream's committed offsets (checkpoint store) and its topic's high watermarks (broker), and says
     what still keeps the platform from being caught up."""
@@ -143,7 +155,13 @@ class Observer:
         self.last = Sample(t, committed, highs)
         return self.last
 
-    def busy(self, instance) -> list[str]:
+    def ingested_files(self) -> int:
+        """Landing files whose batch is done: one batch per file, numbered from 1, one in flight at a time."""
+        latest = self.store.latest_batches([LANDING_STREAM])[LANDING_STREAM]
+        return 0 if latest.plan is None else latest.plan.batch_id - (not latest.done)
+
+    def busy(self, instance, landed: int = 0) -> list[str]:
+        """`landed`: how many landing files the soak landed (a file not planned yet shows in no run)."""
         from dagster import DagsterRunStatus, RunsFilter
 
         from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
@@ -160,9 +178,11 @@ class Observer:
         try:
             tenants = unprocessed_tenants(self.lake)
             pending = self.lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows if self.lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name) else 0
+            waiting = landed - self.ingested_files()
         except Exception as exc:  # a commit in flight: ask again next time
             return reasons + [f"lake not readable: {exc!r}"[:200]]
-        return reasons + ([f"tenants with unmerged staging: {tenants}"] if tenants else []) + ([f"{pending} pending requests"] if pending else [])
+        return (reasons + ([f"tenants with unmerged staging: {tenants}"] if tenants else []) + ([f"{pending} pending requests"] if pending else [])
+                + ([f"{waiting} landing files not ingested"] if waiting else []))
 
     def read_back(self) -> Counter:
         """(logical topic, value) -> copies on the topic now."""
@@ -194,7 +214,7 @@ def main() -> int:
     shutil.rmtree(state, ignore_errors=True)
     (state / "logs").mkdir(parents=True)
     (state / "dagster_home").mkdir()
-    (state / "landing").mkdir()  # EP_LANDING_ROOT: the landing sensors list it (nothing lands during a soak)
+    (state / "landing").mkdir()  # EP_LANDING_ROOT: the workload's landing files land under it
     shutil.copy(REPO / "dagster.yaml", state / "dagster_home" / "dagster.yaml")
     os.environ.update(env)  # this process reads the same lake, broker and Dagster instance
     print(f"machine: {machine()}; state {state}", flush=True)
@@ -240,10 +260,11 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
             time.sleep(min(0.2, t - now))
 
     injector.start()
-    rounds = int(window / args.round_seconds)
+    rounds, landed = int(window / args.round_seconds), []
     try:
         for i in range(rounds):
             sender.send(workload.next_round(), samples[-1].committed if samples else {})
+            landed += land_files(workload.landing[len(landed):], env["EP_LANDING_ROOT"])  # the round's file, if any
             wait_until((i + 1) * args.round_seconds)
         for i, messages in enumerate(workload.remaining_rounds()):
             sender.send(messages, samples[-1].committed)
@@ -251,15 +272,15 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     finally:
         injector.halt.set()
         injector.join()  # a fault in progress clears first (a server it stopped is started again)
-    print(f"{time.monotonic() - start:.0f} s: produced {len(workload.messages)} messages in {workload.round} rounds; "
-          f"{sender.unsent()} waiting for their gate", flush=True)
+    print(f"{time.monotonic() - start:.0f} s: produced {len(workload.messages)} messages in {workload.round} rounds, landed "
+          f"{len(landed)} files; {sender.unsent()} waiting for their gate", flush=True)
 
     deadline, settled_since, caught_up = time.monotonic() + args.catch_up_minutes * 60, None, False
     with DagsterInstance.get() as instance:
         while time.monotonic() < deadline:
             wait_until(time.monotonic() - start + 5)
             sender.producer.flush(5)
-            reasons = ([f"{sender.unsent()} messages unsent"] if sender.unsent() else []) + observer.busy(instance)
+            reasons = ([f"{sender.unsent()} messages unsent"] if sender.unsent() else []) + observer.busy(instance, len(landed))
             settled_since = (settled_since or time.monotonic()) if not reasons else None
             if settled_since and time.monotonic() - settled_since >= args.settle_seconds:
                 caught_up = True
@@ -268,7 +289,8 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     print(f"{time.monotonic() - start:.0f} s: {'caught up' if caught_up else 'NOT caught up'}; reading the topics back", flush=True)
     on_topic = observer.read_back()
     return {"messages": workload.messages, "on_topic": on_topic, "faults": faults, "samples": samples, "caught_up": caught_up,
-            "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed], "incidents": incidents}
+            "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed], "incidents": incidents,
+            "landed": landed}
 
 
 if __name__ == "__main__":

@@ -14,11 +14,17 @@ imported: the semantics are re-implemented from the README and the request forma
 - profile_raw/<tenant>: per primary id, the valid changes folded in cdc_seq order (newer non-null keys win, null
   keeps, delete leaves a tombstone, an upsert after it starts empty, links from the newest change carrying
   related_ids). Identity components (the related_ids and component_id columns) are not computed.
+- rewards_members: each landed file's lines after the header (blank ones are no records) through the pipeline's
+  stages as pipelines/rewards_members.yaml and the README's "Composable ingest" define them: parse (a line that is
+  not 6 CSV fields is malformed_record), the converters in order (split, cast, map_values; a row stops at the first
+  that fails), conform (member_id a long, points an int), then every validator at once. A good line is a row keyed
+  by member_id; a bad one counts once, under its error codes joined by "+" (the quarantine holds a row per error).
 - `problems`: where the workload breaks an assumption this exactness rests on (workload.py's docstring).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from collections import Counter, defaultdict
@@ -26,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from functools import partial
 
-from benchmarks.soak.workload import ACTIVITIES, GDPR, INGESTION, MUTATIONS, PROFILES, RETENTION
+from benchmarks.soak.workload import ACTIVITIES, GDPR, INGESTION, LANDING, MUTATIONS, PROFILES, RETENTION
 
 ACTIVITY_TYPES = {"email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced", "call", "meeting",
                   "video_viewed", "linkedin_message", "task_completed"}
@@ -37,27 +43,40 @@ DUPLICATE, EXPIRED = "duplicate", "target_not_found_within_horizon"
 OP_REQUIRED = {"convert": ("from_field", "from_id", "to_field", "to_id"), "merge": ("field", "from_ids", "to_id"),
                "update": ("engagement_id", "record")}
 TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# pipelines/rewards_members.yaml, written out rather than read: the oracle states the rules it expects. Regexes
+# with re.ASCII: \s as Java's (Spark's regexp_like).
+MEMBER_SOURCE = ("id", "name", "bday", "level", "email", "points")  # CSV columns are positional
+MEMBER_COLUMNS = ("member_id", "first_name", "last_name", "birth_date", "rewards_level", "email", "points")
+MEMBER_MAX_BYTES = 1_048_576  # the source's default max_record_bytes
+LEVELS = {"b": "bronze", "s": "silver", "g": "gold", "bronze": "bronze", "silver": "silver", "gold": "gold"}  # case-insensitive keys
+# The cast's formats in order, MM/dd/yyyy then yyyy-MM-dd: (pattern, groups of year, month, day)
+DATE_FORMATS = ((re.compile(r"(\d{2})/(\d{2})/(\d{4})"), (3, 1, 2)), (re.compile(r"(\d{4})-(\d{2})-(\d{2})"), (1, 2, 3)))
+EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]+$", re.ASCII)
+FIRST_NAME = re.compile(r"^[A-Za-z' -]+$", re.ASCII)
 
 
 @dataclass
 class Expected:
     activities: dict = field(default_factory=dict)  # (org, engagement_id) -> {org_id and CHECKED columns}
-    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)})
+    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, LANDING)})
     requests: set = field(default_factory=set)  # (org, request_id) of valid mutation requests: the request log's rows
     gdpr_requests: set = field(default_factory=set)  # (org, request_id) of valid GDPR requests: gdpr_audit's rows
     late: set = field(default_factory=set)  # requests whose target came after them (may expire)
     profiles: dict = field(default_factory=dict)  # tenant -> primary_id -> {deleted, fields, linked_ids, cdc_seq}
+    members: dict = field(default_factory=dict)  # member_id -> {MEMBER_COLUMNS}: the rewards_members table
     unaccounted: list = field(default_factory=list)
     problems: list = field(default_factory=list)
 
 
-def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None) -> Expected:
-    """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds."""
+def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None, landed=()) -> Expected:
+    """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds;
+    `landed`: the landing files (workload.LandingFile) that were landed, in order."""
     out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)}
     erased = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
     uses = _activities(by_topic[ACTIVITIES], erased, out)
     _apply(_requests(by_topic[MUTATIONS], erased, out), uses, set(expired), set(pending), out)
     _profiles(by_topic[PROFILES], out)
+    _members(landed, out)
     out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
     return out
 
@@ -347,3 +366,69 @@ def _profiles(messages, out: Expected) -> None:
             linked = list(dict.fromkeys(c["related"])) if c["related"] is not None else (state["linked_ids"] if alive else [])
             state = {"deleted": False, "fields": fields, "linked_ids": linked, "cdc_seq": c["seq"]}
         out.profiles.setdefault(tenant, {})[pid] = state
+
+
+
+def data_lines(data: bytes) -> list[bytes]:
+    """A CSV file's records: its lines after the header, without a final CR; blank lines are not records."""
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()  # the final newline ends the last line
+    return [line.removesuffix(b"\r") for line in lines[1:] if line.strip()]
+
+
+def member_date(value: str) -> date | None:
+    """The cast's formats in order (MM/dd/yyyy, then yyyy-MM-dd); None when neither gives a date."""
+    for pattern, (y, m, d) in DATE_FORMATS:
+        if (match := pattern.fullmatch(value)) and (when := attempt(lambda g: date(int(g[y]), int(g[m]), int(g[d])), match)):
+            return when
+    return None
+
+
+def within(value: int | None, bits: int) -> bool:
+    return value is not None and -(1 << (bits - 1)) <= value < 1 << (bits - 1)
+
+
+def classify_member(raw: bytes) -> tuple[dict | None, set[str]]:
+    """One rewards_members record: (its target row, set()) or (None, its error codes). A stage that fails stops the
+    record there; converters stop at the first that fails; the validators all report."""
+    if len(raw) > MEMBER_MAX_BYTES:
+        return None, {"oversized"}
+    try:
+        (fields,) = csv.reader([raw.decode("utf-8", "replace")], strict=True)
+    except (csv.Error, ValueError):  # an unclosed quote, or more than one row
+        return None, {"malformed_record"}
+    if len(fields) != len(MEMBER_SOURCE):
+        return None, {"malformed_record"}
+    v = {n: x or None for n, x in zip(MEMBER_SOURCE, fields)}  # an empty field is null
+    if v["name"] is None:  # split: min_parts 1
+        return None, {"split_mismatch"}
+    first, space, last = v["name"].strip(" ").partition(" ")
+    birth = member_date(v["bday"]) if v["bday"] is not None else None
+    if v["bday"] is not None and birth is None:  # cast
+        return None, {"wrong_type"}
+    level = LEVELS.get(v["level"].lower()) if v["level"] is not None else None
+    if v["level"] is not None and level is None:  # map_values without a default
+        return None, {"unmapped_value"}
+    member_id, points = integer(v["id"]), integer(v["points"])
+    if (v["id"] is not None and not within(member_id, 64)) or (v["points"] is not None and not within(points, 32)):  # conform
+        return None, {"wrong_type"}
+    email, last = v["email"], last if space else None
+    # the target schema's constraints and the listed validators (required email, first_name's regex), all at once
+    errors = {"missing_required"} if member_id is None or blank(first) or blank(email) else set()
+    errors |= {"out_of_range"} if (birth and birth < date(1900, 1, 1)) or (points is not None and not 0 <= points <= 1_000_000) else set()
+    errors |= {"pattern_mismatch"} if (email is not None and not EMAIL.search(email)) or not FIRST_NAME.search(first) else set()
+    return None if errors else dict(zip(MEMBER_COLUMNS, (member_id, first, last, birth, level, email, points))), errors
+
+
+def _members(files, out: Expected) -> None:
+    """The landed files, one batch each: good rows by member id, bad lines counted by their error codes."""
+    for f in files:
+        for raw in data_lines(f.data):
+            row, reasons = classify_member(raw)
+            if reasons:
+                count(out, LANDING, reasons)
+            elif row["member_id"] in out.members:  # the table appends: it would hold both
+                out.problems.append(f"member {row['member_id']} is in two landed lines ({f.name})")
+            else:
+                out.members[row["member_id"]] = row

@@ -5,8 +5,10 @@ checks, and the faults with their recovery times; printed, with a final PASS/FAI
 Per table: rows lost (expected, absent), duplicated (a key more than once), wrong (same key, a checked column
 differs) and unexpected (present, not expected); quarantines per reason (records, i.e. distinct source positions,
 per set of error codes; duplicate_in_batch / already_in_table / duplicate_request count as `duplicate`) and error
-rows stored twice; the request log and gdpr_audit hold each valid request once. Checks: per check and partition
-(a partition is a batch), the latest evaluation must pass; a failed WARN-severity check is listed, not counted.
+rows stored twice; the request log and gdpr_audit hold each valid request once; the landing pipeline's table
+(rewards_members, by member_id) and quarantine like the others, from the files the soak landed. Checks: per check
+and partition (a partition is a batch), the latest evaluation must pass; a failed WARN-severity check is listed, not
+counted (the soak's landing files keep within rewards_members' error-rate bound, so its check passes).
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from collections import Counter, defaultdict
 from deltalake import DeltaTable
 
 from benchmarks.soak.faults import Fault, Sample, summary
-from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, expected
-from benchmarks.soak.workload import ACTIVITIES, GDPR, MUTATIONS, PROFILES, TENANTS
+from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, MEMBER_COLUMNS, expected
+from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, TENANTS
 
 QUARANTINES = {ACTIVITIES: "quarantine_engagement_ingestion", MUTATIONS: "quarantine_engagement_mutations",
-               GDPR: "quarantine_engagement_gdpr", PROFILES: "quarantine_profile_cdc"}
+               GDPR: "quarantine_engagement_gdpr", PROFILES: "quarantine_profile_cdc", LANDING: "quarantine_rewards_members"}
 DUPLICATE_CODES = {"duplicate_in_batch", "already_in_table", "duplicate_request"}
 EXAMPLES = 5  # keys printed per kind of difference
 
@@ -77,12 +79,12 @@ def keyed_diff(name: str, expected_rows: dict, actual: list[tuple], equal) -> tu
     return lines, len(lost) + len(extra) + len(duplicated) + len(wrong)
 
 
-def lake_diff(messages, root: str) -> tuple[list[str], int, list[str], list[str]]:
-    """(lines, differences, unaccounted, workload problems)."""
+def lake_diff(messages, root: str, landed=()) -> tuple[list[str], int, list[str], list[str]]:
+    """(lines, differences, unaccounted, workload problems). `landed`: the landing files the soak landed."""
     mutation_q = quarantined(root, QUARANTINES[MUTATIONS])
     expired = {(r["org_id"], json.loads(r["input"])["request_id"]) for r in mutation_q[2] if r["error_code"] == EXPIRED and r["input"]}
     pending = {(r["org_id"], r["request_id"]) for r in read(root, "engagement_mutations_pending", ["org_id", "request_id"])}
-    oracle = expected(messages, expired, pending)
+    oracle = expected(messages, expired, pending, landed=landed)
     lines, differences = [f"late-target requests: {len(oracle.late)}, of which expired: {len(expired)}, still pending: {len(pending)}"], 0
 
     def add(diff: tuple[list[str], int]) -> None:
@@ -100,6 +102,9 @@ def lake_diff(messages, root: str) -> tuple[list[str], int, list[str], list[str]
         lines.append(f"{name}: expected {sum(want.values())} records, found {sum(found.values())}; error rows stored twice "
                      f"{stored_twice}; by reason (expected, found) where they differ: {off or 'none'}")
         differences += stored_twice + sum(abs(a - b) for a, b in off.values())
+    members = read(root, "rewards_members", list(MEMBER_COLUMNS))  # the pipeline's target table
+    add(keyed_diff(f"{LANDING} ({len(landed)} files landed)", oracle.members, [(r["member_id"], r) for r in members],
+                   lambda want, got: want == got))
     for name, keys in (("engagement_mutation_requests", oracle.requests), ("gdpr_audit", oracle.gdpr_requests)):
         found = [((r["org_id"], r["request_id"]), r) for r in read(root, name, ["org_id", "request_id"])]
         add(keyed_diff(f"{name} (one row per valid request)", {k: None for k in keys}, found, lambda want, got: True))
@@ -157,9 +162,9 @@ def dagster_outcome(dagster_home: str) -> dict:
 
 
 def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sample], caught_up: bool,
-              failed_sends: list[str], incidents: list[str], env: dict[str, str]) -> int:
+              failed_sends: list[str], incidents: list[str], env: dict[str, str], landed=()) -> int:
     delivered, broker_notes = as_delivered(messages, on_topic)
-    lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"])
+    lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"], landed)
     dagster = dagster_outcome(env["DAGSTER_HOME"])
     print("\n== faults ==")
     for line in summary(faults, samples):

@@ -8,13 +8,18 @@ deleted later), requests whose target activity comes 8-25 rounds later (late tar
 requests of five kinds; every 40 rounds a lead who is erased (activities before and after the request, and a
 namesake in another org who stays); bad GDPR requests of four kinds; profile CDC of 3 tenants: partial upserts
 with explicit nulls, links (related_ids), deletes, late changes (a lower sequence 3-15 rounds after a higher
-one) and bad records of four kinds.
+one) and bad records of four kinds; every 15 rounds a CSV export for the shipped `rewards_members` landing
+pipeline (Workload.landing, landed by the runner): 27-32 good rows (both date formats, every level key, an empty
+level, one-word and three-word names) and 2-3 bad lines of six kinds (a line that does not parse, a date or points
+that do not convert, a bad email, no email, four validation errors at once), member ids unique in the soak.
 
 Left out, because their outcome depends on timing the oracle cannot observe: TTL retention (its cut-off deletes
 what happens to be ingested), repeated erasures (kept in quarantine or not depending on the suppression commit's
 timing), mutations naming an erased subject (applied before the erasure, dropped after), late profile deletes
 and late changes setting keys their newer change does not (the raw row keeps no per-key sequence), profile
-erasure, backfill, landing files.
+erasure, backfill. Landing lines keep to kinds whose outcome the README and test_apply.py pin: none that only the
+details of Spark's CSV parser decide (embedded newlines, stray quotes, spaces around values), and no pipeline with a
+`suppression:` section (rewards_members has none).
 
 What keeps the rest exact although batching is not deterministic:
 - a request touches only ids and engagements whose activities all came in earlier rounds, and no later activity
@@ -24,7 +29,13 @@ What keeps the rest exact although batching is not deterministic:
 - an erased subject's activities after the erasure request wait until the retention stream committed it (the
   suppression list then drops them), and no request names the subject;
 - a late target is one activity no other request touches: whether its request applies late or expires changes
-  nothing else (the oracle takes the requests that actually expired as an input).
+  nothing else (the oracle takes the requests that actually expired as an input);
+- a landing file is complete when it appears (written under a dot-name, then moved in) and is one batch of its
+  own: its rows and errors depend on its bytes alone, and no member id is in two files, so the order and timing
+  of the batches change nothing.
+
+Landing files draw from their own random stream and counters: the Kafka messages of a seed are those it gave
+before landing files were added.
 """
 
 from __future__ import annotations
@@ -56,6 +67,19 @@ BAD_GDPR = {"malformed_record": {}, "not_in_enum": {"kind": "forget"}, "missing_
             "request_time_in_future": {"request_time": "2099-01-01T00:00:00Z"}}
 BAD_PROFILES = {"malformed_record": {}, "not_in_enum": {"op": "merge"}, "invalid_json": {"fields": "[1, 2]"},
                 "missing_required": {"primary_id": DROP}}
+# The shipped landing pipeline (pipelines/rewards_members.yaml) the soak lands CSV exports for: its name, its folder
+# under EP_LANDING_ROOT and, in the oracle's and reconcile's dicts, its key next to the logical topics.
+LANDING = "rewards_members"
+MEMBER_COLUMNS = ("id", "name", "bday", "level", "email", "points")  # the CSV's columns, in the header's order
+# The name splits on its first space (the rest goes to the last name): "Mary Ann de Vries" is Mary / Ann de Vries.
+FIRST_NAMES = ("Ann", "Bob", "Chloe", "Dev", "Eve", "Gus", "Ines", "Jo", "Kai", "Mary Ann")
+LAST_NAMES = ("Lee", "Ray", "Ng", "O'Neil", "de Vries", "Smith")
+LEVELS = ("B", "S", "G", "bronze", "silver", "gold", "")  # every mapping key; empty: a null level, no error
+# Bad lines: (the "+"-joined error codes the pipeline gives the line, how a good row is changed); None: the line
+# does not parse (an unclosed quote: two fields). The kinds and their codes are those test_apply.py's LINES pin.
+BAD_MEMBERS = (("malformed_record", None), ("wrong_type", {"bday": "13/45/1990"}), ("wrong_type", {"points": "many"}),
+               ("pattern_mismatch", {"email": "fay-at-example"}), ("missing_required", {"email": ""}),
+               ("missing_required+out_of_range+pattern_mismatch", {"name": "J0hn Doe", "bday": "1800-01-01", "email": "", "points": "-5"}))
 OWNERS = ("lead_id", "contact_id", "account_id", "user_id")
 OPS = ("convert", "merge", "delete_owner", "delete_engagement", "update", "late")
 OP_WEIGHTS = (30, 15, 10, 10, 15, 20)
@@ -79,6 +103,14 @@ class Message:
     gate: Gate | None = None
 
 
+@dataclass(frozen=True)
+class LandingFile:  # a CSV export the runner lands in its round under EP_LANDING_ROOT/<LANDING>/
+    round: int
+    name: str
+    data: bytes
+    intents: tuple[str, ...]  # per line after the header: "good" or "bad:<error codes>" (tests and diagnostics only)
+
+
 def dumps(record: dict) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
@@ -89,10 +121,14 @@ def iso(t: datetime) -> str:
 
 class Workload:
     def __init__(self, seed: int = 7, activities_per_round: int = 6, requests_per_round: float = 1.5,
-                 profile_changes_per_round: int = 4, erasure_every: int = 40):
+                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15):
         self.rng, self.seed = random.Random(seed), seed
         self.activities_per_round, self.requests_per_round = activities_per_round, requests_per_round
         self.profile_changes_per_round, self.erasure_every = profile_changes_per_round, erasure_every
+        self.landing_every = landing_every  # 0: no landing files
+        self.landing_rng = random.Random(f"landing/{seed}")  # its own stream: self.rng's draws stay as they were
+        self.landing: list[LandingFile] = []
+        self.member = 0  # the last member id: ids are unique in the soak
         self.round = 0
         self.messages: list[Message] = []
         self.scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate)
@@ -108,7 +144,8 @@ class Workload:
     # ---- rounds --------------------------------------------------------------------------------------
 
     def next_round(self, generate: bool = True) -> list[Message]:
-        """The messages of the next round: what earlier rounds scheduled for it, then (if `generate`) new ones."""
+        """The messages of the next round: what earlier rounds scheduled for it, then (if `generate`) new ones.
+        A landing file of the round is appended to self.landing."""
         k, start = self.round, len(self.messages)
         self.round += 1
         self.clock = max(self.clock, BASE_TIME + timedelta(seconds=2 * k))
@@ -130,6 +167,8 @@ class Workload:
                 self._bad_gdpr(k)
             for _ in range(self.profile_changes_per_round):
                 self._profile_change(k)
+            if self.landing_every and k % self.landing_every == self.landing_every - 1:
+                self._landing_file(k)
         return self.messages[start:]
 
     def remaining_rounds(self) -> list[list[Message]]:
@@ -346,3 +385,37 @@ class Workload:
                 change["related_ids"] = rng.sample([f"p{n}" for n in range(1, 41) if f"p{n}" != pid], rng.randint(1, 2))
             self._emit(k, PROFILES, key, dumps(change), "profile_change")
 
+
+    # ---- landing files -------------------------------------------------------------------------------
+
+    def _member(self) -> dict[str, str]:
+        """A good row of the export (source columns, as text), with a new member id."""
+        rng = self.landing_rng
+        self.member += 1
+        first = rng.choice(FIRST_NAMES)
+        name = first if rng.random() < 0.1 else f"{first} {rng.choice(LAST_NAMES)}"  # min_parts 1: one word is a first name
+        born = date(1930, 1, 1) + timedelta(days=rng.randint(0, 27_000))
+        bday = born.strftime("%m/%d/%Y") if rng.random() < 0.5 else born.isoformat()  # the cast's two formats
+        points = rng.choice((0, 1_000_000)) if rng.random() < 0.1 else rng.randint(1, 50_000)  # the bounds are inclusive
+        email = f"{first.split()[0].lower()}.{self.member}@example.com"
+        return {"id": str(self.member), "name": name, "bday": bday, "level": rng.choice(LEVELS), "email": email, "points": str(points)}
+
+    def _bad_member(self) -> tuple[str, str]:
+        """(line, intent) of the next bad kind (in turn, so every kind occurs), on a row with its own member id."""
+        kind, changes = BAD_MEMBERS[self.bad[LANDING] % len(BAD_MEMBERS)]
+        self.bad[LANDING] += 1
+        row = self._member()
+        line = f'{row["id"]},"Unclosed, quote' if changes is None else ",".join({**row, **changes}.values())
+        return line, f"bad:{kind}"
+
+    def _landing_file(self, k: int) -> None:
+        """An export of 27-32 good rows with 2-3 bad lines among them: at most 10% rejected, the pipeline's
+        error-rate bound, so its check passes like every other. No value holds a comma or a quote: joined with
+        commas, each row is a CSV line of 6 fields."""
+        rng = self.landing_rng
+        lines = [(",".join(row.values()), "good") for row in (self._member() for _ in range(rng.randint(27, 32)))]
+        for _ in range(rng.randint(2, 3)):
+            lines.insert(rng.randint(0, len(lines)), self._bad_member())
+        data = "\n".join([",".join(MEMBER_COLUMNS), *(line for line, _ in lines)]) + "\n"
+        # zero-padded: the sensor plans waiting files in path order, which is then the order they landed in
+        self.landing.append(LandingFile(k, f"soak-s{self.seed}-r{k:06d}.csv", data.encode(), tuple(i for _, i in lines)))

@@ -3,13 +3,14 @@ and the soak workload checked against it. Pure: no stack, no Spark."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from datetime import date, datetime, timezone
 
 from benchmarks.soak.oracle import DUPLICATE, EXPIRED, expected
 from benchmarks.soak.workload import (
-    ACTIVITIES, GDPR, INGESTION, MUTATIONS, PROFILES, RETENTION, Gate, Message, Workload,
+    ACTIVITIES, BAD_MEMBERS, GDPR, INGESTION, LANDING, MUTATIONS, PROFILES, RETENTION, Gate, LandingFile, Message, Workload,
 )
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
@@ -214,8 +215,9 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
 
     w = generate(3)
     assert [m.value for m in w.messages] == [m.value for m in generate(3).messages]
+    assert [f.data for f in w.landing] == [f.data for f in generate(3).landing]
     assert not w.scheduled and [m.index for m in w.messages] == list(range(len(w.messages)))
-    out = expected(w.messages, now=NOW)
+    out = expected(w.messages, now=NOW, landed=w.landing)
     assert out.problems == []
     intents = Counter(m.intent for m in w.messages)
     assert out.quarantine[ACTIVITIES][DUPLICATE] == intents["duplicate"]
@@ -224,10 +226,72 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
         meant = Counter(m.intent[4:] for m in w.messages if m.topic == topic and m.intent.startswith("bad:"))
         assert meant and +Counter({k: v for k, v in out.quarantine[topic].items() if k != DUPLICATE}) == meant, topic
     assert len(out.late) == intents["late_request"] > 0 and intents["subject_after_erasure"] > 0
+    # a landing file every 15 rounds: every bad kind occurs, and the oracle finds each line as the generator meant it
+    lines = Counter(i for f in w.landing for i in f.intents)
+    assert [f.round for f in w.landing] == list(range(14, 120, 15))
+    assert out.quarantine[LANDING] == Counter({i[4:]: n for i, n in lines.items() if i != "good"})
+    assert set(out.quarantine[LANDING]) == {kind for kind, _ in BAD_MEMBERS} and len(out.members) == lines["good"]
     # the generator tracks the rows it aims requests at; the oracle recomputes them from the bytes alone
     isolated = {json.loads(m.value)["engagement_id"] for m in w.messages if m.intent in ("late_target", "namesake")}
     table = {eid: r for (_, eid), r in out.activities.items() if eid not in isolated}
     assert table == {eid: {k: v for k, v in r.items() if k != "round"} for eid, r in w.rows.items()}
+
+
+MEMBERS_CSV = [
+    "id,name,bday,level,email,points",
+    "1,Ann Lee,01/02/1990,G,ann@example.com,10",  # good: MM/dd/yyyy, a level code
+    "2,Mary Ann de Vries,1985-03-04,silver,mary@example.com,0",  # good: the rest of the name is the last name; points' minimum
+    "3,Cher,2000-12-31,,cher@example.com,1000000",  # good: one word, no level; points' maximum
+    '4,"Unclosed, quote',  # does not parse
+    "5,Dan Q,13/45/1990,G,dan@example.com,3",  # the cast fails
+    "6,Eve Ng,1990-01-01,G,eve@example.com,many",  # conform fails
+    "7,Fay Oh,1990-01-01,gold,fay-at-example,3",  # a bad email
+    "8,Gil Po,1990-01-01,gold,,3",  # no email
+    "9,J0hn Doe,1800-01-01,gold,,-5",  # four validation errors, three codes
+    "",  # blank: no record
+    "10,Hal Wu,1990-01-01,X,hal@example.com,3",  # a level with no mapping
+    "11,Ida Ky,1990-01-01,b,ida@example.com,5\r",  # good: a CRLF line, a lower-case code
+]
+
+
+def member(member_id, first_name, last_name, birth_date, rewards_level, email, points) -> dict:
+    return dict(member_id=member_id, first_name=first_name, last_name=last_name, birth_date=birth_date, rewards_level=rewards_level,
+                email=email, points=points)
+
+
+def test_landing_lines_become_typed_rows_by_member_id_or_count_once_under_their_error_codes():
+    data = ("\n".join(MEMBERS_CSV) + "\n").encode()
+    out = expected([], now=NOW, landed=[LandingFile(0, "a.csv", data, ())])
+    assert out.members == {
+        1: member(1, "Ann", "Lee", date(1990, 1, 2), "gold", "ann@example.com", 10),
+        2: member(2, "Mary", "Ann de Vries", date(1985, 3, 4), "silver", "mary@example.com", 0),
+        3: member(3, "Cher", None, date(2000, 12, 31), None, "cher@example.com", 1_000_000),
+        11: member(11, "Ida", "Ky", date(1990, 1, 1), "bronze", "ida@example.com", 5),
+    }
+    assert out.quarantine[LANDING] == Counter({"malformed_record": 1, "wrong_type": 2, "pattern_mismatch": 1, "missing_required": 1,
+                                               "missing_required+out_of_range+pattern_mismatch": 1, "unmapped_value": 1})
+    assert out.problems == [] and all(not q for topic, q in out.quarantine.items() if topic != LANDING)
+
+    again = LandingFile(1, "b.csv", (MEMBERS_CSV[0] + "\n" + MEMBERS_CSV[1] + "\n").encode(), ())  # member 1 again: appended twice
+    assert any("member 1 is in two landed lines" in p for p in expected([], now=NOW, landed=[LandingFile(0, "a.csv", data, ()), again]).problems)
+
+
+def test_landing_files_leave_the_kafka_workload_of_a_seed_as_it_was():
+    def first_rounds(**options) -> Workload:
+        w = Workload(seed=7, **options)
+        for _ in range(40):
+            w.next_round()
+        return w
+
+    with_files, without = first_rounds(), first_rounds(landing_every=0)
+    assert with_files.messages == without.messages and [f.round for f in with_files.landing] == [14, 29] and without.landing == []
+    digest = hashlib.sha256()
+    for m in with_files.messages:
+        gate = m.gate and (m.gate.stream, m.gate.topic, m.gate.round)
+        digest.update(repr((m.round, m.topic, m.key, m.value, m.intent, gate)).encode())
+    # Seed 7's first 40 rounds as the workload produced them before landing files were added. A change here moves
+    # every seed's Kafka workload (and what earlier soak reports mean): make it on purpose, then update the digest.
+    assert (len(with_files.messages), digest.hexdigest()) == (517, "39b227a03140a730e424686876c85ba6297d94918f5ca47dd321585a5d8a9164")
 
 
 class FakeProducer:
