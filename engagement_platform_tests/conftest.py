@@ -44,6 +44,7 @@ def run_folder(tmp_path_factory):
     RUN_FOLDERS.append(tmp_path_factory.getbasetemp())
 
 
+@pytest.hookimpl(trylast=True)  # after the session fixtures' teardown: the servers' shutdown logs are searched too
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Search every file the run left behind for the run's secrets; a hit fails the run."""
     if getattr(session.config, "workerinput", None) is not None or not session.items:

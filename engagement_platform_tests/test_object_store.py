@@ -405,6 +405,9 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
     rows quarantined with the object's URI and their line or row number; a file added later makes a new batch."""
     import json
 
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from engagement_platform.landing.files import land
     from engagement_platform.profiles.backfill.apply import backfill_tenant
     from engagement_platform.profiles.processor.apply import read_profiles
@@ -417,6 +420,11 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
     export = root.rsplit("/", 1)[0] + "/exports/acme-1"
     write_jsonl(tmp_path / "part-0.jsonl", [snap("1", 4, {"email": "a@x.io"}, related=["2"]), b"{broken", snap("2", 5, {"email": "b@x.io"})])
     write_parquet(tmp_path / "part-1.parquet", [snap("3", 3, {"email": "c@x.io"}, related=["7"]), snap(None, 6, {}), snap("7", 1, {})])
+    # as other writers leave them: nanosecond timestamps, a dictionary-encoded column, an unsigned integer
+    rows = pq.read_table(tmp_path / "part-1.parquet")
+    rows = rows.set_column(rows.schema.get_field_index("cdc_ts"), "cdc_ts", rows["cdc_ts"].cast(pa.timestamp("ns", tz="UTC")))
+    rows = rows.set_column(rows.schema.get_field_index("record_type"), "record_type", rows["record_type"].dictionary_encode())
+    pq.write_table(rows.append_column("export_shard", pa.array([7, 7, 7], pa.uint16())), tmp_path / "part-1.parquet", coerce_timestamps=None)
     for name in ("part-0.jsonl", "part-1.parquet"):
         land(export, name, (tmp_path / name).read_bytes(), options)
     land(export, ".part-2.jsonl.partial", b"not yet", options)

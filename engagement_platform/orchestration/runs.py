@@ -116,7 +116,7 @@ def retry_backoff_s(deaths: int) -> float:
     for the first FREE_RETRIES, then BACKOFF_S[0], doubling up to BACKOFF_S[1]."""
     if deaths <= FREE_RETRIES:
         return 0.0
-    return min(BACKOFF_S[0] * 2 ** (deaths - FREE_RETRIES - 1), BACKOFF_S[1])
+    return min(BACKOFF_S[0] * 2 ** min(deaths - FREE_RETRIES - 1, 30), BACKOFF_S[1])  # no float overflow after years
 
 
 def backoff_wait(instance, ended: list[DagsterRun], what: str) -> str | None:

@@ -111,15 +111,48 @@ class LandingDocumentDataSource(DataSource):
 
 
 def document_elements(data: bytes) -> tuple[list[bytes], bool]:
-    """(each element's JSON text, False) of a document: an array's elements, or the one value it holds;
-    ([the whole text], True) when it is not JSON. An element that is not an object is left to the parse
-    stage, which rejects it like any record that is not one JSON object."""
+    """(each element's own bytes, False) of a document: an array's elements, or the one value it holds, sliced
+    out of the file as they are (numbers keep their digits, and the parse stage applies the pipeline's JSON
+    options to each); ([the whole text], True) when it is not JSON. An empty document holds no element. An
+    element that is not an object is left to the parse stage, which rejects it like any record that is not one
+    JSON object. The document is read whole (as one task): land very large documents as JSON lines."""
+    decoder = json.JSONDecoder()
     try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, ValueError):
+        text = data.decode("utf-8")
+        start = _skip_space(text, 0)
+        if start == len(text):
+            return [], False
+        if text[start] != "[":
+            _, end = decoder.raw_decode(text, start)
+            if _skip_space(text, end) != len(text):
+                raise ValueError("text after the document")
+            return [text[start:end].encode()], False
+        elements, at = [], _skip_space(text, start + 1)
+        if at < len(text) and text[at] == "]":
+            at += 1
+        else:
+            while True:
+                _, end = decoder.raw_decode(text, at)
+                elements.append(text[at:end].encode())
+                at = _skip_space(text, end)
+                if at < len(text) and text[at] == ",":
+                    at = _skip_space(text, at + 1)
+                    continue
+                if at < len(text) and text[at] == "]":
+                    at += 1
+                    break
+                raise ValueError("expected ',' or ']'")
+        if _skip_space(text, at) != len(text):
+            raise ValueError("text after the document")
+        return elements, False
+    except (UnicodeDecodeError, ValueError, RecursionError):  # JSONDecodeError is a ValueError
         return [data], True
-    values = value if isinstance(value, list) else [value]
-    return [json.dumps(v, ensure_ascii=False).encode() for v in values], False
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 class LandingDocumentReader(LandingLinesReader):

@@ -90,7 +90,8 @@ def _fence(lease: Lease | None) -> dict:
 
 def failpoint(stream: str, step: str) -> None:
     """Die here, as if killed, when EP_FAILPOINT names this stream and step; stop here for good when
-    EP_PAUSEPOINT does (crash tests)."""
+    EP_PAUSEPOINT does, unless the file EP_PAUSEPOINT_MARKER names exists already: a run paused there once, and
+    the retry of the killed run goes on (crash tests)."""
     point = f"{stream}:after:{step}"
     if os.environ.get(FAILPOINT_ENV) == point:
         os._exit(137)  # no cleanup, no finally blocks: the closest thing to SIGKILL

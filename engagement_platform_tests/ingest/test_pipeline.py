@@ -434,3 +434,28 @@ def test_an_empty_file_is_one_empty_span(tmp_path):
     path.write_bytes(b"")
     spans, records = read_spans(path, 16)
     assert len(spans) == 1 and records == []
+
+
+# ---- elements of a whole JSON document (no Spark: the landing_document source's splitting) --------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+                             max_leaves=8), max_size=6),
+       st.sampled_from([None, 2]))
+def test_a_documents_elements_are_its_own_bytes_and_parse_to_its_values(values, indent):
+    """Against json.loads of the whole document: the same elements, each sliced from the file as it is."""
+    document = json.dumps(values, indent=indent, ensure_ascii=False).encode()
+    elements, broken = landing_source.document_elements(document)
+    assert not broken and [json.loads(e) for e in elements] == json.loads(document)
+    assert all(e in document for e in elements)
+
+
+def test_document_elements_keep_digits_and_flag_what_does_not_parse():
+    elements, broken = landing_source.document_elements(b'[{"a": 19.999999999999999999}, {"b":1E5} ,\n 3 ]')
+    assert elements == [b'{"a": 19.999999999999999999}', b'{"b":1E5}', b"3"] and not broken
+    assert landing_source.document_elements(b' {"id": "\\ud800"} ') == ([b'{"id": "\\ud800"}'], False)  # one object: one record
+    assert landing_source.document_elements(b"  \n") == ([], False) and landing_source.document_elements(b"[ ]") == ([], False)
+    for bad in (b'[{"a": 1},', b'{"a": 1} trailing', b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe"):
+        assert landing_source.document_elements(bad) == ([bad], True)

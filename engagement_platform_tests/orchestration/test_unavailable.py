@@ -63,7 +63,9 @@ def closed_port() -> str:
 def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
     """The real sensors against a broker address where nothing listens: a Kafka stream's sensor (the profile
     erasure stream, as in the soak) and the profile lag sensor skip with the reason instead of failing."""
+    from engagement_platform.profiles.assets import profile_tenants
     from engagement_platform.profiles.erasure.assets import PROFILE_ERASURE
+    from engagement_platform.profiles.processor.checks import EVERY_TENANT_LAG_UNDER_THRESHOLD
     from engagement_platform.profiles.processor.sensors import profile_lag_sensor
     from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 
@@ -77,3 +79,9 @@ def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
                 result = sensor_def(ctx)
             reason = result.skip_message if isinstance(result, SkipReason) else result.skip_reason.skip_message
             assert reason.startswith("kafka unreachable"), (sensor_def.name, reason)
+        # with tenants, the lag check (from the lake alone) is still reported: lag grows while the broker is away
+        instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            result = profile_lag_sensor(ctx)
+        (evaluation,) = result.asset_events
+        assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and result.skip_reason.skip_message.startswith("kafka unreachable")

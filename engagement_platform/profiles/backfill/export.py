@@ -18,7 +18,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import LongType, StructField, StructType
 
 from engagement_platform.ingest.errors import ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather
@@ -79,16 +79,48 @@ def _parquet_rows(spark: SparkSession, path: str) -> tuple[DataFrame, Column, li
     fs, where = filesystem(path, storage_options)
     with fs.open_input_file(where) as f:
         schema = pq.read_schema(f)
-    struct = StructType([*from_arrow_schema(schema).fields, StructField(ROW_INDEX, LongType())])
+    struct = StructType([*from_arrow_schema(spark_compatible(schema)).fields, StructField(ROW_INDEX, LongType())])
+    arrow = to_arrow_schema(struct, timezone="UTC")  # exactly the Arrow types Spark checks the task's batches against
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             task_fs, task_where = filesystem(path, storage_options)
             rows = read_parquet(task_fs, task_where)
-            rows = rows.append_column(ROW_INDEX, pa.array(range(rows.num_rows), pa.int64()))
-            yield from rows.to_batches()
+            rows = rows.cast(spark_compatible(rows.schema), safe=False).append_column(ROW_INDEX, pa.array(range(rows.num_rows), pa.int64()))
+            yield from rows.cast(arrow).to_batches()
 
     return spark.range(1, numPartitions=1).mapInArrow(read, struct), F.col(ROW_INDEX), schema.names
+
+
+def spark_compatible(schema: pa.Schema) -> pa.Schema:
+    """`schema` with the Arrow types Spark has no twin for replaced by ones it has, as Spark's Parquet reader
+    would read them: dictionaries by their values, timestamps of any unit as microseconds (UTC when zoned),
+    date64 as date32, unsigned integers as wider signed ones (uint64 as decimal(20,0)), times of day as text."""
+    return pa.schema([field.with_type(_compatible(field.type)) for field in schema])
+
+
+def _compatible(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_dictionary(t):
+        return _compatible(t.value_type)
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC" if t.tz else None)
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if pa.types.is_time(t):
+        return pa.string()
+    if pa.types.is_unsigned_integer(t):
+        return pa.decimal128(20, 0) if t.bit_width == 64 else pa.int64()
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_compatible(t.field(i).type)) for i in range(t.num_fields)])
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(t.value_field.with_type(_compatible(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_compatible(t.key_type), _compatible(t.item_type))
+    return t
 
 
 def _read_parquet_file(spark: SparkSession, columns: list[str], path: str) -> DataFrame:

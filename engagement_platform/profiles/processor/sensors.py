@@ -5,8 +5,9 @@ A tenant's run in flight whose process is gone (no liveness node in ZooKeeper: a
 host) is marked failed and the tenant requested again; such attempts do not count towards the pause."""
 
 import json
+from itertools import takewhile
 
-from dagster import DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import DagsterRunStatus, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
 
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
@@ -25,6 +26,7 @@ from engagement_platform.resources import CoordinatorResource, KafkaResource, La
 from engagement_platform.settings import load_settings
 
 STAGING_RANGE_TAG = "profile/staging_versions"  # "<after>-<up to>" as the sensor saw them
+RECENT_RUNS = 100  # a tenant's latest runs searched for deaths since its last success (enough to reach the longest backoff)
 
 
 def processor_run_key(tenant: str, after: int, up_to: int, attempt: int) -> str:
@@ -58,11 +60,15 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
         if sum(counts_as_attempt(r) for r in ended) >= MAX_ATTEMPTS:  # lock give-ups and orphans are not the batch's fault
             waiting.append(f"{tenant}: failed {MAX_ATTEMPTS} times on staging versions {span}, paused until re-executed")
             continue
-        backing_off = backoff_wait(instance, ended, tenant)
+        # Deaths count since the tenant's last success, not per span: staging grows while the runs keep dying.
+        recent = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}),
+                                   limit=RECENT_RUNS)
+        since_success = list(takewhile(lambda r: r.status != DagsterRunStatus.SUCCESS, recent))
+        backing_off = backoff_wait(instance, [r for r in since_success if r.status in FAILED], tenant)
         if backing_off:
             waiting.append(backing_off)
             continue
-        last = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}), limit=1)
+        last = recent[:1]
         requests.append(RunRequest(run_key=processor_run_key(tenant, after, current, len(ended) + 1), partition_key=tenant,
                                    tags={STREAM_TAG: processor_stream(tenant), STAGING_RANGE_TAG: span, **retry_tags(last[0] if last else None)}))
     known = set(instance.get_dynamic_partitions(profile_tenants.name))
@@ -84,15 +90,17 @@ def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, l
     check of profile_progress (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
 
-    def evaluate() -> SensorResult:
-        lags = tenant_lags(lake.lake, tenants)
-        marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
-        events = [topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))]
-        if tenants:
-            events.append(every_tenant_lag_evaluation(lags))
-        return SensorResult(asset_events=events, skip_reason=None if tenants else "no tenant partitions yet")
+    # The lag check comes from the lake alone: it is reported while the broker is away too (lag grows then).
+    evaluations = [every_tenant_lag_evaluation(tenant_lags(lake.lake, tenants))] if tenants else []
 
-    return unless_unavailable(evaluate)
+    def observe():
+        marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
+        return topic_observation(marks, TOPIC_ASSET, cdc_observation_metadata(lake.checkpoints, marks))
+
+    observed = unless_unavailable(observe)
+    if isinstance(observed, SkipReason):
+        return SensorResult(asset_events=evaluations, skip_reason=observed.skip_message)
+    return SensorResult(asset_events=[observed, *evaluations], skip_reason=None if tenants else "no tenant partitions yet")
 
 
 PROCESSOR = Parts(assets=[profile_raw], asset_checks=[every_tenant_lag_check], jobs=[profile_processor_job],
