@@ -165,8 +165,10 @@ spark_cmd() {
     # SPARK_REMOTE/SPARK_CONNECT_MODE are for clients: spark-submit refuses to start a server with them.
     unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
     # defaultSessionTimeout=-1: runs share one Connect session, which must never expire (spark/session.py).
+    # Our log configuration: no plan (it carries the tasks' storage options and erasure key) in the server's log.
     CMD=("$spark_home/bin/spark-submit"
          --class org.apache.spark.sql.connect.service.SparkConnectServer
+         --driver-java-options "-Dlog4j2.configurationFile=file:$REPO/scripts/spark-log4j2.properties"
          --master "${SPARK_MASTER:-local[2]}"
          --conf "spark.connect.grpc.binding.port=$EP_SPARK_CONNECT_PORT"
          --conf spark.connect.grpc.binding.address=127.0.0.1
