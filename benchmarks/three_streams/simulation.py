@@ -296,7 +296,7 @@ def run_simulation(lake_root: str, workload: Workload = Workload(), coordinator:
 
 def _commits_per_batch(lake: DeltaLake) -> dict[str, Counter]:
     counts: dict[str, Counter] = {s: Counter() for s in STREAMS}
-    for commit in lake.table(ENGAGEMENT_ACTIVITY.name).history():
+    for commit in lake.history(ENGAGEMENT_ACTIVITY.name):
         app = str(commit.get("app_id", ""))
         if app.startswith("simulation.") and app != "simulation.seed":
             counts[app.removeprefix("simulation.")][int(commit["batch_id"])] += 1

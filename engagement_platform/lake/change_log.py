@@ -129,8 +129,7 @@ def logged_versions(lake: DeltaLake, table: str, first: int, last: int) -> list[
     (LOGGED_BY in the commit's metadata, read from the table's history)."""
     if not lake.exists(table):
         return []
-    delta = lake.table(table)
-    history = delta.history(limit=max(delta.version() - first + 1, 1))
+    history = lake.history(table, since=first)
     return sorted(int(h["version"]) for h in history if first <= int(h["version"]) <= last and h.get(LOGGED_BY))
 
 

@@ -125,9 +125,8 @@ def commit_timestamps(lake: DeltaLake, table: str, versions: list[int]) -> dict[
     """version -> commit timestamp (ms since the epoch) from the table's history, read back to the oldest one."""
     if not versions:
         return {}
-    delta = lake.table(table)
     wanted = set(versions)
-    history = delta.history(limit=max(delta.version() - min(versions) + 1, 1))
+    history = lake.history(table, since=min(versions))
     return {int(h["version"]): int(h["timestamp"]) for h in history if h.get("version") in wanted}
 
 

@@ -18,6 +18,7 @@ from deltalake.exceptions import TableNotFoundError
 
 
 LOG_RETENTION = "delta.logRetentionDuration"
+HISTORY_ATTEMPTS = 20  # reads of a history that another writer's commit raced (history): each one is a fresh load
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,24 @@ class DeltaLake:
     def table(self, name: str, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.uri(name), version=version, storage_options=self.storage_options)
 
+    def history(self, name: str, limit: int | None = None, since: int | None = None) -> list[dict[str, Any]]:
+        """The table's newest commit infos (all, the newest `limit`, or those from version `since` on), newest
+        first, each with its true `version`.
+
+        Use this, never DeltaTable.history(): delta-rs (1.6) reads the commits the store holds when history()
+        is called but numbers them down from the version the DeltaTable was loaded at. A commit another writer
+        makes in between shifts every number by one: a soak saw a change-log version read as an ingestion's
+        and the daily metrics drift. Versions only grow, so a read is kept when the table, brought up to date
+        after it, is still at the version it was loaded at: then nothing was committed in between."""
+        table = self.table(name)
+        for _ in range(HISTORY_ATTEMPTS):
+            loaded = table.version()
+            commits = table.history(limit=limit if since is None else max(loaded - since + 1, 1))
+            table.update_incremental()
+            if table.version() == loaded:
+                return commits if since is None else [c for c in commits if c["version"] >= since]
+        raise RuntimeError(f"{name}: the history of a table committed to {HISTORY_ATTEMPTS} times while it was read")
+
     def exists(self, name: str) -> bool:
         return DeltaTable.is_deltatable(self.uri(name), storage_options=self.storage_options)
 
@@ -202,7 +221,7 @@ class DeltaLake:
         if (table.transaction_version(app_id) or -1) < version:
             return None  # every batch commit carries its txn: not committed yet, no history to read
         for limit in (recent, None):
-            for commit in table.history(limit=limit):
+            for commit in self.history(name, limit=limit):
                 if (commit.get("app_id") == app_id and commit.get("batch_id") == str(version)) or commit.get(batch_key(app_id)) == str(version):
                     return commit
         return None

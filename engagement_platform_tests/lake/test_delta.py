@@ -164,13 +164,53 @@ def test_find_batch_commit_from_history(lake):
     assert lake.find_batch_commit(SPEC.name, "nobody", 1) is None
 
     # The custom metadata is in the commit info.
-    commit = next(c for c in lake.table(SPEC.name).history() if c["version"] == 3)
+    commit = next(c for c in lake.history(SPEC.name) if c["version"] == 3)
     assert commit["app_id"] == "writer" and commit["batch_id"] == "2" and commit["stream"] == "s1"
 
     # The version found really holds the batch's rows.
     v = lake.find_batch_commit(SPEC.name, "writer", 2)
     cdf = lake.changes(SPEC.name, v, v)
     assert cdf["event_id"].to_pylist() == ["e2"]
+
+
+class CommitAfterNextLoad(DeltaLake):
+    """A lake where another writer commits right after the next load of SPEC's table (`race()`): the moment
+    between loading a table and reading its history, made to happen."""
+
+    racing = 0
+
+    def race(self) -> None:
+        self.racing += 1
+
+    def table(self, name, version=None):
+        loaded = super().table(name, version)
+        if name == SPEC.name and self.racing:
+            self.racing -= 1
+            DeltaLake(self.root).append(SPEC, rows([("a", "late", D0, 0)]), BatchTxn("late", loaded.version()))
+        return loaded
+
+
+def test_history_numbers_each_commit_by_its_own_version_while_another_writer_commits(tmp_path):
+    lake = CommitAfterNextLoad(str(tmp_path / "lake"))
+    for batch in (1, 2, 3):
+        lake.append(SPEC, rows([("a", f"e{batch}", D0, batch)]), BatchTxn("writer", batch))
+
+    # delta-rs's own history() reads the newest commits but numbers them from the version it loaded
+    # (why every reader goes through DeltaLake.history): the racing commit 4 reads as version 3
+    lake.race()
+    raw = lake.table(SPEC.name)
+    assert raw.version() == 3 and raw.history(limit=1)[0]["app_id"] == "late" and raw.history(limit=1)[0]["version"] == 3
+
+    lake.race()
+    history = lake.history(SPEC.name)
+    latest = DeltaLake(lake.root).table(SPEC.name).version()
+    assert not lake.racing and latest == 5, "the racing commit was made while history was read"
+    assert [c["version"] for c in history] == list(range(latest, -1, -1))
+    for commit in history[:-1]:  # each commit's number is the version holding its rows (version 0 creates the table)
+        (changed,) = lake.changes(SPEC.name, commit["version"], commit["version"])["event_id"].to_pylist()
+        assert changed == ("late" if commit["app_id"] == "late" else f"e{commit['batch_id']}")
+    lake.race()
+    assert [c["version"] for c in lake.history(SPEC.name, since=2)] == [6, 5, 4, 3, 2]
 
 
 # ---- delete / merge ---------------------------------------------------------------------------

@@ -7,6 +7,11 @@ up to) is the txn version of that same MERGE commit: the deltas and the checkpoi
 all, so a run killed anywhere re-reads from the checkpoint the table holds and adds each change once.
 The commit also records which engagement_activity version the metrics now reflect, so the check can
 recompute them from the table at exactly that version.
+
+Notifications arrive in commit order of the notification table, not of the data table: a batch that
+committed version 10 and crashed before its notification notifies it after version 11's (a soak saw it).
+So the metrics at a checkpoint hold every change up to the highest version read except a few versions still
+unread; the commit records those (UNREAD), and the check subtracts their changes from the recomputation.
 """
 
 from __future__ import annotations
@@ -18,11 +23,12 @@ import pyarrow.compute as pc
 
 from engagement_platform.engagement.metrics.daily import KEYS, METRICS_SCHEMA, differences, metric_deltas
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
-from engagement_platform.lake.changes import START, changes_since
+from engagement_platform.lake.changes import START, changes_since, feed_rows
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 
 APP_ID = "engagement.daily_metrics"
 ACTIVITY_VERSION = "activity_version"  # commit metadata: the engagement_activity version the metrics reflect
+UNREAD = "unread_activity_versions"  # commit metadata: versions up to it whose changes are not read yet (comma-separated)
 
 DAILY_METRICS = TableSpec(
     name="engagement_daily_metrics",
@@ -34,17 +40,33 @@ DAILY_METRICS = TableSpec(
 
 
 @dataclass(frozen=True)
+class Reflected:
+    """Which engagement_activity changes the metrics hold: every version up to `version` except `unread`."""
+
+    version: int | None  # None: no activity change read yet
+    unread: tuple[int, ...] = ()
+
+    def metadata(self) -> dict:
+        return {ACTIVITY_VERSION: self.version, UNREAD: ",".join(map(str, self.unread))}
+
+
+@dataclass(frozen=True)
 class Refresh:
     checkpoint_before: int  # notification table version read up to before this refresh (START: nothing yet)
     checkpoint: int  # ... and after it
-    activity_version: int | None  # the engagement_activity version the metrics reflect (None: no activity yet)
+    reflected: Reflected  # the activity changes the metrics hold after it
     changed_rows: int  # change rows folded (pre- and post-images both count)
     keys_changed: int  # (org, day, type) keys the refresh added to, removed or created
     version: int | None  # the metrics table version this refresh committed (None: nothing new)
 
+    @property
+    def activity_version(self) -> int | None:
+        return self.reflected.version
+
     def metadata(self) -> dict:
         return {"checkpoint_before": self.checkpoint_before, "checkpoint": self.checkpoint, "activity_version": self.activity_version,
-                "changed_rows": self.changed_rows, "keys_changed": self.keys_changed, "table_version": self.version}
+                "unread_activity_versions": list(self.reflected.unread), "changed_rows": self.changed_rows,
+                "keys_changed": self.keys_changed, "table_version": self.version}
 
 
 def checkpoint_of(lake: DeltaLake) -> int:
@@ -55,26 +77,52 @@ def checkpoint_of(lake: DeltaLake) -> int:
     return START if version is None else version
 
 
-def reflected_activity_version(lake: DeltaLake) -> int | None:
-    """The engagement_activity version recorded by the latest refresh that read any activity change."""
+def reflected_of(lake: DeltaLake) -> Reflected:
+    """What the latest refresh that read any activity change recorded."""
     if not lake.exists(DAILY_METRICS.name):
-        return None
-    for commit in lake.table(DAILY_METRICS.name).history():
+        return Reflected(None)
+    for commit in lake.history(DAILY_METRICS.name):
         if commit.get(ACTIVITY_VERSION) not in (None, "", "None"):
-            return int(commit[ACTIVITY_VERSION])
-    return None
+            return Reflected(int(commit[ACTIVITY_VERSION]), tuple(int(v) for v in str(commit.get(UNREAD) or "").split(",") if v))
+    return Reflected(None)
+
+
+def reflected_after(lake: DeltaLake, before: Reflected, read: list[int]) -> Reflected:
+    """What the metrics hold once the changes of versions `read` are added to `before`: up to the highest
+    version seen, except the versions below it that changed rows and were neither read now nor before."""
+    if not read:
+        return before
+    version = max(read) if before.version is None else max(before.version, *read)
+    first = 1 if before.version is None else before.version + 1  # version 0 creates the table
+    unseen = (set(before.unread) | set(range(first, version + 1))) - set(read)
+    return Reflected(version, tuple(v for v in sorted(unseen) if changed_rows_at(lake, v)))
+
+
+def changed_rows_at(lake: DeltaLake, version: int) -> bool:
+    """Whether the commit changed rows: its change feed, file-level for a rewrite, has rows (none for compaction)."""
+    return feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [version], None).num_rows > 0
+
+
+def unread_deltas(lake: DeltaLake, reflected: Reflected) -> pa.Table:
+    """The metric deltas of the unread versions, from their change feed: a rewrite's file-level feed counts every
+    row of each removed file -1 and of each added file +1, which sums to the same deltas as its row-level log."""
+    if not reflected.unread:
+        return METRICS_SCHEMA.empty_table()
+    return metric_deltas(pa.concat_tables([feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None) for v in reflected.unread],
+                                          promote_options="permissive"))
 
 
 def refresh_daily_metrics(lake: DeltaLake) -> Refresh:
     """Fold every change notified after the checkpoint into the metrics, with the new checkpoint, in one commit."""
     lake.ensure(DAILY_METRICS)
     before = checkpoint_of(lake)
+    prior = reflected_of(lake)
     changes = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, None, before, preimages=True)
     if changes.checkpoint <= before:
-        return Refresh(before, before, reflected_activity_version(lake), 0, 0, None)
-    activity_version = max(changes.table_versions) if changes.table_versions else reflected_activity_version(lake)
+        return Refresh(before, before, prior, 0, 0, None)
+    reflected = reflected_after(lake, prior, changes.table_versions)
     deltas = metric_deltas(changes.rows)
-    txn = BatchTxn(APP_ID, changes.checkpoint, {ACTIVITY_VERSION: activity_version, "changed_rows": changes.rows.num_rows})
+    txn = BatchTxn(APP_ID, changes.checkpoint, {**reflected.metadata(), "changed_rows": changes.rows.num_rows})
     if not deltas.num_rows:  # nothing to add (other tables' notifications, or changes that cancel): the checkpoint alone
         version = lake.append(DAILY_METRICS, METRICS_SCHEMA.empty_table(), txn)
     else:
@@ -85,12 +133,12 @@ def refresh_daily_metrics(lake: DeltaLake) -> Refresh:
          .when_not_matched_insert_all()
          .execute())
         version = lake.table(DAILY_METRICS.name).version()
-    return Refresh(before, changes.checkpoint, activity_version, changes.rows.num_rows, deltas.num_rows, version)
+    return Refresh(before, changes.checkpoint, reflected, changes.rows.num_rows, deltas.num_rows, version)
 
 
 @dataclass(frozen=True)
 class Comparison:
-    activity_version: int | None
+    reflected: Reflected
     keys: int  # keys in the recomputation
     activities_expected: int
     activities_stored: int
@@ -98,11 +146,13 @@ class Comparison:
     sample: list[dict]  # a few differing keys, for the check's metadata
 
 
-def compare_with_recomputation(lake: DeltaLake, activity_version: int | None, expected: pa.Table, shown: int = 5) -> Comparison:
-    """The stored metrics against `expected`, the metrics recomputed from engagement_activity at the version they
-    reflect (recompute.py does it in Spark tasks; tests also from the rows read whole)."""
+def compare_with_recomputation(lake: DeltaLake, reflected: Reflected, recomputed: pa.Table, shown: int = 5) -> Comparison:
+    """The stored metrics against what they must be: `recomputed`, the metrics of engagement_activity at
+    reflected.version (recompute.py computes them in Spark tasks; tests also from the rows read whole),
+    less the changes of the versions not read yet."""
+    expected = differences(recomputed, unread_deltas(lake, reflected))  # recomputed - unread, keys at zero left out
     stored = lake.read(DAILY_METRICS.name) if lake.exists(DAILY_METRICS.name) else METRICS_SCHEMA.empty_table()
     diff = differences(expected, stored)
     total = lambda t: int(pc.sum(t["activities"]).as_py() or 0)  # noqa: E731
-    return Comparison(activity_version, expected.num_rows, total(expected), total(stored), diff.num_rows,
+    return Comparison(reflected, expected.num_rows, total(expected), total(stored), diff.num_rows,
                       [{k: str(v) for k, v in row.items()} for row in diff.slice(0, shown).to_pylist()])

@@ -50,14 +50,14 @@ EQUALS_RECOMPUTATION = "daily_metrics_equal_full_recomputation"
 def engagement_daily_metrics(context: AssetExecutionContext, lake: LakeResource, spark: SparkResource) -> MaterializeResult:
     refresh = refresh_daily_metrics(lake.lake)
     recomputed = recomputed_metrics(spark.spark_session, lake.lake, refresh.activity_version)  # Spark tasks read the table
-    compared = compare_with_recomputation(lake.lake, refresh.activity_version, recomputed)
+    compared = compare_with_recomputation(lake.lake, refresh.reflected, recomputed)
     context.log.info(f"daily metrics: notifications {refresh.checkpoint_before} -> {refresh.checkpoint}, {refresh.changed_rows} "
                      f"changed rows, {refresh.keys_changed} keys; {compared.keys_differing} keys differ from a recomputation")
     check = AssetCheckResult(
         check_name=EQUALS_RECOMPUTATION,
         passed=compared.keys_differing == 0,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"activity_version": compared.activity_version, "keys": compared.keys, "activities_expected": compared.activities_expected,
+        metadata={"activity_version": compared.reflected.version, "unread_activity_versions": str(list(compared.reflected.unread)), "keys": compared.keys, "activities_expected": compared.activities_expected,
                   "activities_stored": compared.activities_stored, "keys_differing": compared.keys_differing,
                   "differing_sample": str(compared.sample)},
     )

@@ -215,7 +215,7 @@ def erased_since_pin(lake: DeltaLake, app_id: str, batch_id: int, pinned_pending
     name = ENGAGEMENT_MUTATIONS_PENDING.name
     current = current_version(lake, name)
     if current > pinned_pending >= 0:
-        for commit in lake.table(name).history(limit=current - pinned_pending):
+        for commit in lake.history(name, since=pinned_pending + 1):
             version = int(commit["version"])
             if version > pinned_pending and commit.get("app_id") != app_id:
                 erased |= _request_keys(lake, name, version - 1) - _request_keys(lake, name, version)

@@ -48,7 +48,7 @@ def unprocessed_tenants(lake: DeltaLake) -> list[str]:
     behind = {t: v for t, v in progress.items() if v < current}
     if behind:
         oldest = min(behind.values())
-        for commit in staging.history(limit=current - oldest):
+        for commit in lake.history(PROFILE_CDC_STAGING.name, since=oldest + 1):
             version = int(commit["version"])
             for tenant in filter(None, str(commit.get(TENANTS_KEY) or "").split(",")):
                 if tenant in behind and version > behind[tenant]:

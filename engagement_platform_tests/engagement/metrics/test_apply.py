@@ -8,14 +8,24 @@ from __future__ import annotations
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
+from deltalake import write_deltalake
 
-from engagement_platform.engagement.metrics.apply import DAILY_METRICS, APP_ID, checkpoint_of, compare_with_recomputation, refresh_daily_metrics
+from engagement_platform.engagement.metrics.apply import (
+    APP_ID,
+    DAILY_METRICS,
+    Reflected,
+    checkpoint_of,
+    compare_with_recomputation,
+    reflected_of,
+    refresh_daily_metrics,
+)
 from engagement_platform.engagement.metrics.daily import METRICS_SCHEMA, daily_metrics
 from engagement_platform.engagement.metrics.recompute import recomputed_metrics
 from engagement_platform.spark.handoff import dealt
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.lake.change_log import LOGGED_BY, change_log_name, change_log_spec
 from engagement_platform.lake.changes import START
-from engagement_platform.lake.delta import BatchTxn
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.notifications import notification_rows
 
 TABLE = ENGAGEMENT_ACTIVITY.name
@@ -32,8 +42,9 @@ def activity(items: list[tuple[str, str, date, str, int]], batch_id: int) -> pa.
         for i, (org, eid, day, kind, seconds) in enumerate(items)], schema=ENGAGEMENT_ACTIVITY.schema)
 
 
-def notify(lake, app: str, batch_id: int) -> None:
-    version = lake.table(TABLE).version()
+def notify(lake, app: str, batch_id: int, version: int | None = None) -> None:
+    """The notification rows of the batch's commit (`version`, else the table's latest)."""
+    version = lake.table(TABLE).version() if version is None else version
     lake.append(ENGAGEMENT_NOTIFICATIONS, notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, version, app, batch_id), BatchTxn(app, batch_id))
 
 
@@ -46,7 +57,7 @@ def read_whole(lake, version: int | None) -> pa.Table:
 
 def refreshed_and_equal(lake) -> int:
     refresh = refresh_daily_metrics(lake)
-    compared = compare_with_recomputation(lake, refresh.activity_version, read_whole(lake, refresh.activity_version))
+    compared = compare_with_recomputation(lake, refresh.reflected, read_whole(lake, refresh.activity_version))
     assert compared.keys_differing == 0, compared.sample
     assert refresh.activity_version == lake.table(TABLE).version()
     return compared.activities_stored
@@ -88,7 +99,72 @@ def test_a_refresh_whose_changes_cancel_still_stores_its_checkpoint(lake):
     assert refresh.changed_rows == 2 and refresh.keys_changed == 0 and refresh.version is not None
     assert checkpoint_of(lake) == lake.table(ENGAGEMENT_NOTIFICATIONS.name).version()
     assert lake.read(DAILY_METRICS.name).num_rows == 0
-    assert compare_with_recomputation(lake, refresh.activity_version, read_whole(lake, refresh.activity_version)).keys_differing == 0
+    assert compare_with_recomputation(lake, refresh.reflected, read_whole(lake, refresh.activity_version)).keys_differing == 0
+
+
+def test_a_version_notified_late_is_unread_until_its_notification_comes_and_then_counted_once(lake):
+    """A batch commits version 4, crashes before its notification, and notifies it after version 5's (seen in a
+    soak): the refresh between reflects up to version 5 except 4, and the check says it equals that."""
+    lake.append(ENGAGEMENT_ACTIVITY, activity([("o1", "a", D0, "call", 60), ("o1", "b", D0, "call", 30)], 1), BatchTxn("ingest", 1))
+    notify(lake, "ingest", 1)
+    lake.append(ENGAGEMENT_ACTIVITY, activity([("o1", "d", D0, "call", 10)], 2), BatchTxn("ingest", 2))
+    notify(lake, "ingest", 2)
+    lake.compact(TABLE)  # version 3: compaction changes no row and is never notified, so it is never unread
+    lake.delete(ENGAGEMENT_ACTIVITY, "engagement_id = 'b'", BatchTxn("erase", 1))  # version 4, its notification comes later
+    lake.append(ENGAGEMENT_ACTIVITY, activity([("o2", "c", D0, "meeting", 600)], 3), BatchTxn("ingest", 3))  # version 5
+    notify(lake, "ingest", 3)
+    assert [c["operation"] for c in lake.history(TABLE, since=3)] == ["WRITE", "DELETE", "OPTIMIZE"]
+
+    early = refresh_daily_metrics(lake)
+    assert early.reflected == Reflected(5, (4,)) == reflected_of(lake)
+    assert compare_with_recomputation(lake, early.reflected, read_whole(lake, 5)).keys_differing == 0
+    assert compare_with_recomputation(lake, Reflected(5), read_whole(lake, 5)).keys_differing == 1, "without the unread version it differs"
+    calls = lambda: {(r["org_id"], r["activity_type"]): r["activities"] for r in lake.read(DAILY_METRICS.name).to_pylist()}  # noqa: E731
+    assert calls() == {("o1", "call"): 3, ("o2", "meeting"): 1}, "b's delete is not in yet"
+
+    notify(lake, "erase", 1, version=4)
+    late = refresh_daily_metrics(lake)
+    assert late.reflected == Reflected(5) and late.changed_rows == 1, "only the late version is read, and the reflected version stays"
+    assert compare_with_recomputation(lake, late.reflected, read_whole(lake, 5)).keys_differing == 0
+    assert calls() == {("o1", "call"): 2, ("o2", "meeting"): 1}
+
+
+def test_a_commit_made_while_a_refresh_reads_the_log_is_read_from_its_own_version(tmp_path):
+    """Another writer commits between the refresh's load of engagement_activity and its reading of the history
+    (which versions are in the change log): every version must still be read from where its changes are."""
+    lake = RacingLake(str(tmp_path / "lake"))
+    lake.append(ENGAGEMENT_ACTIVITY, activity([("o1", "a", D0, "call", 60), ("o1", "b", D0, "call", 30)], 1), BatchTxn("ingest", 1))
+    notify(lake, "ingest", 1)
+    assert refreshed_and_equal(lake) == 2
+    # version 2: a rewrite whose commit names the change log (its change feed is file-level: a, b out; a in)
+    rewritten = activity([("o1", "a", D0, "call", 60)], 2)
+    log = change_log_spec(ENGAGEMENT_ACTIVITY)
+    write_deltalake(lake.table(TABLE), rewritten, mode="overwrite", predicate="org_id = 'o1'",
+                    commit_properties=BatchTxn("rewrite", 1, {LOGGED_BY: change_log_name(TABLE)}).commit_properties())
+    lake.append(log, activity([("o1", "b", D0, "call", 30)], 1).append_column("_change_type", pa.array(["delete"]))
+                .append_column("_commit_version", pa.array([2], pa.int64())), BatchTxn("rewrite", 1))
+    notify(lake, "rewrite", 1)
+    lake.append(ENGAGEMENT_ACTIVITY, activity([("o2", "c", D0, "meeting", 5)], 3), BatchTxn("ingest", 3))  # version 3
+    notify(lake, "ingest", 3)
+    lake.racing = 2  # a commit right after the refresh's next loads of the table
+    refresh = refresh_daily_metrics(lake)
+    assert refresh.changed_rows == 2, "b's delete from the log and c's insert, not version 2's file-level feed"
+    compared = compare_with_recomputation(lake, refresh.reflected, read_whole(lake, refresh.activity_version))
+    assert compared.keys_differing == 0 and compared.activities_stored == 2, compared.sample
+
+
+class RacingLake(DeltaLake):
+    """Another writer appends to engagement_activity right after each of the next `racing` loads of it."""
+
+    racing = 0
+
+    def table(self, name, version=None):
+        loaded = super().table(name, version)
+        if name == TABLE and version is None and self.racing:
+            self.racing -= 1
+            DeltaLake(self.root).append(ENGAGEMENT_ACTIVITY, activity([("o9", f"race{self.racing}", D0, "email", 0)], 9),
+                                        BatchTxn("racer", self.racing + 1))
+        return loaded
 
 
 def test_files_are_dealt_to_tasks_once_each_and_no_task_is_empty():
