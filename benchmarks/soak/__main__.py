@@ -2,7 +2,7 @@
 (workload.py) while faults are injected (faults.py), then every table reconciled with an independent oracle
 (oracle.py, reconcile.py).
 
-    .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20 [--max-concurrent-faults 2]
+    .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20 [--max-concurrent-faults 2 | --spaced]
 
 Its own stack (ZooKeeper 43181, broker 49192, Spark Connect 45102: neither the default, the tests' nor the other
 benchmarks' ports) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
@@ -201,6 +201,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5.0, help="how long rounds are produced and faults injected")
     parser.add_argument("--faults", type=int, default=20, help="faults planned over the window (those that do not fit are reported)")
     parser.add_argument("--max-concurrent-faults", type=int, default=1, help="faults active at once (one per target)")
+    parser.add_argument("--spaced", action="store_true",
+                        help="one fault at a time, each once the platform is back to committing after the one before (planned moments ignored)")
     parser.add_argument("--round-seconds", type=float, default=2.0)
     parser.add_argument("--sample-seconds", type=float, default=5.0, help="how often committed offsets and watermarks are read")
     parser.add_argument("--batch-wait", type=int, default=20, help="EP_BATCH_MAX_WAIT_SECONDS: a batch per stream this often")
@@ -243,7 +245,8 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     window = args.minutes * 60
     start, samples, incidents = time.monotonic(), [], []
     faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window)  # its own stream: the workload stays the same
-    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1), args.max_concurrent_faults)
+    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1), args.max_concurrent_faults,
+                        spaced=samples if args.spaced else None)
 
     def wait_until(t: float) -> None:
         """Sample, send what gates let through, and watch the daemon until `t` seconds after the start."""
@@ -290,7 +293,7 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     on_topic = observer.read_back()
     return {"messages": workload.messages, "on_topic": on_topic, "faults": faults, "samples": samples, "caught_up": caught_up,
             "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed], "incidents": incidents,
-            "landed": landed}
+            "landed": landed, "window_s": window}
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ Kinds:
 
 Faults may overlap (`max_concurrent`, as real failures do): a fault starts at its planned moment unless as many
 are already active or one is active on the same target (a server, the daemon); then it starts once that clears.
+Spaced (`spaced`): one at a time instead, each once the platform is back to committing after the one before, so
+each recovery is a single fault's; planned moments are ignored.
 
 A process belongs to the soak when its environment names the soak's EP_STATE_DIR (as benchmarks/demo_health.py's
 platform_rss finds them). A run worker is a `dagster api execute_run` process, or, with the default run launcher,
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from benchmarks._stack import REPO, processes_of
 
+CONTROL = "no_fault"  # control moments (control_moments): the same measure where nothing was injected
 KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "zookeeper_session_expiry", "broker_restart", "spark_restart")
 SERVERS = {"zookeeper_restart": "zookeeper", "broker_restart": "kafka", "spark_restart": "spark"}
 TARGETS = {**SERVERS, "zookeeper_session_expiry": "zookeeper", "daemon_kill": "daemon"}  # run faults pick any run: no target
@@ -151,11 +154,12 @@ class Injector(threading.Thread):
     one per target (a fault waits for those to clear, and starts late)."""
 
     def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random,
-                 max_concurrent: int = 1):
+                 max_concurrent: int = 1, spaced: list[Sample] | None = None):
         super().__init__(name="soak-faults", daemon=True)
         self.faults, self.start_at, self.window_s = faults, start, window_s
         self.env, self.state_dir, self.daemon, self.rng = env, env["EP_STATE_DIR"], daemon, rng
         self.max_concurrent = max_concurrent
+        self.spaced = spaced  # the runner's samples: inject one fault at a time, each after the last one's recovery (run_spaced)
         self.halt = threading.Event()
         self.active: dict[threading.Thread, str | None] = {}  # fault thread -> its target
         self.lock = threading.Lock()  # rng and active are shared by the fault threads
@@ -164,6 +168,8 @@ class Injector(threading.Thread):
         return time.monotonic() - self.start_at
 
     def run(self) -> None:
+        if self.spaced is not None:
+            return self.run_spaced(self.spaced)
         pending, ready = list(self.faults), []  # planned order; ready: its moment has come, waiting for a slot or its target
         while (pending or ready) and not self.halt.is_set() and self.now() <= self.window_s:
             while pending and pending[0].planned <= self.now():
@@ -178,6 +184,21 @@ class Injector(threading.Thread):
             fault.detail = fault.detail or "not injected: the produce window was over"
         for thread in list(self.active):  # a fault in progress clears first (a server it stopped is started again)
             thread.join()
+
+    def run_spaced(self, samples: list[Sample], cap: float = 360.0) -> None:
+        """Faults in planned order, one at a time, each once every stream is back to committing after the one
+        before (at most `cap` seconds after it cleared) and a quiet gap of 10-30 s: recovery from one fault alone."""
+        for fault in self.faults:
+            if self.halt.is_set() or self.now() > self.window_s:
+                fault.detail = fault.detail or "not injected: the produce window was over"
+                continue
+            self.inject_reported(fault)
+            while fault.cleared is not None and not self.halt.is_set() and self.now() - fault.cleared < cap \
+                    and resumed_after(fault, list(samples)) is None:
+                self.halt.wait(1.0)
+            with self.lock:
+                gap = self.rng.uniform(10, 30)
+            self.halt.wait(gap)
 
     def launch(self, fault: Fault) -> None:
         thread = threading.Thread(target=self.inject_reported, args=(fault,), name=f"fault-{fault.kind}", daemon=True)
@@ -267,34 +288,48 @@ def recovery_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, li
     return out
 
 
+def resumed_after(fault: Fault, samples: list[Sample]) -> float | None:
+    """Seconds from the fault's clearing until every stream that had records waiting then had committed a batch
+    past where it stood (the issue's "back to committing"; None: some stream never did, within the samples). A
+    stream with nothing waiting is not waited for."""
+    after = [s for s in samples if s.t >= fault.cleared]
+    if not after:
+        return None
+    first = after[0]
+    pending = {stream for stream, highs in first.highs.items()
+               if any(high > first.committed.get(stream, {}).get(p, 0) for p, high in highs.items())}
+
+    def moved(sample: Sample, stream: str) -> bool:
+        before = first.committed.get(stream, {})
+        return any(offset > before.get(p, 0) for p, offset in sample.committed.get(stream, {}).items())
+
+    for sample in after:
+        pending = {stream for stream in pending if not moved(sample, stream)}
+        if not pending:
+            return sample.t - fault.cleared
+    return None
+
+
 def resumed_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, list[float | None]]:
-    """Per kind, for each fault that cleared: seconds from clearing until every stream that had records waiting
-    then had committed a batch past where it stood (the issue's "back to committing"; None: some stream never
-    did, within the samples). A stream with nothing waiting is not waited for."""
+    """Per kind, resumed_after of each fault that cleared."""
     out: dict[str, list[float | None]] = {}
     for fault in faults:
-        if fault.cleared is None:
-            continue
-        after = [s for s in samples if s.t >= fault.cleared]
-        if not after:
-            out.setdefault(fault.kind, []).append(None)
-            continue
-        first = after[0]
-        waiting = [stream for stream, highs in first.highs.items()
-                   if any(high > first.committed.get(stream, {}).get(p, 0) for p, high in highs.items())]
-
-        def moved(sample: Sample, stream: str) -> bool:
-            before = first.committed.get(stream, {})
-            return any(offset > before.get(p, 0) for p, offset in sample.committed.get(stream, {}).items())
-
-        took, pending = 0.0, set(waiting)
-        for sample in after:
-            pending = {stream for stream in pending if not moved(sample, stream)}
-            if not pending:
-                took = sample.t - fault.cleared
-                break
-        out.setdefault(fault.kind, []).append(took if not pending else None)
+        if fault.cleared is not None:
+            out.setdefault(fault.kind, []).append(resumed_after(fault, samples))
     return out
+
+
+def control_moments(faults: list[Fault], window_s: float, every: float = 15.0, quiet: float = 180.0) -> list[Fault]:
+    """The control: moments of the produce window, every `every` seconds, with no fault active in the `quiet`
+    seconds before, as zero-length faults of kind CONTROL. Their "back to committing" is the platform's own batch
+    cadence on this machine, the floor any fault's recovery is measured against."""
+    spans = [(f.injected, f.cleared) for f in faults if f.injected is not None]
+    moments, t = [], quiet
+    while t <= window_s:
+        if not any(start <= t and (end is None or end >= t - quiet) for start, end in spans):
+            moments.append(Fault(CONTROL, t, 0.0, injected=t, cleared=t))
+        t += every
+    return moments
 
 
 def _figures(times: list[float | None]) -> str:
@@ -304,10 +339,12 @@ def _figures(times: list[float | None]) -> str:
     return f"{figures}, never {never}"
 
 
-def summary(faults: list[Fault], samples: list[Sample]) -> list[str]:
+def summary(faults: list[Fault], samples: list[Sample], window_s: float) -> list[str]:
     """One line per kind: injected / planned; seconds until every stream was back to committing (resumed_seconds)
-    and until every stream had caught up with what its topic held when the fault cleared (recovery_seconds)."""
-    recovered, resumed = recovery_seconds(faults, samples), resumed_seconds(faults, samples)
+    and until every stream had caught up with what its topic held when the fault cleared (recovery_seconds); then
+    the same for the control moments (control_moments), when the run had any."""
+    control = control_moments(faults, window_s)
+    recovered, resumed = recovery_seconds(faults + control, samples), resumed_seconds(faults + control, samples)
     lines = []
     for kind in KINDS:
         of_kind = [f for f in faults if f.kind == kind]
@@ -315,4 +352,7 @@ def summary(faults: list[Fault], samples: list[Sample]) -> list[str]:
             continue
         lines.append(f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
                      f"back to committing {_figures(resumed.get(kind, []))}; caught up {_figures(recovered.get(kind, []))}")
+    if control:
+        lines.append(f"{CONTROL} (control: {len(control)} moments with no fault in the {180} s before): back to committing "
+                     f"{_figures(resumed[CONTROL])}; caught up {_figures(recovered[CONTROL])}")
     return lines

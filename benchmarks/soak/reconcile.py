@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 
 from deltalake import DeltaTable
 
-from benchmarks.soak.faults import Fault, Sample, summary
+from benchmarks.soak.faults import Fault, Sample, resumed_after, summary
 from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, MEMBER_COLUMNS, expected
 from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, TENANTS
 
@@ -162,16 +162,17 @@ def dagster_outcome(dagster_home: str) -> dict:
 
 
 def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sample], caught_up: bool,
-              failed_sends: list[str], incidents: list[str], env: dict[str, str], landed=()) -> int:
+              failed_sends: list[str], incidents: list[str], env: dict[str, str], landed=(), window_s: float = 0.0) -> int:
     delivered, broker_notes = as_delivered(messages, on_topic)
     lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"], landed)
     dagster = dagster_outcome(env["DAGSTER_HOME"])
     print("\n== faults ==")
-    for line in summary(faults, samples):
+    for line in summary(faults, samples, window_s):
         print("  " + line)
     for f in faults:
+        resumed = resumed_after(f, samples) if f.cleared is not None else None
         print(f"    {f.kind} planned {f.planned:.0f} s, injected {f.injected and round(f.injected)}, cleared {f.cleared and round(f.cleared)}"
-              f", hold {f.hold:.0f} s {f.detail}")
+              f", hold {f.hold:.0f} s, back to committing {'-' if resumed is None else round(resumed)} s {f.detail}")
     for line in incidents:
         print("  incident: " + line)
     print("\n== runs ==")

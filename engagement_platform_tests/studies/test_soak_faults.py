@@ -8,15 +8,28 @@ import random
 import threading
 import time
 
-from benchmarks.soak.faults import KINDS, TARGETS, ZK_SESSION_TIMEOUT_S, Fault, Injector, Sample, plan_faults, recovery_seconds, resumed_seconds
+from benchmarks.soak.faults import (
+    CONTROL,
+    KINDS,
+    TARGETS,
+    ZK_SESSION_TIMEOUT_S,
+    Fault,
+    Injector,
+    Sample,
+    control_moments,
+    plan_faults,
+    recovery_seconds,
+    resumed_seconds,
+    summary,
+)
 
 
 class Timed(Injector):
     """Records (kind, start, end) instead of signalling anything."""
 
-    def __init__(self, faults: list[Fault], window_s: float, max_concurrent: int):
+    def __init__(self, faults: list[Fault], window_s: float, max_concurrent: int, spaced: list[Sample] | None = None):
         super().__init__(faults, time.monotonic(), window_s, {"EP_STATE_DIR": "/nonexistent"}, daemon=None, rng=random.Random(0),
-                         max_concurrent=max_concurrent)
+                         max_concurrent=max_concurrent, spaced=spaced)
         self.spans: list[tuple[str, float, float]] = []
         self.spans_lock = threading.Lock()
 
@@ -79,3 +92,35 @@ def test_back_to_committing_waits_for_every_stream_that_had_records_waiting_and_
     assert resumed_seconds([cleared], stuck) == {"broker_restart": [None]}
     assert recovery_seconds([cleared], stuck) == {"broker_restart": [None]}
     assert resumed_seconds([Fault("run_kill", 0, 5, injected=5)], samples) == {}  # never cleared: not measured
+
+
+def test_spaced_faults_wait_for_the_platform_to_be_back_to_committing_after_the_one_before():
+    """The stream has records waiting throughout and commits only once samples say so (at 1.0 s after the start):
+    the second fault is not injected before that, and each comes 10-30 s of quiet after (waited on halt, so the
+    test sets halt once the first gap has begun)."""
+    samples: list[Sample] = []
+    faults = [Fault("run_kill", 0.0, 0.05), Fault("broker_restart", 0.0, 0.05)]
+    injector = Timed(faults, window_s=60.0, max_concurrent=1, spaced=samples)
+    injector.start()
+    waiting = {"ingestion": {0: 100}}
+    for i in range(5):  # nothing committed for 0.5 s after the first fault
+        samples.append(Sample(injector.now(), {"ingestion": {0: 10}}, waiting))
+        time.sleep(0.1)
+    assert len(injector.spans) == 1, "the second fault waits while a stream with records waiting has not committed"
+    samples.append(Sample(injector.now(), {"ingestion": {0: 20}}, waiting))
+    time.sleep(0.5)
+    assert len(injector.spans) == 1, "then a quiet gap of at least 10 s"
+    injector.halt.set()
+    injector.join(10)
+    assert "window" in faults[1].detail and faults[1].injected is None
+
+
+def test_control_moments_are_the_quiet_ones_and_summary_reports_them_beside_the_faults():
+    faults = [Fault("run_kill", 100, 5, injected=100, cleared=105), Fault("broker_restart", 400, 5, injected=400, cleared=410)]
+    moments = control_moments(faults, window_s=700, every=50, quiet=180)
+    assert [m.injected for m in moments] == [330, 380, 630, 680], "every 50 s from 180 s, none within 180 s after a fault or while one is active"
+    assert all(m.kind == CONTROL and m.cleared == m.injected for m in moments)
+    samples = [Sample(t, {"ingestion": {0: t // 100}}, {"ingestion": {0: 1000}}) for t in range(0, 800, 10)]
+    lines = summary(faults, samples, window_s=700)
+    assert lines[-1].startswith(f"{CONTROL} (control:") and "back to committing median" in lines[-1]
+    assert resumed_seconds(moments, samples)[CONTROL] == [70, 20, 70, 20], "until the next commit (every 100 s) after each moment"
