@@ -60,7 +60,10 @@ def notification_rows(
 
 
 def notifications_since(lake: DeltaLake, spec: TableSpec, org_id: str, after_version: int, table: str) -> pa.Table:
-    """Notification rows of one org and table whose table_version is after `after_version`."""
+    """Notification rows of one org and table whose table_version is after `after_version`. For looking up, not
+    for following: a batch can notify its version after a later version's notification (killed in between), so a
+    reader that keeps the table version it reached would skip it. Follow the notification table's own version
+    instead (changes_since)."""
     if not lake.exists(spec.name):
         return spec.schema.empty_table()
     rows = lake.read(spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)])
