@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from engagement_platform.engagement.metrics.daily import KEYS, METRICS_SCHEMA, differences, metric_deltas
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.lake.change_log import logged_versions
 from engagement_platform.lake.changes import START, changes_since, feed_rows
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 
@@ -94,13 +95,17 @@ def reflected_after(lake: DeltaLake, before: Reflected, read: list[int]) -> Refl
         return before
     version = max(read) if before.version is None else max(before.version, *read)
     first = 1 if before.version is None else before.version + 1  # version 0 creates the table
-    unseen = (set(before.unread) | set(range(first, version + 1))) - set(read)
-    return Reflected(version, tuple(v for v in sorted(unseen) if changed_rows_at(lake, v)))
+    unseen = sorted((set(before.unread) | set(range(first, version + 1))) - set(read))
+    return Reflected(version, tuple(changed_versions(lake, unseen)))
 
 
-def changed_rows_at(lake: DeltaLake, version: int) -> bool:
-    """Whether the commit changed rows: its change feed, file-level for a rewrite, has rows (none for compaction)."""
-    return feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [version], None).num_rows > 0
+def changed_versions(lake: DeltaLake, versions: list[int]) -> list[int]:
+    """Those of `versions` (sorted) whose commit changed rows: a logged rewrite always does (it logs at least one
+    row), any other commit iff its change feed has rows (a compaction's has none)."""
+    if not versions:
+        return []
+    logged = set(logged_versions(lake, ENGAGEMENT_ACTIVITY.name, versions[0], versions[-1]))
+    return [v for v in versions if v in logged or feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None).num_rows]
 
 
 def unread_deltas(lake: DeltaLake, reflected: Reflected) -> pa.Table:
