@@ -154,12 +154,13 @@ class Injector(threading.Thread):
     one per target (a fault waits for those to clear, and starts late)."""
 
     def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random,
-                 max_concurrent: int = 1, spaced: list[Sample] | None = None):
+                 max_concurrent: int = 1, spaced: list[Sample] | None = None, gap_s: tuple[float, float] = (45.0, 90.0)):
         super().__init__(name="soak-faults", daemon=True)
         self.faults, self.start_at, self.window_s = faults, start, window_s
         self.env, self.state_dir, self.daemon, self.rng = env, env["EP_STATE_DIR"], daemon, rng
         self.max_concurrent = max_concurrent
         self.spaced = spaced  # the runner's samples: inject one fault at a time, each after the last one's recovery (run_spaced)
+        self.gap_s = gap_s  # spaced: quiet seconds between one fault's recovery and the next fault, drawn in this range
         self.halt = threading.Event()
         self.active: dict[threading.Thread, str | None] = {}  # fault thread -> its target
         self.lock = threading.Lock()  # rng and active are shared by the fault threads
@@ -186,18 +187,21 @@ class Injector(threading.Thread):
             thread.join()
 
     def run_spaced(self, samples: list[Sample], cap: float = 360.0) -> None:
-        """Faults in planned order, one at a time, each once every stream is back to committing after the one
-        before (at most `cap` seconds after it cleared) and a quiet gap of 10-30 s: recovery from one fault alone."""
+        """Faults in planned order, one at a time: the first at its planned moment (after the warm-up), each next
+        once every stream is back to committing after the one before (at most `cap` seconds after it cleared) and
+        a quiet gap (`gap_s`, in which the control is measured too): recovery from one fault alone."""
+        if self.faults:
+            self.halt.wait(max(0.0, self.faults[0].planned - self.now()))
         for fault in self.faults:
             if self.halt.is_set() or self.now() > self.window_s:
-                fault.detail = fault.detail or "not injected: the produce window was over"
+                fault.detail = fault.detail or ("not injected: the soak stopped" if self.halt.is_set() else "not injected: the produce window was over")
                 continue
             self.inject_reported(fault)
             while fault.cleared is not None and not self.halt.is_set() and self.now() - fault.cleared < cap \
                     and resumed_after(fault, list(samples)) is None:
                 self.halt.wait(1.0)
             with self.lock:
-                gap = self.rng.uniform(10, 30)
+                gap = self.rng.uniform(*self.gap_s)
             self.halt.wait(gap)
 
     def launch(self, fault: Fault) -> None:
@@ -319,15 +323,24 @@ def resumed_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, lis
     return out
 
 
-def control_moments(faults: list[Fault], window_s: float, every: float = 15.0, quiet: float = 180.0) -> list[Fault]:
-    """The control: moments of the produce window, every `every` seconds, with no fault active in the `quiet`
-    seconds before, as zero-length faults of kind CONTROL. Their "back to committing" is the platform's own batch
-    cadence on this machine, the floor any fault's recovery is measured against."""
-    spans = [(f.injected, f.cleared) for f in faults if f.injected is not None]
-    moments, t = [], quiet
+def control_moments(faults: list[Fault], samples: list[Sample], window_s: float, every: float = 15.0, start: float = 60.0) -> list[Fault]:
+    """The control: moments of the produce window, every `every` seconds from `start`, outside every fault's span
+    (from its injection until it was back to committing) and whose own measure ends before the next fault, as
+    zero-length faults of kind CONTROL. Their "back to committing" is the platform's batch cadence on this
+    machine with nothing wrong, the floor any fault's recovery is measured against."""
+    spans = []
+    for f in faults:
+        if f.injected is None:
+            continue
+        took = resumed_after(f, samples) if f.cleared is not None else None
+        spans.append((f.injected, float("inf") if took is None else f.cleared + took))
+    moments, t = [], start
     while t <= window_s:
-        if not any(start <= t and (end is None or end >= t - quiet) for start, end in spans):
-            moments.append(Fault(CONTROL, t, 0.0, injected=t, cleared=t))
+        if not any(begin <= t <= end for begin, end in spans):
+            moment = Fault(CONTROL, t, 0.0, injected=t, cleared=t)
+            took = resumed_after(moment, samples)
+            if took is not None and not any(t < begin <= t + took for begin, _ in spans):
+                moments.append(moment)
         t += every
     return moments
 
@@ -343,7 +356,7 @@ def summary(faults: list[Fault], samples: list[Sample], window_s: float) -> list
     """One line per kind: injected / planned; seconds until every stream was back to committing (resumed_seconds)
     and until every stream had caught up with what its topic held when the fault cleared (recovery_seconds); then
     the same for the control moments (control_moments), when the run had any."""
-    control = control_moments(faults, window_s)
+    control = control_moments(faults, samples, window_s)
     recovered, resumed = recovery_seconds(faults + control, samples), resumed_seconds(faults + control, samples)
     lines = []
     for kind in KINDS:
@@ -353,6 +366,6 @@ def summary(faults: list[Fault], samples: list[Sample], window_s: float) -> list
         lines.append(f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
                      f"back to committing {_figures(resumed.get(kind, []))}; caught up {_figures(recovered.get(kind, []))}")
     if control:
-        lines.append(f"{CONTROL} (control: {len(control)} moments with no fault in the {180} s before): back to committing "
+        lines.append(f"{CONTROL} (control: {len(control)} moments outside every fault's span): back to committing "
                      f"{_figures(resumed[CONTROL])}; caught up {_figures(recovered[CONTROL])}")
     return lines

@@ -7,6 +7,7 @@ what makes a retried batch a no-op on the tables it already reached (kafka-delta
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,8 +122,12 @@ class DeltaLake:
         makes in between shifts every number by one: a soak saw a change-log version read as an ingestion's
         and the daily metrics drift. Versions only grow, so a read is kept when the table, brought up to date
         after it, is still at the version it was loaded at: then nothing was committed in between."""
+        if limit is not None and since is not None:
+            raise ValueError("history: give `limit` or `since`, not both")
         table = self.table(name)
-        for _ in range(HISTORY_ATTEMPTS):
+        for attempt in range(HISTORY_ATTEMPTS):
+            if attempt:
+                time.sleep(min(0.05 * attempt, 1.0))  # a busy table: let its writers pass
             loaded = table.version()
             commits = table.history(limit=limit if since is None else max(loaded - since + 1, 1))
             table.update_incremental()
@@ -157,8 +162,7 @@ class DeltaLake:
             target_file_size=spec.target_file_size,
             commit_properties=txn.commit_properties(),
         )
-        table.update_incremental()
-        return table.version()
+        return table.version()  # the write left the object at its own commit (updating it could pass a later writer's)
 
     def append_many(self, spec: TableSpec, rows: list[tuple[BatchTxn, dict]],
                     metadata: dict[str, Any] | None = None) -> tuple[int | None, list[bool]]:
@@ -177,8 +181,7 @@ class DeltaLake:
         data = pa.Table.from_pylist([{name: row.get(name) for name in spec.schema.names} for _, row in todo], schema=spec.schema)
         write_deltalake(table, data, mode="append", schema_mode="merge", partition_by=list(spec.partition_by) or None,
                         target_file_size=spec.target_file_size, commit_properties=props)
-        table.update_incremental()
-        return table.version(), fresh
+        return table.version(), fresh  # its own commit's version, as in append
 
     def delete(self, spec: TableSpec, predicate: str, txn: BatchTxn) -> dict[str, Any] | None:
         table = self.ensure(spec)

@@ -16,19 +16,22 @@ unread; the commit records those (UNREAD), and the check subtracts their changes
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake.exceptions import DeltaError
 
 from engagement_platform.engagement.metrics.daily import KEYS, METRICS_SCHEMA, differences, metric_deltas
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.change_log import logged_versions
-from engagement_platform.lake.changes import START, changes_since, feed_rows
+from engagement_platform.lake.changes import START, changes_since, commit_timestamps, feed_rows
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 
 APP_ID = "engagement.daily_metrics"
 ACTIVITY_VERSION = "activity_version"  # commit metadata: the engagement_activity version the metrics reflect
+UNREAD_BOUND_S = 3600  # a version unread this long after its commit fails the check (compare_with_recomputation)
 UNREAD = "unread_activity_versions"  # commit metadata: versions up to it whose changes are not read yet (comma-separated)
 
 DAILY_METRICS = TableSpec(
@@ -90,13 +93,15 @@ def reflected_of(lake: DeltaLake) -> Reflected:
 
 def reflected_after(lake: DeltaLake, before: Reflected, read: list[int]) -> Reflected:
     """What the metrics hold once the changes of versions `read` are added to `before`: up to the highest
-    version seen, except the versions below it that changed rows and were neither read now nor before."""
+    version seen, except the versions below it that changed rows and were neither read now nor before.
+    Versions already unread stay so until read, without being looked at again."""
     if not read:
         return before
     version = max(read) if before.version is None else max(before.version, *read)
     first = 1 if before.version is None else before.version + 1  # version 0 creates the table
-    unseen = sorted((set(before.unread) | set(range(first, version + 1))) - set(read))
-    return Reflected(version, tuple(changed_versions(lake, unseen)))
+    carried = set(before.unread) - set(read)
+    fresh = changed_versions(lake, sorted(set(range(first, version + 1)) - set(read)))
+    return Reflected(version, tuple(sorted(carried | set(fresh))))
 
 
 def changed_versions(lake: DeltaLake, versions: list[int]) -> list[int]:
@@ -105,7 +110,14 @@ def changed_versions(lake: DeltaLake, versions: list[int]) -> list[int]:
     if not versions:
         return []
     logged = set(logged_versions(lake, ENGAGEMENT_ACTIVITY.name, versions[0], versions[-1]))
-    return [v for v in versions if v in logged or feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None).num_rows]
+    changed = []
+    for v in versions:
+        try:
+            if v in logged or feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None).num_rows:
+                changed.append(v)
+        except DeltaError:  # log cleanup removed the version (a first refresh of an old table): nobody can read it
+            continue
+    return changed
 
 
 def unread_deltas(lake: DeltaLake, reflected: Reflected) -> pa.Table:
@@ -144,20 +156,41 @@ def refresh_daily_metrics(lake: DeltaLake) -> Refresh:
 @dataclass(frozen=True)
 class Comparison:
     reflected: Reflected
-    keys: int  # keys in the recomputation
+    keys: int  # keys in the expected metrics
     activities_expected: int
     activities_stored: int
     keys_differing: int
     sample: list[dict]  # a few differing keys, for the check's metadata
+    oldest_unread_age_s: float | None = None  # how long ago the oldest unread version was committed
+    problem: str = ""  # why the metrics are wrong although no key differs (a notification lost), or cannot be checked
+
+    @property
+    def passed(self) -> bool:
+        return self.keys_differing == 0 and not self.problem
 
 
-def compare_with_recomputation(lake: DeltaLake, reflected: Reflected, recomputed: pa.Table, shown: int = 5) -> Comparison:
+def compare_with_recomputation(lake: DeltaLake, reflected: Reflected, recomputed: pa.Table, shown: int = 5,
+                               now_ms: int | None = None) -> Comparison:
     """The stored metrics against what they must be: `recomputed`, the metrics of engagement_activity at
-    reflected.version (recompute.py computes them in Spark tasks; tests also from the rows read whole),
-    less the changes of the versions not read yet."""
-    expected = differences(recomputed, unread_deltas(lake, reflected))  # recomputed - unread, keys at zero left out
+    reflected.version (recompute.py computes them in Spark tasks; tests also from the rows read whole), less the
+    changes of the versions not read yet. A version still unread UNREAD_BOUND_S after its commit is a problem:
+    its batch notifies when it finishes, so its notification was lost or its stream is stopped, and the
+    metrics stay short of it until a person looks."""
+    age, problem = None, ""
+    try:
+        unread = unread_deltas(lake, reflected)
+    except DeltaError as exc:
+        unread, problem = METRICS_SCHEMA.empty_table(), f"unread versions {list(reflected.unread)} cannot be read any more: {exc}"[:300]
+    if reflected.unread and not problem:
+        oldest = min(reflected.unread)
+        committed = commit_timestamps(lake, ENGAGEMENT_ACTIVITY.name, [oldest]).get(oldest)
+        age = None if committed is None else ((now_ms or int(time.time() * 1000)) - committed) / 1000
+        if age is None or age > UNREAD_BOUND_S:
+            problem = (f"version {oldest} changed rows but has not been notified {'since before the log kept' if age is None else f'in {age:.0f} s'}"
+                       f" (bound {UNREAD_BOUND_S} s): its batch's notification was lost or its stream is stopped")
+    expected = differences(recomputed, unread)  # recomputed - unread, keys at zero left out
     stored = lake.read(DAILY_METRICS.name) if lake.exists(DAILY_METRICS.name) else METRICS_SCHEMA.empty_table()
     diff = differences(expected, stored)
     total = lambda t: int(pc.sum(t["activities"]).as_py() or 0)  # noqa: E731
     return Comparison(reflected, expected.num_rows, total(expected), total(stored), diff.num_rows,
-                      [{k: str(v) for k, v in row.items()} for row in diff.slice(0, shown).to_pylist()])
+                      [{k: str(v) for k, v in row.items()} for row in diff.slice(0, shown).to_pylist()], age, problem)

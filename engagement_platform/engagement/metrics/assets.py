@@ -55,9 +55,11 @@ def engagement_daily_metrics(context: AssetExecutionContext, lake: LakeResource,
                      f"changed rows, {refresh.keys_changed} keys; {compared.keys_differing} keys differ from a recomputation")
     check = AssetCheckResult(
         check_name=EQUALS_RECOMPUTATION,
-        passed=compared.keys_differing == 0,
+        passed=compared.passed,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"activity_version": compared.reflected.version, "unread_activity_versions": str(list(compared.reflected.unread)), "keys": compared.keys, "activities_expected": compared.activities_expected,
+        metadata={"activity_version": compared.reflected.version, "unread_activity_versions": str(list(compared.reflected.unread)),
+                  "oldest_unread_age_s": round(compared.oldest_unread_age_s or 0.0, 1), "problem": compared.problem or "none",
+                  "keys": compared.keys, "activities_expected": compared.activities_expected,
                   "activities_stored": compared.activities_stored, "keys_differing": compared.keys_differing,
                   "differing_sample": str(compared.sample)},
     )

@@ -191,8 +191,7 @@ def pending_step(lake: DeltaLake, delta: pa.Table) -> CommitStep:
          .when_matched_delete(predicate=f"s.{PENDING_ACTION} = '{PENDING_DELETE}'")
          .when_not_matched_insert_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
          .execute())
-        table.update_incremental()
-        return table.version()
+        return table.version()  # the MERGE left the object at its own commit (updating it could pass a later writer's)
 
     return CommitStep(ENGAGEMENT_MUTATIONS_PENDING.name, commit)
 

@@ -5,6 +5,7 @@ equal to grouping the rows read whole."""
 
 from __future__ import annotations
 
+import time
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ from deltalake import write_deltalake
 from engagement_platform.engagement.metrics.apply import (
     APP_ID,
     DAILY_METRICS,
+    UNREAD_BOUND_S,
     Reflected,
     checkpoint_of,
     compare_with_recomputation,
@@ -119,6 +121,9 @@ def test_a_version_notified_late_is_unread_until_its_notification_comes_and_then
     assert early.reflected == Reflected(5, (4,)) == reflected_of(lake)
     assert compare_with_recomputation(lake, early.reflected, read_whole(lake, 5)).keys_differing == 0
     assert compare_with_recomputation(lake, Reflected(5), read_whole(lake, 5)).keys_differing == 1, "without the unread version it differs"
+    an_hour_on = int(time.time() * 1000) + (UNREAD_BOUND_S + 60) * 1000  # a notification that never comes fails the check
+    lost = compare_with_recomputation(lake, early.reflected, read_whole(lake, 5), now_ms=an_hour_on)
+    assert lost.keys_differing == 0 and not lost.passed and "version 4 changed rows but has not been notified" in lost.problem
     calls = lambda: {(r["org_id"], r["activity_type"]): r["activities"] for r in lake.read(DAILY_METRICS.name).to_pylist()}  # noqa: E731
     assert calls() == {("o1", "call"): 3, ("o2", "meeting"): 1}, "b's delete is not in yet"
 
