@@ -244,7 +244,7 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     sender = Sender(observer.client.producer(), observer.topics)  # idempotent: a broker restart neither loses nor repeats
     window = args.minutes * 60
     start, samples, incidents = time.monotonic(), [], []
-    faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window)  # its own stream: the workload stays the same
+    faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window, every_kind_in_turn=args.spaced)  # own stream: same workload
     injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1), args.max_concurrent_faults,
                         spaced=samples if args.spaced else None)
 

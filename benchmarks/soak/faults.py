@@ -65,12 +65,15 @@ class Sample:
     highs: dict[str, dict[int, int]]
 
 
-def plan_faults(rng: random.Random, count: int, window_s: float) -> list[Fault]:
-    """`count` faults at random moments of the window (after a first minute of warm-up when the window allows)."""
+def plan_faults(rng: random.Random, count: int, window_s: float, every_kind_in_turn: bool = False) -> list[Fault]:
+    """`count` faults at random moments of the window (after a first minute of warm-up when the window allows), of
+    random kinds, or with `every_kind_in_turn` of each kind in turn (a shuffled order, repeated): a short spaced
+    run then still meets every kind."""
     start = min(60.0, window_s / 4)
     faults = []
-    for t in sorted(rng.uniform(start, window_s) for _ in range(count)):
-        kind = rng.choice(KINDS)
+    order = rng.sample(KINDS, len(KINDS))
+    for i, t in enumerate(sorted(rng.uniform(start, window_s) for _ in range(count))):
+        kind = order[i % len(order)] if every_kind_in_turn else rng.choice(KINDS)
         past_session = kind in ("run_pause", "zookeeper_session_expiry")
         hold = ZK_SESSION_TIMEOUT_S + rng.uniform(5, 15) if past_session else rng.uniform(2, 15)
         faults.append(Fault(kind, round(t, 1), round(hold, 1)))

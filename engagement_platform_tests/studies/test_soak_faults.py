@@ -74,6 +74,8 @@ def test_planned_faults_cover_every_kind_and_session_faults_outlast_the_session(
     assert {f.kind for f in faults} == set(KINDS) and all(60 <= f.planned <= 1800 for f in faults)
     assert all(f.hold > ZK_SESSION_TIMEOUT_S for f in faults if f.kind in ("run_pause", "zookeeper_session_expiry"))
     assert set(TARGETS) <= set(KINDS)
+    in_turn = [f.kind for f in plan_faults(random.Random(5), 2 * len(KINDS), 1800, every_kind_in_turn=True)]
+    assert sorted(in_turn[:len(KINDS)]) == sorted(KINDS) and in_turn[len(KINDS):] == in_turn[:len(KINDS)]
 
 
 def test_back_to_committing_waits_for_every_stream_that_had_records_waiting_and_caught_up_for_all_of_them():
