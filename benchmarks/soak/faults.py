@@ -71,7 +71,7 @@ def plan_faults(rng: random.Random, count: int, window_s: float, every_kind_in_t
     run then still meets every kind."""
     start = min(60.0, window_s / 4)
     faults = []
-    order = rng.sample(KINDS, len(KINDS))
+    order = rng.sample(KINDS, len(KINDS)) if every_kind_in_turn else KINDS  # drawn only then: a seed's random plan stays as it was
     for i, t in enumerate(sorted(rng.uniform(start, window_s) for _ in range(count))):
         kind = order[i % len(order)] if every_kind_in_turn else rng.choice(KINDS)
         past_session = kind in ("run_pause", "zookeeper_session_expiry")
