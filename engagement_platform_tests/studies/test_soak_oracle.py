@@ -314,7 +314,7 @@ def test_the_sender_holds_a_gated_message_until_the_stream_committed_the_rounds_
     from benchmarks.soak.__main__ import Sender
 
     producer = FakeProducer()
-    sender = Sender(producer, {ACTIVITIES: "a", MUTATIONS: "m"})
+    sender = Sender(lambda: producer, {ACTIVITIES: "a", MUTATIONS: "m"})
     message = lambda i, r, topic, gate=None: Message(i, r, topic, b"k", f"v{i}".encode(), "test", gate)  # noqa: E731
     sender.send([message(0, 0, ACTIVITIES), message(1, 0, ACTIVITIES)], {})
     gated = [message(2, 1, MUTATIONS, Gate(INGESTION, ACTIVITIES, 0)), message(3, 1, MUTATIONS, Gate(INGESTION, ACTIVITIES, 0))]
