@@ -64,14 +64,14 @@ def demo_produce(args) -> None:
     from datetime import datetime, timezone
 
     from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
-    from engagement_platform.streams.kafka import KafkaClient
+    from engagement_platform.streams.kafka import KafkaClient, ReplacingProducer
 
     settings = load_settings()
     topic, mutations_topic, gdpr_topic = settings.ingestion.topic, settings.mutation.topic, settings.retention.topic
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
     gdpr = GdprGenerator(seed=args.seed + 2)
-    producer = KafkaClient(settings.kafka_bootstrap_servers).producer()
+    producer = ReplacingProducer(KafkaClient(settings.kafka_bootstrap_servers).producer)  # survives a broker that forgot it
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
     try:
@@ -156,13 +156,13 @@ def demo_landing(args) -> None:
 
 def demo_profile_cdc(args) -> None:
     from engagement_platform.profiles.demo import ProfileCdcGenerator, write_snapshot_export
-    from engagement_platform.streams.kafka import KafkaClient
+    from engagement_platform.streams.kafka import KafkaClient, ReplacingProducer
 
     if args.snapshot_dir:
         print(f"snapshot export for the backfill: {write_snapshot_export(args.snapshot_dir)}", flush=True)
     topic = load_settings().profiles.cdc_topic
     gen = ProfileCdcGenerator(seed=args.seed, tenants=args.tenants)
-    producer = KafkaClient(load_settings().kafka_bootstrap_servers).producer()
+    producer = ReplacingProducer(KafkaClient(load_settings().kafka_bootstrap_servers).producer)  # survives a broker that forgot it
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s profile CDC changes to {topic} (Ctrl-C stops)", flush=True)
     try:

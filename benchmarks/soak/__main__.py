@@ -28,12 +28,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
 
 from benchmarks._stack import REPO, machine
 from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
 from benchmarks.soak.reconcile import reconcile
 from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, Gate, LandingFile, Message, Workload
+from engagement_platform.streams.kafka import ReplacingProducer
 
 PORTS = {"EP_ZK_PORT": "43181", "EP_KAFKA_PORT": "49192", "EP_SPARK_CONNECT_PORT": "45102"}
 SERVERS = ["zookeeper", "kafka", "spark"]
@@ -63,23 +63,17 @@ def committed_offsets(latest, done: bool) -> dict[int, int]:
 class Sender:
     """Sends the workload in order. A gated message waits in its topic's queue (the gated messages after it
     behind it) until its gate opens; ungated ones go at once. Delivery reports give each message's partition and
-    offset, which a gate compares with what the stream has committed.
-
-    A broker that loses its producer state in a restart can make the idempotent producer fail fatally (seen:
-    OUT_OF_ORDER_SEQUENCE_NUMBER after a broker restart). The soak then starts a new producer and sends the old
-    one's unreported messages again: a copy may land twice, which the oracle takes as it takes any producer
-    retry (it reads what the topics hold), and a gate still waits for the copy it heard of."""
+    offset, which a gate compares with what the stream has committed. The producer survives a broker that lost
+    its state in a restart (streams/kafka.py ReplacingProducer: seen in soak run 5); a copy it sends again may
+    land twice, which the oracle takes as any producer retry (it reads what the topics hold)."""
 
     def __init__(self, new_producer: Callable[[], Any], topics: dict[str, str]):
-        self.new_producer, self.topics = new_producer, topics  # logical topic -> Kafka topic
-        self.producer = new_producer()
+        self.producer, self.topics = ReplacingProducer(new_producer), topics  # logical topic -> Kafka topic
         self.waiting = {t: deque() for t in topics}
         self.ends: dict[tuple[str, int], dict[int, int]] = {}  # (topic, round) -> partition -> last offset + 1
         self.outstanding: Counter = Counter()  # (topic, round) -> produced, not reported yet
-        self.in_flight: dict[int, Message] = {}  # this producer's messages not reported yet, by send number
-        self.sent = 0
         self.failed: list[tuple[Message, str]] = []
-        self.incidents: list[str] = []
+        self.incidents = self.producer.replaced
 
     def send(self, messages: list[Message], committed: dict[str, dict[int, int]]) -> None:
         for m in messages:
@@ -90,33 +84,16 @@ class Sender:
         self.pump(committed)
 
     def pump(self, committed: dict[str, dict[int, int]]) -> None:
-        self.poll(0)
+        self.producer.poll(0)
         for queue in self.waiting.values():
             while queue and self.is_open(queue[0].gate, committed):
                 self.produce(queue.popleft())
 
     def poll(self, timeout: float) -> None:
-        try:
-            self.producer.poll(timeout)
-        except KafkaException as exc:
-            self.replace_if_fatal(exc)
+        self.producer.poll(timeout)
 
     def flush(self, timeout: float) -> None:
-        try:
-            self.producer.flush(timeout)
-        except KafkaException as exc:
-            self.replace_if_fatal(exc)
-
-    def replace_if_fatal(self, exc: KafkaException) -> None:
-        error = exc.args[0] if exc.args else None
-        if not (isinstance(error, KafkaError) and error.fatal()):
-            raise exc
-        again = list(self.in_flight.values())
-        self.incidents.append(f"the producer failed fatally ({error.str()[:160]}); a new one sends its {len(again)} unreported messages again")
-        self.producer, self.in_flight = self.new_producer(), {}  # the old one is never polled again: its reports never come
-        for m in again:
-            self.outstanding[(m.topic, m.round)] -= 1  # counted again by produce
-            self.produce(m)
+        self.producer.flush(timeout)
 
     def is_open(self, gate: Gate, committed: dict[str, dict[int, int]]) -> bool:
         # Only what was produced counts: a gated message still waiting (an erased subject's later activity) is no
@@ -131,12 +108,7 @@ class Sender:
         return sum(len(q) for q in self.waiting.values()) + sum(self.outstanding.values())
 
     def produce(self, m: Message) -> None:
-        self.sent += 1
-        number, in_flight = self.sent, self.in_flight
-
         def delivered(err, msg):
-            if in_flight.pop(number, None) is None:
-                return  # sent again by a new producer: that copy reports
             self.outstanding[(m.topic, m.round)] -= 1
             if err is not None:
                 self.failed.append((m, str(err)))
@@ -145,16 +117,12 @@ class Sender:
                 ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
 
         self.outstanding[(m.topic, m.round)] += 1
-        in_flight[number] = m
         while True:
             try:
                 self.producer.produce(self.topics[m.topic], value=m.value, key=m.key, on_delivery=delivered)
                 return
             except BufferError:  # the local queue is full (the broker is down): wait for deliveries
-                self.poll(0.5)
-            except KafkaException as exc:  # fatal: a new producer sends this one again with the others
-                self.replace_if_fatal(exc)
-                return
+                self.producer.poll(0.5)
 
 
 def land_files(files: list[LandingFile], landing_root: str) -> list[LandingFile]:

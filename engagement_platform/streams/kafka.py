@@ -8,7 +8,7 @@ Positions are assigned and sought explicitly; no consumer-group commit is ever t
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -52,6 +52,63 @@ def _consumer_config(bootstrap: str, extra: dict | None) -> dict:
         "receive.message.max.bytes": 2147483647,
         **(extra or {}),
     }
+
+
+class ReplacingProducer:
+    """A producer for long-lived senders (the demo traffic; the soak's workload). librdkafka's idempotent producer
+    fails fatally, for good, when the broker's view of its sequence numbers breaks, e.g. a broker that lost its
+    producer state in a restart (OUT_OF_ORDER_SEQUENCE_NUMBER, seen with the local broker in a soak). Then this
+    starts a new producer (`new`) and sends the old one's unreported messages again: at least once, so a copy may
+    land twice, as with any producer retry; each message's `on_delivery` hears of the copy that was reported.
+    `replaced` says why and when it happened. BufferError (the local queue is full) reaches the caller, as from
+    a Producer."""
+
+    def __init__(self, new: Callable[[], Producer]):
+        self.new, self.producer = new, new()
+        self.in_flight: dict[int, tuple] = {}  # this producer's unreported messages by send number: produce's arguments
+        self.sent = 0
+        self.replaced: list[str] = []
+
+    def produce(self, topic: str, value: bytes, key: bytes | None = None, on_delivery: Callable | None = None) -> None:
+        self.sent += 1
+        number, in_flight = self.sent, self.in_flight
+
+        def delivered(err, msg):
+            if in_flight.pop(number, None) is not None and on_delivery is not None:
+                on_delivery(err, msg)
+
+        in_flight[number] = (topic, value, key, on_delivery)
+        try:
+            self.producer.produce(topic, value=value, key=key, on_delivery=delivered)
+        except BufferError:
+            del in_flight[number]
+            raise
+        except KafkaException as exc:
+            self._replace(exc)  # sends this one again too
+
+    def poll(self, timeout: float = 0) -> None:
+        try:
+            self.producer.poll(timeout)
+        except KafkaException as exc:
+            self._replace(exc)
+
+    def flush(self, timeout: float = 10) -> int:
+        try:
+            return self.producer.flush(timeout)
+        except KafkaException as exc:
+            self._replace(exc)
+            return self.producer.flush(timeout)
+
+    def _replace(self, exc: KafkaException) -> None:
+        error = exc.args[0] if exc.args else None
+        if not (isinstance(error, KafkaError) and error.fatal()):
+            raise exc
+        again = list(self.in_flight.values())
+        self.replaced.append(f"{time.strftime('%H:%M:%S')}: the producer failed fatally ({error.str()[:160]}); "
+                             f"a new one sends its {len(again)} unreported messages again")
+        self.producer, self.in_flight = self.new(), {}  # the old one is never polled again: its reports never come
+        for args in again:
+            self.produce(*args)
 
 
 class KafkaClient:

@@ -8,8 +8,6 @@ import random
 import threading
 import time
 
-from confluent_kafka import KafkaError, KafkaException
-
 from benchmarks.soak.faults import (
     CONTROL,
     KINDS,
@@ -135,47 +133,3 @@ def test_control_moments_are_the_quiet_ones_and_summary_reports_them_beside_the_
     lines = summary(faults, samples, window_s=700)
     assert lines[-1].startswith(f"{CONTROL} (control:") and "back to committing median" in lines[-1]
 
-
-class Fenced:
-    """A stand-in for the soak's producer that fails fatally on its first poll, as librdkafka's idempotent producer
-    does when a restarted broker lost its sequence state: only the soak's bookkeeping is under test here."""
-
-    def __init__(self, fatal: bool):
-        self.fatal, self.queued = fatal, []
-
-    def produce(self, topic, value, key, on_delivery):
-        self.queued.append((topic, value, on_delivery))
-
-    def poll(self, timeout):
-        if self.fatal:
-            raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "sequence desynchronization", fatal=True))
-        for offset, (topic, value, on_delivery) in enumerate(self.queued):
-            on_delivery(None, Delivered(offset))
-        self.queued = []
-
-    def flush(self, timeout):
-        self.poll(timeout)
-
-
-class Delivered:
-    def __init__(self, offset: int):
-        self._offset = offset
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self._offset
-
-
-def test_a_fatally_failed_producer_is_replaced_and_its_unreported_messages_sent_again():
-    from benchmarks.soak.__main__ import Sender
-    from benchmarks.soak.workload import Message
-
-    producers = [Fenced(fatal=True), Fenced(fatal=False)]
-    sender = Sender(lambda: producers.pop(0), {"activities": "engagement.activities"})
-    messages = [Message(index=i, topic="activities", key=b"k", value=f"m{i}".encode(), round=1, intent="activity") for i in range(3)]
-    sender.send(messages, {})  # queued on the first producer, whose poll fails fatally: the second sends them again
-    assert len(sender.incidents) == 1 and "3 unreported messages" in sender.incidents[0]
-    sender.poll(0)
-    assert sender.unsent() == 0 and not sender.failed and sender.ends[("activities", 1)] == {0: 3}
