@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
 from benchmarks._stack import REPO, machine
 from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
 from benchmarks.soak.reconcile import reconcile
@@ -88,9 +87,6 @@ class Sender:
         for queue in self.waiting.values():
             while queue and self.is_open(queue[0].gate, committed):
                 self.produce(queue.popleft())
-
-    def poll(self, timeout: float) -> None:
-        self.producer.poll(timeout)
 
     def flush(self, timeout: float) -> None:
         self.producer.flush(timeout)

@@ -8,6 +8,7 @@ what makes a retried batch a no-op on the tables it already reached (kafka-delta
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,10 +224,16 @@ class DeltaLake:
         table = self.table(name)
         if (table.transaction_version(app_id) or -1) < version:
             return None  # every batch commit carries its txn: not committed yet, no history to read
+        return self.newest_commit(name, lambda c: (c.get("app_id") == app_id and c.get("batch_id") == str(version))
+                                  or c.get(batch_key(app_id)) == str(version), recent)
+
+    def newest_commit(self, name: str, matches: Callable[[dict[str, Any]], bool], recent: int = 200) -> dict[str, Any] | None:
+        """The newest commit (history entry) that `matches`: the newest `recent` commits are read first, the whole
+        history only when none of them matches."""
         for limit in (recent, None):
-            for commit in self.history(name, limit=limit):
-                if (commit.get("app_id") == app_id and commit.get("batch_id") == str(version)) or commit.get(batch_key(app_id)) == str(version):
-                    return commit
+            commit = next((c for c in self.history(name, limit=limit) if matches(c)), None)
+            if commit is not None or limit is None:
+                return commit
         return None
 
     def find_batch_commit(self, name: str, app_id: str, version: int, recent: int = 200) -> int | None:

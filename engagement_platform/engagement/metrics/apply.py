@@ -85,10 +85,10 @@ def reflected_of(lake: DeltaLake) -> Reflected:
     """What the latest refresh that read any activity change recorded."""
     if not lake.exists(DAILY_METRICS.name):
         return Reflected(None)
-    for commit in lake.history(DAILY_METRICS.name):
-        if commit.get(ACTIVITY_VERSION) not in (None, "", "None"):
-            return Reflected(int(commit[ACTIVITY_VERSION]), tuple(int(v) for v in str(commit.get(UNREAD) or "").split(",") if v))
-    return Reflected(None)
+    commit = lake.newest_commit(DAILY_METRICS.name, lambda c: c.get(ACTIVITY_VERSION) not in (None, "", "None"), recent=10)
+    if commit is None:
+        return Reflected(None)
+    return Reflected(int(commit[ACTIVITY_VERSION]), tuple(int(v) for v in str(commit.get(UNREAD) or "").split(",") if v))
 
 
 def reflected_after(lake: DeltaLake, before: Reflected, read: list[int]) -> Reflected:
