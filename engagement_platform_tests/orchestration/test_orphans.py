@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from types import SimpleNamespace
 from typing import Optional
 
 import pytest
@@ -165,7 +166,10 @@ def test_a_batch_whose_runs_keep_dying_is_retried_after_a_growing_pause_not_in_a
     """An out-of-memory kill on every attempt: the runs never count (the stream never pauses), but after
     FREE_RETRIES of them the sensor waits BACKOFF_S[0] after the last one ended, then requests the batch again;
     lock give-ups (waiting one's turn) are no reason to back off."""
-    monkeypatch.setattr(runs, "BACKOFF_S", (1.0, 600.0))
+    # A slow machine must not outrun the pause: the sensor's clock is moved on, not waited for.
+    monkeypatch.setattr(runs, "BACKOFF_S", (60.0, 600.0))
+    later = {"s": 0.0}
+    monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: time.time() + later["s"], monotonic=time.monotonic, sleep=time.sleep))
     liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
     with DagsterInstance.ephemeral() as instance:
         for _ in range(3):
@@ -177,8 +181,8 @@ def test_a_batch_whose_runs_keep_dying_is_retried_after_a_growing_pause_not_in_a
         add_run(instance, DagsterRunStatus.FAILURE, **{UNAVAILABLE_TAG: "kafka"})
         waiting = tick(instance, planned, liveness)
         assert isinstance(waiting, SkipReason), waiting
-        assert f"clicks batch 1: {FREE_RETRIES + 1} runs died" in waiting.skip_message and "backoff 1 s" in waiting.skip_message
-        time.sleep(1.2)
+        assert f"clicks batch 1: {FREE_RETRIES + 1} runs died" in waiting.skip_message and "backoff 60 s" in waiting.skip_message
+        later["s"] = 61.0
         (request,) = tick(instance, planned, liveness).run_requests
         assert request.run_key == f"{PLAN.run_key}#attempt{FREE_RETRIES + 5}"
 
