@@ -9,6 +9,7 @@ as it would have handled the whole slice: neither the decided nor the undecided 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
@@ -48,15 +49,26 @@ def task_shares(ranges: list[OffsetRange], tasks: int) -> list[Share]:
     return shares
 
 
-def decide_share(fast: FastPath, client: KafkaClient, topic: str, share: Share) -> tuple[pa.Table, pa.Table]:
-    """(the share's decided rows in fast.schema(), its undecided records in UNDECIDED_SCHEMA)."""
+def decide_share(fast: FastPath, client: KafkaClient, topic: str, share: Share,
+                 seconds: dict[str, float] | None = None) -> tuple[pa.Table, pa.Table]:
+    """(the share's decided rows in fast.schema(), its undecided records in UNDECIDED_SCHEMA); the time spent
+    reading and deciding is added to `seconds` ("read", "decide")."""
+    seconds = {} if seconds is None else seconds
     decided, undecided = [], []
     with no_cyclic_gc():  # millions of short-lived dicts: the cycle collector would only rescan them
         for partition, start, end in share:
-            for chunk in client.fetch(topic, [OffsetRange(partition, start, end)]):
+            chunks = client.fetch(topic, [OffsetRange(partition, start, end)])
+            while True:
+                t = time.perf_counter()
+                chunk = next(chunks, None)
+                seconds["read"] = seconds.get("read", 0.0) + time.perf_counter() - t
+                if chunk is None:
+                    break
+                t = time.perf_counter()
                 offsets = [m.offset() for m in chunk]
                 values = [m.value() for m in chunk]
                 table, left = fast.decide(partition, offsets, values)
+                seconds["decide"] = seconds.get("decide", 0.0) + time.perf_counter() - t
                 decided.append(table)
                 if left:
                     undecided.append(pa.table({

@@ -158,3 +158,18 @@ def test_a_plain_record_is_typed():
     table, undecided = FAST.decide(2, [7], [b'{"org_id":"o","engagement_id":"e","activity_type":"call","event_time":"2026-01-05T08:00:01Z"}'])
     assert undecided == [] and table.num_rows == 1 and table.schema == FAST.schema()
     assert pc.equal(table[SOURCE_PARTITION], 2).to_pylist() == [True]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_deciding_by_columns_equals_deciding_record_by_record(seed):
+    """decide (Arrow kernels over columns) against decide_reference (decide_record, one record at a time)."""
+    rng = random.Random(seed)
+    values = [random_record(rng) for _ in range(2000)]
+    generator = ActivityGenerator(seed=seed, bad_ratio=0.05)
+    values += [generator.message()[1] for _ in range(500)]
+    rng.shuffle(values)
+    fast, fast_left = FAST.decide(3, list(range(len(values))), values)
+    slow, slow_left = FAST.decide_reference(3, list(range(len(values))), values)
+    assert fast_left == slow_left
+    assert comparable(fast).equals(comparable(slow))
+    assert fast.num_rows >= 500

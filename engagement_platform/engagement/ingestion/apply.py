@@ -38,7 +38,7 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_SUPPRESSED_RECORDS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, UNDECIDED, fast_write_task, write_task
+from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, TIMINGS, UNDECIDED, fast_write_task, write_task
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.fast_kafka import task_shares, undecided_rows
 from engagement_platform.ingest.fast_path import FastPath
@@ -170,12 +170,14 @@ class TaskArgs:
     suppressed: Suppressed
 
 
-def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, args: TaskArgs) -> dict[str, pa.Table]:
+def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, args: TaskArgs,
+                       seconds: dict[str, float] | None = None) -> dict[str, pa.Table]:
     """The slice read, parsed, validated and its valid rows written by Spark tasks; what they hand back.
 
     With the fast path (ingest/fast_path.py, on unless EP_INGEST_FAST_PATH=0) a first job's tasks read the
     slice from Kafka themselves and write the records they can decide; the rest (bad records, odd forms) go
-    through the Spark pipeline in a second job, which reads them from the run's handoff files."""
+    through the Spark pipeline in a second job, which reads them from the run's handoff files. The fast tasks'
+    read / decide / write seconds, summed over the tasks, go into `seconds` (task_*)."""
     settings = load_settings()
     config = ingestion_pipeline(plan.topic)
     fast = FastPath.for_pipeline(config) if settings.ingestion.fast_path else None
@@ -191,6 +193,9 @@ def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: 
         task = fast_write_task(fast, bootstrap_servers, settings.kafka_config, plan.topic, shares, folder, *spark_args)
         handed = collect_handoff(spark.range(len(shares), numPartitions=len(shares)).mapInArrow(task, HANDOFF_SCHEMA))
         undecided = handed.pop(UNDECIDED, None)
+        timings = handed.pop(TIMINGS, None)
+        if timings is not None and seconds is not None:  # summed over the tasks: CPU seconds of the executors, not wall time
+            seconds.update({name: float(pc.sum(timings[name]).as_py() or 0.0) for name in timings.column_names})
         if undecided is not None and pc.sum(undecided["records"]).as_py():
             rows = undecided_rows(spark, undecided["uri"].to_pylist(), lake.storage_options)
             frame = Pipeline.from_config(config).transform(parse_text(rows, config.source))
@@ -228,7 +233,7 @@ def ingest_batch(
     # must hold for every step not committed yet (retention shares the lock, so it cannot change mid-batch)
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
     handed = write_on_executors(spark, lake, bootstrap_servers, plan, TaskArgs(
-        lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed))
+        lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed), seconds)
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
     keys = handed.get(KEYS, pa.table({c: pa.array([], t) for c, t in KEY_TYPES.items()}))

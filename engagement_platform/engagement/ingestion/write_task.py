@@ -6,6 +6,7 @@ an erased subject (the suppression list, lake/suppression.py) are dropped here, 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 
@@ -25,7 +26,7 @@ from engagement_platform.spark.handoff import handoff
 from engagement_platform.spark.handoff_files import write_handoff
 from engagement_platform.streams.kafka import KafkaClient
 
-FILES, KEYS, REJECTED, SUPPRESSED, UNDECIDED = "files", "keys", "rejected", "suppressed", "undecided"  # kinds of handoff rows
+FILES, KEYS, REJECTED, SUPPRESSED, UNDECIDED, TIMINGS = "files", "keys", "rejected", "suppressed", "undecided", "timings"  # handoff kinds
 KEY_COLUMNS = ["org_id", "engagement_id", SOURCE_PARTITION, SOURCE_OFFSET]
 
 
@@ -110,8 +111,12 @@ def fast_write_task(fast: FastPath, bootstrap_servers: str, kafka_config: dict, 
         client = KafkaClient(bootstrap_servers, kafka_config)
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                good, undecided = decide_share(fast, client, topic, shares[index])
+                seconds: dict[str, float] = {}
+                good, undecided = decide_share(fast, client, topic, shares[index], seconds)
+                t = time.perf_counter()
                 yield from written(good, None, table_uri, tag, batch_id, ingested_at, write, storage_options, suppressed)
+                seconds["write"] = time.perf_counter() - t
+                yield from handoff(TIMINGS, pa.table({f"task_{k}": [v] for k, v in seconds.items()}))
                 if undecided.num_rows:
                     uri = f"{undecided_folder}/undecided-{index}.arrow"
                     write_handoff(uri, undecided, storage_options)
