@@ -191,7 +191,9 @@ def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: 
     folder = new_handoff(parent, now, uuid.uuid4().hex)
     try:
         task = fast_write_task(fast, bootstrap_servers, settings.kafka_config, plan.topic, shares, folder, *spark_args)
+        t = time.perf_counter()
         handed = collect_handoff(spark.range(len(shares), numPartitions=len(shares)).mapInArrow(task, HANDOFF_SCHEMA))
+        jobs = {"fast_job": time.perf_counter() - t}
         undecided = handed.pop(UNDECIDED, None)
         timings = handed.pop(TIMINGS, None)
         if timings is not None and seconds is not None:  # summed over the tasks: CPU seconds of the executors, not wall time
@@ -199,9 +201,14 @@ def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: 
         if undecided is not None and pc.sum(undecided["records"]).as_py():
             rows = undecided_rows(spark, undecided["uri"].to_pylist(), lake.storage_options)
             frame = Pipeline.from_config(config).transform(parse_text(rows, config.source))
+            t = time.perf_counter()
             rest = collect_handoff(frame.mapInArrow(write_task(*spark_args), HANDOFF_SCHEMA))
-            handed = {kind: pa.concat_tables([t for t in (handed.get(kind), rest.get(kind)) if t is not None], promote_options="permissive")
+            jobs["spark_job"] = time.perf_counter() - t
+            handed = {kind: pa.concat_tables([part for part in (handed.get(kind), rest.get(kind)) if part is not None],
+                                             promote_options="permissive")
                       for kind in {*handed, *rest}}
+        if seconds is not None:
+            seconds.update(jobs)
     finally:
         try:
             delete_handoff(folder, lake.storage_options)
