@@ -75,8 +75,6 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--orgs", type=int, default=1000)
     parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
-    parser.add_argument("--no-spark-path", action="store_true",
-                        help="skip the run without the fast path (EP_INGEST_FAST_PATH=0: every record through the Spark pipeline)")
     parser.add_argument("--lake", choices=["local", "s3"], default="local",
                         help="s3: the same events again into a lake on a local S3 endpoint (moto), compared with local disk")
     args = parser.parse_args()
@@ -109,13 +107,6 @@ def main() -> None:
         connect_s = time.perf_counter() - t
 
         run = ingest_all(spark, env, marks, args.per_partition, "lake")
-        spark_path = None
-        if not args.no_spark_path:  # the same offsets with every record through the Spark pipeline, as before the fast path
-            os.environ["EP_INGEST_FAST_PATH"] = "0"
-            try:
-                spark_path = ingest_all(spark, env, marks, args.per_partition, "lake-spark-path")
-            finally:
-                del os.environ["EP_INGEST_FAST_PATH"]
         on_s3 = None
         if args.lake == "s3":
             with s3_lake() as (bucket, options):
@@ -142,12 +133,6 @@ def main() -> None:
           "(" + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items()) + ")")
     print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the ingest "
           f"= {run.driver_cpu / run.machine_cpu:.0%}")
-    if spark_path is not None:
-        print(f"without the fast path (every record through Spark's pipeline): {spark_path.seconds:.1f} s = "
-              f"{total / spark_path.seconds:,.0f} events/s; fast path / Spark path throughput: {spark_path.seconds / run.seconds:.2f}x "
-              f"(driver CPU share {spark_path.driver_cpu / spark_path.machine_cpu:.0%}; "
-              + ", ".join(f"{k} {v:.1f} s" for k, v in spark_path.phases.items()) + ")")
-        assert spark_path.appended == run.appended and spark_path.rejected == run.rejected, "both paths give the same outcome"
     if scaled is not None:
         print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
               f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})")

@@ -23,7 +23,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class IngestionSettings:
     topic: str  # EP_ACTIVITIES_TOPIC
-    fast_path: bool  # EP_INGEST_FAST_PATH (default on): plain records typed in the Python tasks, the rest by Spark
 
 
 @dataclass(frozen=True)
@@ -186,8 +185,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         # Files land here (written elsewhere, then renamed in: a file is complete once it is visible).
         landing_root=env.get("EP_LANDING_ROOT") or str(Path(state_dir) / "landing"),
         pipelines_dir=env.get("EP_PIPELINES_DIR") or str(REPO_ROOT / "pipelines"),
-        ingestion=IngestionSettings(topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities"),
-                                    fast_path=env.get("EP_INGEST_FAST_PATH", "1").lower() not in ("0", "false", "no", "off")),
+        ingestion=IngestionSettings(topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities")),
         mutation=MutationSettings(
             topic=env.get("EP_MUTATIONS_TOPIC", "engagement.mutations"),
             pending_max_age_hours=float(env.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")),

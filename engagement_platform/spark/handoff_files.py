@@ -17,8 +17,6 @@ import pyarrow.fs as pafs
 
 from engagement_platform.lake.file_writes import filesystem as lake_filesystem
 
-HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
-
 
 def write_handoff(uri: str, source: pa.Table, storage_options: Mapping[str, str] | None = None) -> None:
     """`source` as an Arrow IPC file at `uri` (its folder created)."""

@@ -1,9 +1,7 @@
 """Ingestion stream: one planned Kafka slice -> engagement_activity + quarantine + notifications.
 
-compute: Spark tasks read the exact offsets with confluent-kafka and type the plain records themselves
-         (the fast path, ingest/fast_path.py, exact to the pipeline by test); the records it leaves
-         (bad ones, odd forms) go through the ingest framework's Spark pipeline (pipeline.yaml) in a
-         second job. Either way each task writes its valid rows as Parquet files into
+compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses
+         and validates (pipeline.yaml); each Spark task writes its valid rows as Parquet files into
          engagement_activity's folder (write_task.py) and hands back file actions, keys and rejected
          rows. On the driver, later copies of a key within the slice and keys engagement_activity
          already holds (at the version pinned in the data commit's metadata, streams/pin.py, so a
@@ -19,7 +17,6 @@ commit:  the data files in one commit, then quarantine, the suppressed counts, t
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -38,20 +35,16 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_SUPPRESSED_RECORDS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, TIMINGS, UNDECIDED, fast_write_task, write_task
+from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, write_task
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.fast_kafka import task_shares, undecided_rows
-from engagement_platform.ingest.fast_path import FastPath
-from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows, validated_kafka_frame
-from engagement_platform.ingest.sources import INPUT, fetch_values, parse_text
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validated_kafka_frame
+from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, rewrite_files, writer_tag
-from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
-from engagement_platform.spark.handoff_files import HANDOFF_MAX_AGE, delete_handoff, handoff_parent, new_handoff, sweep_handoffs
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform.streams.notify import notification_step
@@ -157,66 +150,6 @@ def drop_flagged(lake: DeltaLake, files: list[WrittenFile], flagged: pa.Table, t
     return [f for f in files if f.partition_values.get("org_id") not in orgs] + rewritten
 
 
-@dataclass(frozen=True)
-class TaskArgs:
-    """What every write task of a batch is given (write_task.written's parameters)."""
-
-    table_uri: str
-    tag: str
-    batch_id: int
-    ingested_at: datetime
-    write: bool
-    storage_options: dict | None
-    suppressed: Suppressed
-
-
-def write_on_executors(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, args: TaskArgs,
-                       seconds: dict[str, float] | None = None) -> dict[str, pa.Table]:
-    """The slice read, parsed, validated and its valid rows written by Spark tasks; what they hand back.
-
-    With the fast path (ingest/fast_path.py, on unless EP_INGEST_FAST_PATH=0) a first job's tasks read the
-    slice from Kafka themselves and write the records they can decide; the rest (bad records, odd forms) go
-    through the Spark pipeline in a second job, which reads them from the run's handoff files. The fast tasks'
-    read / decide / write seconds, summed over the tasks, go into `seconds` (task_*)."""
-    settings = load_settings()
-    config = ingestion_pipeline(plan.topic)
-    fast = FastPath.for_pipeline(config) if settings.ingestion.fast_path else None
-    spark_args = (args.table_uri, args.tag, args.batch_id, args.ingested_at, args.write, args.storage_options, args.suppressed)
-    if fast is None:
-        frame = validated_kafka_frame(spark, config, bootstrap_servers, plan)
-        return collect_handoff(frame.mapInArrow(write_task(*spark_args), HANDOFF_SCHEMA))
-    shares = task_shares(list(plan.ranges), int(spark.conf.get("spark.sql.shuffle.partitions")))
-    parent, now = handoff_parent(lake.root, STREAM), datetime.now(timezone.utc)
-    sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
-    folder = new_handoff(parent, now, uuid.uuid4().hex)
-    try:
-        task = fast_write_task(fast, bootstrap_servers, settings.kafka_config, plan.topic, shares, folder, *spark_args)
-        t = time.perf_counter()
-        handed = collect_handoff(spark.range(len(shares), numPartitions=len(shares)).mapInArrow(task, HANDOFF_SCHEMA))
-        jobs = {"fast_job": time.perf_counter() - t}
-        undecided = handed.pop(UNDECIDED, None)
-        timings = handed.pop(TIMINGS, None)
-        if timings is not None and seconds is not None:  # summed over the tasks: CPU seconds of the executors, not wall time
-            seconds.update({name: float(pc.sum(timings[name]).as_py() or 0.0) for name in timings.column_names})
-        if undecided is not None and pc.sum(undecided["records"]).as_py():
-            rows = undecided_rows(spark, undecided["uri"].to_pylist(), lake.storage_options)
-            frame = Pipeline.from_config(config).transform(parse_text(rows, config.source))
-            t = time.perf_counter()
-            rest = collect_handoff(frame.mapInArrow(write_task(*spark_args), HANDOFF_SCHEMA))
-            jobs["spark_job"] = time.perf_counter() - t
-            handed = {kind: pa.concat_tables([part for part in (handed.get(kind), rest.get(kind)) if part is not None],
-                                             promote_options="permissive")
-                      for kind in {*handed, *rest}}
-        if seconds is not None:
-            seconds.update(jobs)
-    finally:
-        try:
-            delete_handoff(folder, lake.storage_options)
-        except FileNotFoundError:  # no record was left to Spark
-            pass
-    return handed
-
-
 def ingest_batch(
     spark: SparkSession,
     lake: DeltaLake,
@@ -236,11 +169,12 @@ def ingest_batch(
         delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
         lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
     ingested_at = datetime.now(timezone.utc)  # this attempt's clock: the pin fixes what the keys are checked against
+    frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
     # the latest suppression list, not the pinned one: an erasure between a crashed attempt and this re-run
     # must hold for every step not committed yet (retention shares the lock, so it cannot change mid-batch)
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
-    handed = write_on_executors(spark, lake, bootstrap_servers, plan, TaskArgs(
-        lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed), seconds)
+    task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed)
+    handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
     keys = handed.get(KEYS, pa.table({c: pa.array([], t) for c, t in KEY_TYPES.items()}))

@@ -6,7 +6,6 @@ an erased subject (the suppression list, lake/suppression.py) are dropped here, 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 
@@ -20,13 +19,9 @@ from engagement_platform.ingest.sources import INPUT
 from engagement_platform.lake.file_writes import write_files
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.lake.suppression_tables import hits_table
-from engagement_platform.ingest.fast_kafka import Share, decide_share
-from engagement_platform.ingest.fast_path import FastPath
 from engagement_platform.spark.handoff import handoff
-from engagement_platform.spark.handoff_files import write_handoff
-from engagement_platform.streams.kafka import KafkaClient
 
-FILES, KEYS, REJECTED, SUPPRESSED, UNDECIDED, TIMINGS = "files", "keys", "rejected", "suppressed", "undecided", "timings"  # handoff kinds
+FILES, KEYS, REJECTED, SUPPRESSED = "files", "keys", "rejected", "suppressed"  # the kinds of handoff rows a task returns
 KEY_COLUMNS = ["org_id", "engagement_id", SOURCE_PARTITION, SOURCE_OFFSET]
 
 
@@ -79,47 +74,12 @@ def write_task(table_uri: str, tag: str, batch_id: int, ingested_at: datetime, w
             return
         rows = pa.Table.from_batches(batches)
         n_errors = pc.list_value_length(rows[ERRORS])
-        yield from written(rows.filter(pc.equal(n_errors, 0)), rows.filter(pc.greater(n_errors, 0)), table_uri, tag, batch_id,
-                           ingested_at, write, storage_options, suppressed)
-
-    return run
-
-
-def written(good: pa.Table, bad: pa.Table | None, table_uri: str, tag: str, batch_id: int, ingested_at: datetime, write: bool,
-            storage_options: Mapping[str, str] | None, suppressed: Suppressed | None) -> Iterator[pa.RecordBatch]:
-    """A task's valid rows written as data files (unless `write` is False), handed back as file actions, keys,
-    its rejected rows (`bad`, if any) and the hashes of the suppressed records dropped from both."""
-    checked = bad if bad is not None else pa.table({"org_id": pa.array([], pa.string())})
-    good, checked, hits = drop_suppressed(good, checked, suppressed or Suppressed(b""))
-    files = write_files(table_uri, ENGAGEMENT_ACTIVITY, activity_rows(good, batch_id, ingested_at), tag, storage_options) if write else []
-    yield from handoff(FILES, pa.table({"file": pa.array([f.to_json() for f in files], pa.string())}))
-    yield from handoff(KEYS, good.select(KEY_COLUMNS))
-    if bad is not None:
-        yield from handoff(REJECTED, checked)
-    yield from handoff(SUPPRESSED, hits_table(hits))
-
-
-def fast_write_task(fast: FastPath, bootstrap_servers: str, kafka_config: dict, topic: str, shares: list[Share], undecided_folder: str,
-                    table_uri: str, tag: str, batch_id: int, ingested_at: datetime, write: bool,
-                    storage_options: Mapping[str, str] | None = None,
-                    suppressed: Suppressed | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function over spark.range(len(shares)): task i reads shares[i] from Kafka, writes the
-    records the fast path decides like write_task does, and puts the undecided ones into
-    `undecided_folder`/undecided-<i>.arrow for the Spark pipeline, handing back that file's URI (UNDECIDED)."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        client = KafkaClient(bootstrap_servers, kafka_config)
-        for batch in batches:
-            for index in batch.column(0).to_pylist():
-                seconds: dict[str, float] = {}
-                good, undecided = decide_share(fast, client, topic, shares[index], seconds)
-                t = time.perf_counter()
-                yield from written(good, None, table_uri, tag, batch_id, ingested_at, write, storage_options, suppressed)
-                seconds["write"] = time.perf_counter() - t
-                yield from handoff(TIMINGS, pa.table({f"task_{k}": [v] for k, v in seconds.items()}))
-                if undecided.num_rows:
-                    uri = f"{undecided_folder}/undecided-{index}.arrow"
-                    write_handoff(uri, undecided, storage_options)
-                    yield from handoff(UNDECIDED, pa.table({"uri": [uri], "records": [undecided.num_rows]}))
+        good, bad = rows.filter(pc.equal(n_errors, 0)), rows.filter(pc.greater(n_errors, 0))
+        good, bad, hits = drop_suppressed(good, bad, suppressed or Suppressed(b""))
+        files = write_files(table_uri, ENGAGEMENT_ACTIVITY, activity_rows(good, batch_id, ingested_at), tag, storage_options) if write else []
+        yield from handoff(FILES, pa.table({"file": pa.array([f.to_json() for f in files], pa.string())}))
+        yield from handoff(KEYS, good.select(KEY_COLUMNS))
+        yield from handoff(REJECTED, bad)
+        yield from handoff(SUPPRESSED, hits_table(hits))
 
     return run

@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,9 @@ from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMEN
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
-from engagement_platform.spark.handoff_files import HANDOFF_MAX_AGE, delete_handoff, handoff_parent, new_handoff, sweep_handoffs, write_handoff
+from engagement_platform.spark.handoff_files import delete_handoff, handoff_parent, new_handoff, sweep_handoffs, write_handoff
+
+HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
 
 
 
