@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.ingestion.records import ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
@@ -41,7 +40,9 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, rewrite_files, writer_tag
+from engagement_platform.lake.file_writes import (
+    WrittenFile, commit_files, delete_uncommitted, filesystem, read_parquet, rewrite_files, writer_tag,
+)
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
@@ -79,19 +80,50 @@ EXISTING_SCHEMA = pa.schema([("org_id", pa.string()), ("engagement_id", pa.strin
 
 
 def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: int) -> pa.Table:
-    """engagement_activity's (org_id, engagement_id, batch_id) at `version` for the keys of the slice's valid rows:
-    the orgs' partitions, files pruned by their engagement_id min/max, only those three columns read. Rows of
-    batch `batch_id` itself are left out (only its own earlier attempt can have written them)."""
+    """engagement_activity's (org_id, engagement_id, batch_id) at `version` for the keys of the slice's valid rows.
+    Rows of batch `batch_id` itself are left out (only its own earlier attempt can have written them).
+
+    Only the files that can hold one of the keys are read (key_files: the org's partition, and engagement_id
+    min/max statistics that meet the org's keys), and only their two key columns: ids that grow over time (new
+    activities) then read nothing however large the table is, instead of every id of the batch's orgs."""
     valid = validated.filter(pc.equal(pc.list_value_length(validated[ERRORS]), 0))
     if version < 0 or valid.num_rows == 0:
         return EXISTING_SCHEMA.empty_table()
-    # Compared through a cast: files a delta-rs MERGE/delete rewrote store strings as string_view, whose
-    # min/max pyarrow cannot compare with a plain string literal.
-    expr = (ds.field("org_id").isin(pc.unique(valid["org_id"]).to_pylist())
-            & pc.field("engagement_id").cast(pa.string()).isin(pc.unique(valid["engagement_id"]))
-            & (ds.field("batch_id") != batch_id))
-    rows = lake.table(ENGAGEMENT_ACTIVITY.name, version).to_pyarrow_dataset().to_table(columns=EXISTING_SCHEMA.names, filter=expr)
-    return rows.cast(EXISTING_SCHEMA)
+    keys = valid.select(["org_id", "engagement_id"])
+    files = key_files(pa.table(lake.table(ENGAGEMENT_ACTIVITY.name, version).get_add_actions(flatten=True)), keys)
+    if not files:
+        return EXISTING_SCHEMA.empty_table()
+    fs, root = filesystem(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.storage_options)
+    parts = []
+    for path, org in files:
+        rows = read_parquet(fs, f"{root}/{path}", ["engagement_id", "batch_id"])
+        parts.append(rows.cast(EXISTING_SCHEMA.remove(0)).add_column(0, "org_id", pa.array([org] * rows.num_rows, pa.string())))
+    rows = pa.concat_tables(parts)
+    held = pc.binary_join_element_wise(rows["org_id"], rows["engagement_id"], KEY_SEPARATOR)
+    wanted = pc.binary_join_element_wise(keys["org_id"], keys["engagement_id"], KEY_SEPARATOR)
+    hit = pc.and_(pc.is_in(held, value_set=wanted), pc.not_equal(rows["batch_id"], batch_id))  # one hash set for all files
+    return rows.filter(pc.fill_null(hit, False)).cast(EXISTING_SCHEMA)
+
+
+KEY_SEPARATOR = "\x1f"
+
+
+def key_files(actions: pa.Table, keys: pa.Table) -> list[tuple[str, str]]:
+    """(path, org) of the data files (add actions, flattened) that may hold one of `keys` (org_id,
+    engagement_id): files of the keys' orgs whose engagement_id min/max meet the span of that org's keys,
+    and every file of those orgs without statistics. Only the log is read."""
+    if actions.num_rows == 0:
+        return []
+    spans = keys.group_by("org_id").aggregate([("engagement_id", "min"), ("engagement_id", "max")])
+    plain = {name: (pc.cast(actions[name], pa.string()) if name in actions.column_names else pa.nulls(actions.num_rows, pa.string()))
+             for name in ("path", "partition.org_id", "min.engagement_id", "max.engagement_id")}
+    files = pa.table({"path": plain["path"], "org_id": plain["partition.org_id"],
+                      "low": plain["min.engagement_id"], "high": plain["max.engagement_id"]})
+    joined = files.join(spans, "org_id", join_type="inner")
+    # Delta truncates long string statistics to a prefix (min) and a larger value (max): still bounds.
+    meets = pc.and_kleene(pc.less_equal(joined["low"], joined["engagement_id_max"]), pc.greater_equal(joined["high"], joined["engagement_id_min"]))
+    kept = joined.filter(pc.fill_null(meets, True))  # no statistics: the file may hold anything
+    return sorted(zip(kept["path"].to_pylist(), kept["org_id"].to_pylist()))
 
 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
