@@ -275,14 +275,18 @@ def read_parquet(fs: pafs.FileSystem, path: str, columns: list[str] | None = Non
         return pq.read_table(pa.BufferReader(source.read()), columns=columns)
 
 
-def read_file(table_uri: str, spec: TableSpec, written: WrittenFile, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """A written file's rows with its partition columns put back, in the table's column order."""
+def read_file(table_uri: str, spec: TableSpec, written: WrittenFile, storage_options: Mapping[str, str] | None = None,
+              columns: list[str] | None = None) -> pa.Table:
+    """A written file's rows with its partition columns put back, in the table's column order (only `columns`,
+    in that order, when given: the others are not read)."""
     fs, root = filesystem(table_uri, storage_options)
-    data = read_parquet(fs, f"{root}/{written.path}")
+    names = list(columns) if columns is not None else spec.schema.names
+    data = read_parquet(fs, f"{root}/{written.path}", [n for n in names if n not in spec.partition_by] if columns is not None else None)
     for name in spec.partition_by:
-        value = written.partition_values.get(name)
-        data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type))
-    return data.select(spec.schema.names).cast(spec.schema)
+        if name in names:
+            value = written.partition_values.get(name)
+            data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type))
+    return data.select(names).cast(pa.schema([spec.schema.field(n) for n in names]))
 
 
 def rewrite_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], keep, tag: str,

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.ingestion.records import ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
+from engagement_platform.engagement.ingestion.records import KEY_SEPARATOR, ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
 from engagement_platform.engagement.tables import (
     ACTIVITY_LOCK,
     ENGAGEMENT_ACTIVITY,
@@ -40,9 +40,7 @@ from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_ro
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import (
-    WrittenFile, commit_files, delete_uncommitted, filesystem, read_parquet, rewrite_files, writer_tag,
-)
+from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, read_file, rewrite_files, writer_tag
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
@@ -93,25 +91,18 @@ def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: 
     files = key_files(pa.table(lake.table(ENGAGEMENT_ACTIVITY.name, version).get_add_actions(flatten=True)), keys)
     if not files:
         return EXISTING_SCHEMA.empty_table()
-    fs, root = filesystem(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.storage_options)
-    parts = []
-    for path, org in files:
-        rows = read_parquet(fs, f"{root}/{path}", ["engagement_id", "batch_id"])
-        parts.append(rows.cast(EXISTING_SCHEMA.remove(0)).add_column(0, "org_id", pa.array([org] * rows.num_rows, pa.string())))
-    rows = pa.concat_tables(parts)
+    uri = lake.uri(ENGAGEMENT_ACTIVITY.name)
+    rows = pa.concat_tables([read_file(uri, ENGAGEMENT_ACTIVITY, f, lake.storage_options, EXISTING_SCHEMA.names) for f in files])
     held = pc.binary_join_element_wise(rows["org_id"], rows["engagement_id"], KEY_SEPARATOR)
     wanted = pc.binary_join_element_wise(keys["org_id"], keys["engagement_id"], KEY_SEPARATOR)
     hit = pc.and_(pc.is_in(held, value_set=wanted), pc.not_equal(rows["batch_id"], batch_id))  # one hash set for all files
     return rows.filter(pc.fill_null(hit, False)).cast(EXISTING_SCHEMA)
 
 
-KEY_SEPARATOR = "\x1f"
-
-
-def key_files(actions: pa.Table, keys: pa.Table) -> list[tuple[str, str]]:
-    """(path, org) of the data files (add actions, flattened) that may hold one of `keys` (org_id,
-    engagement_id): files of the keys' orgs whose engagement_id min/max meet the span of that org's keys,
-    and every file of those orgs without statistics. Only the log is read."""
+def key_files(actions: pa.Table, keys: pa.Table) -> list[WrittenFile]:
+    """The data files (add actions, flattened) that may hold one of `keys` (org_id, engagement_id): files of the
+    keys' orgs whose engagement_id min/max meet the span of that org's keys, and every file of those orgs
+    without statistics. Only the log is read."""
     if actions.num_rows == 0:
         return []
     spans = keys.group_by("org_id").aggregate([("engagement_id", "min"), ("engagement_id", "max")])
@@ -123,7 +114,8 @@ def key_files(actions: pa.Table, keys: pa.Table) -> list[tuple[str, str]]:
     # Delta truncates long string statistics to a prefix (min) and a larger value (max): still bounds.
     meets = pc.and_kleene(pc.less_equal(joined["low"], joined["engagement_id_max"]), pc.greater_equal(joined["high"], joined["engagement_id_min"]))
     kept = joined.filter(pc.fill_null(meets, True))  # no statistics: the file may hold anything
-    return sorted(zip(kept["path"].to_pylist(), kept["org_id"].to_pylist()))
+    # files to read, never to commit: their size and time are not needed
+    return [WrittenFile(path, 0, {"org_id": org}, "", 0) for path, org in sorted(zip(kept["path"].to_pylist(), kept["org_id"].to_pylist()))]
 
 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:

@@ -19,6 +19,7 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
 UNIQUE_IN_BATCH = "unique_in_batch"
 UNIQUE_IN_TABLE = "unique_in_table"
+KEY_SEPARATOR = "\x1f"  # joins org_id and engagement_id into one comparable key (ids hold no control characters)
 
 
 def ingestion_pipeline(topic: str) -> PipelineConfig:
@@ -66,7 +67,7 @@ def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.T
     the first copy wins and the later one goes to quarantine with its raw bytes."""
     if existing.num_rows == 0:
         return validated, []
-    sep = "\x1f"
+    sep = KEY_SEPARATOR
     valid = pc.equal(pc.list_value_length(validated[ERRORS]), 0)
     keys = pc.binary_join_element_wise(validated["org_id"], validated["engagement_id"], sep)
     held = pc.binary_join_element_wise(existing["org_id"], existing["engagement_id"], sep)

@@ -27,13 +27,17 @@ def keys(*pairs) -> pa.Table:
     return pa.table({"org_id": list(org), "engagement_id": list(eid)})
 
 
+def planned(log: pa.Table, wanted: pa.Table) -> list[tuple[str, str]]:
+    return [(f.path, f.partition_values["org_id"]) for f in key_files(log, wanted)]
+
+
 def test_only_files_whose_statistics_meet_the_orgs_keys_are_read():
     log = actions(("a1", "A", "e100", "e199"), ("a2", "A", "e200", "e299"), ("a3", "A", None, None),
                   ("b1", "B", "e100", "e199"), ("c1", "C", "e000", "e999"))
-    assert key_files(log, keys(("A", "e250"), ("A", "e260"))) == [("a2", "A"), ("a3", "A")]
-    assert key_files(log, keys(("A", "e150"), ("B", "e300"))) == [("a1", "A"), ("a3", "A")]
-    assert key_files(log, keys(("A", "e300"), ("B", "e050"))) == [("a3", "A")]  # new ids: only the file without statistics
-    assert key_files(log.slice(0, 0), keys(("A", "e1"),)) == []
+    assert planned(log, keys(("A", "e250"), ("A", "e260"))) == [("a2", "A"), ("a3", "A")]
+    assert planned(log, keys(("A", "e150"), ("B", "e300"))) == [("a1", "A"), ("a3", "A")]
+    assert planned(log, keys(("A", "e300"), ("B", "e050"))) == [("a3", "A")]  # new ids: only the file without statistics
+    assert planned(log.slice(0, 0), keys(("A", "e1"),)) == []
 
 
 def activity_rows(ids: list[tuple[str, str]], batch_id: int) -> pa.Table:
