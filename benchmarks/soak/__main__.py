@@ -165,9 +165,14 @@ class Observer:
         return self.last
 
     def ingested_files(self) -> int:
-        """Landing files whose batch is done: one batch per file, numbered from 1, one in flight at a time."""
-        latest = self.store.latest_batches([LANDING_STREAM])[LANDING_STREAM]
-        return 0 if latest.plan is None else latest.plan.batch_id - (not latest.done)
+        """Landing files whose batch is done: a batch reads the files waiting when it was planned, one batch in
+        flight at a time, so every plan but an unfinished latest one is done."""
+        from engagement_platform.landing.apply import planned_files
+
+        plans = self.store.plans(LANDING_STREAM)
+        latest, done = self.store.latest(LANDING_STREAM)
+        unfinished = len(planned_files(latest)) if latest is not None and not done else 0
+        return sum(len(planned_files(p)) for p in plans) - unfinished
 
     def busy(self, instance, landed: int = 0) -> list[str]:
         """`landed`: how many landing files the soak landed (a file not planned yet shows in no run)."""

@@ -30,8 +30,8 @@ What keeps the rest exact although batching is not deterministic:
   suppression list then drops them), and no request names the subject;
 - a late target is one activity no other request touches: whether its request applies late or expires changes
   nothing else (the oracle takes the requests that actually expired as an input);
-- a landing file is complete when it appears (written under a dot-name, then moved in) and is one batch of its
-  own: its rows and errors depend on its bytes alone, and no member id is in two files, so the order and timing
+- a landing file is complete when it appears (written under a dot-name, then moved in) and is read whole by one
+  batch (with the other files waiting then): its rows and errors depend on its bytes alone, and no member id is in two files, so the order and timing
   of the batches change nothing.
 
 Landing files draw from their own random stream and counters: the Kafka messages of a seed are those it gave

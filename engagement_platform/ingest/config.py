@@ -84,6 +84,10 @@ class SourceSpec(_Strict):
     columns: dict[str, str] = Field(min_length=1)  # input column -> Spark type (text formats: keep string)
     options: dict[str, str | int | bool] = {}
     max_record_bytes: int = Field(default=1_048_576, gt=0)
+    # Landing files waiting together are read as one batch (one run), up to these bounds: a backlog of
+    # files is caught up in a few runs, not one run per file. A file larger than the byte bound is a batch alone.
+    max_files_per_batch: int = Field(default=100, gt=0)
+    max_bytes_per_batch: int = Field(default=1 << 30, gt=0)
 
     @model_validator(mode="after")
     def _where_from(self) -> SourceSpec:

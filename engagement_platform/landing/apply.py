@@ -1,19 +1,21 @@
-"""A landing-file batch of one pipeline, through the shared batch lifecycle.
+"""A batch of landing files of one pipeline, through the shared batch lifecycle.
 
-plan:    the sensor fixes the file (a FileSlice: path and size) as batch N of stream `ingest.<pipeline>`
-         in the checkpoint store.
-compute: parse -> converters -> validators in Spark; one Arrow result split on the driver.
+plan:    the sensor fixes the files waiting (a FileSetSlice: each file's path and size, up to the source's
+         max_files_per_batch / max_bytes_per_batch) as batch N of stream `ingest.<pipeline>` in the checkpoint store.
+compute: per file, parse -> converters -> validators in Spark; one Arrow result per file split on the driver.
          A pipeline with a `suppression:` section drops the records of erased subjects (landing/suppressed.py).
 commit:  target table, then quarantine table (then the suppressed counts), each with the txn (app id, batch id); then done.
-A re-run of the same batch re-reads the same file and skips the tables that already hold it.
+A re-run of the same batch re-reads the same files and skips the tables that already hold it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
@@ -27,7 +29,7 @@ from engagement_platform.landing.suppressed import drop_suppressed_records
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step, suppression_of
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, commit_batch
-from engagement_platform.streams.planning import BatchPlan, FileSlice
+from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 def stream_name(config: PipelineConfig) -> str:
@@ -44,17 +46,38 @@ def landing_files(landing_root: str, config: PipelineConfig) -> list[LandedFile]
     return landed_files(landing_root, config.source.path or "", load_settings().storage_options)
 
 
+def files_plan(config: PipelineConfig, batch_id: int, files: Sequence[tuple[str, int]]) -> BatchPlan:
+    """Batch `batch_id` of the pipeline: the files (path, size), read in this order."""
+    return BatchPlan(stream_name(config), batch_id, FileSetSlice(tuple(FileSlice(str(path), size) for path, size in files)))
+
+
 def file_plan(config: PipelineConfig, batch_id: int, path: str, size: int) -> BatchPlan:
-    return BatchPlan(stream_name(config), batch_id, FileSlice(str(path), size))
+    return files_plan(config, batch_id, [(path, size)])
+
+
+def planned_files(plan: BatchPlan) -> tuple[FileSlice, ...]:
+    """The files a landing plan holds (a plan stored with one FileSlice, before batches of files, too)."""
+    return plan.slice_as(FileSetSlice).files
 
 
 def landing_spec(config: PipelineConfig) -> StreamSpec:
-    """The pipeline's landing stream: `run_batch` runs one stored plan (one file); it takes no lock."""
+    """The pipeline's landing stream: `run_batch` runs one stored plan (its files); it takes no lock."""
 
     def run_batch(ctx: BatchContext, plan: BatchPlan) -> LandingResult:
         return run_file_batch(ctx.spark, ctx.lake, ctx.checkpoints, config, plan)
 
     return StreamSpec(stream_name(config), app_id(config), run_batch)
+
+
+@dataclass(frozen=True)
+class FileCounts:
+    path: str
+    records_read: int
+    records_rejected: int  # distinct records of the file in the quarantine
+
+    @property
+    def error_rate(self) -> float:
+        return self.records_rejected / self.records_read if self.records_read else 0.0
 
 
 @dataclass
@@ -68,6 +91,7 @@ class LandingResult:
     versions: dict[str, int | None]
     seconds: dict[str, float] = field(default_factory=dict)
     records_suppressed: int = 0  # naming an erased subject: dropped, stored nowhere
+    files: list[FileCounts] = field(default_factory=list)
 
     @property
     def error_rate(self) -> float:
@@ -75,7 +99,8 @@ class LandingResult:
 
     def metadata(self) -> dict:
         return {
-            "batch_id": self.plan.batch_id, "file": self.plan.slice_as(FileSlice).path, "records_read": self.records_read,
+            "batch_id": self.plan.batch_id, "files": len(self.files), "first_file": self.files[0].path if self.files else "-",
+            "last_file": self.files[-1].path if self.files else "-", "records_read": self.records_read,
             "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "records_suppressed": self.records_suppressed, "errors": self.errors,
             "error_rate": round(self.error_rate, 6), **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
             **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
@@ -95,16 +120,20 @@ def compute_file(spark: SparkSession, config: PipelineConfig, path: str, batch_i
 
 
 def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan) -> LandingResult:
-    planned = plan.slice_as(FileSlice)
-    path, planned_size = planned.path, planned.size
-    size = file_size(path, load_settings().storage_options)
-    if size != planned_size:
-        raise RuntimeError(f"{path} changed since it was planned ({planned_size} bytes then, {size} now): "
-                           "landing files must be complete when they appear (write elsewhere, then rename)")
+    files = planned_files(plan)
+    storage = load_settings().storage_options
+    for planned in files:  # all checked before anything is read: a batch reads every file or none
+        size = file_size(planned.path, storage)
+        if size != planned.size:
+            raise RuntimeError(f"{planned.path} changed since it was planned ({planned.size} bytes then, {size} now): "
+                               "landing files must be complete when they appear (write elsewhere, then rename)")
     seconds = {}
     t0 = time.perf_counter()
     at = datetime.now(timezone.utc)
-    good, quarantine, read = compute_file(spark, config, path, plan.batch_id, at)
+    results = [compute_file(spark, config, planned.path, plan.batch_id, at) for planned in files]
+    good = pa.concat_tables([g for g, _, _ in results])
+    quarantine = pa.concat_tables([q for _, q, _ in results])
+    read = sum(n for _, _, n in results)
     steps, suppressed_n = [], 0
     tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None
     if tables:  # records naming an erased subject are dropped, counted by hash (landing/suppressed.py)
@@ -119,10 +148,20 @@ def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoint
         CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
         CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
         *steps,
-    ], checkpoints, file=path)
+    ], checkpoints, files=len(files), first_file=files[0].path)
     seconds["commit"] = time.perf_counter() - t1
     codes: dict[str, int] = {}
     for code in quarantine["error_code"].to_pylist():
         codes[code] = codes.get(code, 0) + 1
     return LandingResult(plan, read, good.num_rows, read - good.num_rows - suppressed_n, quarantine.num_rows, codes, versions, seconds,
-                         records_suppressed=suppressed_n)
+                         records_suppressed=suppressed_n, files=file_counts(files, [n for _, _, n in results], quarantine))
+
+
+def file_counts(files: Sequence[FileSlice], read: Sequence[int], quarantine: pa.Table) -> list[FileCounts]:
+    """Per file: records read and distinct records quarantined (row ids are file:line, so distinct across files)."""
+    rejected: dict[str, int] = {}
+    if quarantine.num_rows:
+        distinct = quarantine.select(["source", "row_id"]).group_by(["source", "row_id"]).aggregate([])
+        for source, n in zip(*pc.value_counts(distinct["source"]).flatten()):
+            rejected[source.as_py()] = n.as_py()
+    return [FileCounts(f.path, n, rejected.get(f.path, 0)) for f, n in zip(files, read)]

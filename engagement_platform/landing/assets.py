@@ -1,7 +1,7 @@
 """Assets of an ingest pipeline: landing folder -> pipeline batches -> target + quarantine tables.
 
-As for the Kafka-fed streams, the pipeline is a partitioned asset (one partition per landing file
-batch) and the Delta tables are downstream assets whose materializations each batch reports.
+As for the Kafka-fed streams, the pipeline is a partitioned asset (one partition per batch of landing
+files) and the Delta tables are downstream assets whose materializations each batch reports.
 """
 
 from dagster import AssetExecutionContext, AssetKey, AssetSpec, MaterializeResult, asset
@@ -13,7 +13,6 @@ from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.orchestration.orphans import stranded_metadata
 from engagement_platform.orchestration.runs import coordinated_batch, report_table_commits
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
-from engagement_platform.streams.planning import FileSlice
 
 GROUP = "ingest"
 
@@ -39,7 +38,7 @@ def pipeline_assets(config: PipelineConfig) -> list:
         check_specs=pipeline_check_specs(config, key),
         group_name=GROUP,
         kinds={"spark", "deltalake"},
-        description=f"Pipeline {config.name}: each partition is one landing file, parsed, converted and validated exactly once. {config.description}",
+        description=f"Pipeline {config.name}: each partition is one batch of landing files, parsed, converted and validated exactly once. {config.description}",
         metadata={"converters": ", ".join(c.plugin for c in config.converters) or "-",
                   "validators": ", ".join(v.plugin for v in config.validators) or "-",
                   "max_error_rate": config.error_rate.max_error_rate},
@@ -48,7 +47,7 @@ def pipeline_assets(config: PipelineConfig) -> list:
         plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
         with coordinated_batch(context, coordinator, stream, lock_name=target.name):  # the lock is the target table
             result = run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan)
-        report_table_commits(context, stream, plan.batch_id, result.versions, file=plan.slice_as(FileSlice).path)
+        report_table_commits(context, stream, plan.batch_id, result.versions, files=len(result.files), first_file=result.files[0].path)
         return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_pipeline_checks(lake.lake, config, result))
 
     landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},

@@ -66,6 +66,18 @@ def landed_files(root: str, pattern: str, storage_options: Mapping[str, str] | N
     return sorted(found, key=lambda f: f.path)
 
 
+def next_batch_files(waiting: list[LandedFile], max_files: int, max_bytes: int) -> list[LandedFile]:
+    """The files of the next batch: the first waiting files (in path order) up to `max_files` and `max_bytes`;
+    the first file always, however big, so no file waits forever."""
+    chosen, total = [], 0
+    for landed in waiting[:max_files]:
+        if chosen and total + landed.size > max_bytes:
+            break
+        chosen.append(landed)
+        total += landed.size
+    return chosen
+
+
 def file_size(path: str, storage_options: Mapping[str, str] | None = None) -> int | None:
     """The file's size now (None: it is gone)."""
     fs, where = filesystem(path, storage_options)

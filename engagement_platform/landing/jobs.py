@@ -28,7 +28,7 @@ def pipeline_job(config: PipelineConfig):
         partitions_def=pipeline_batches(config),
         executor_def=in_process_executor,
         tags={STREAM_TAG: stream_name(config)},
-        description=f"Run pipeline {config.name} on one landing file.",
+        description=f"Run pipeline {config.name} on one batch of landing files.",
     )
 
 

@@ -1,4 +1,4 @@
-"""Dynamic partitions of a pipeline: one per landing file batch (key = zero-padded batch id)."""
+"""Dynamic partitions of a pipeline: one per batch of landing files (key = zero-padded batch id)."""
 
 from dagster import DynamicPartitionsDefinition
 

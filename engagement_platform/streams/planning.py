@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.slices import S, FileSlice, KafkaSlice, SnapshotSlice, Slice, TableVersionsSlice, as_kind
+from engagement_platform.streams.slices import S, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, Slice, TableVersionsSlice, as_kind
 
-__all__ = ["BatchPlan", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch",
+__all__ = ["BatchPlan", "FileSetSlice", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch",
            "uncommitted_records"]
 
 

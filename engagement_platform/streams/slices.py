@@ -2,6 +2,7 @@
 
 - KafkaSlice: offset ranges of one topic (ingestion, mutation, retention, the CDC dumper);
 - FileSlice: one landing file, identified by path and size (files are complete when they appear);
+- FileSetSlice: landing files read as one batch (a backlog of files is one run, not one run per file);
 - TableVersionsSlice: the commits (after, up_to] of an append-only table (the profile processor's staging);
 - SnapshotSlice: a snapshot export's files up to a time boundary (the profile backfill).
 
@@ -14,6 +15,7 @@ naming their kind and fields in `ranges`, and their source (path, table, folder)
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar, TypeVar, Union
@@ -75,6 +77,45 @@ class FileSlice:
 
 
 @dataclass(frozen=True)
+class FileSetSlice:
+    files: tuple[FileSlice, ...]  # in path order, at least one
+
+    KIND: ClassVar[str] = "files"
+
+    def __post_init__(self):
+        if not self.files:
+            raise ValueError("a file set slice needs at least one file")
+
+    @property
+    def source(self) -> str:
+        """The folder the files share (the one file's path when there is one)."""
+        if len(self.files) == 1:
+            return self.files[0].path
+        prefix = os.path.commonprefix([f.path for f in self.files])
+        return prefix[:prefix.rfind("/") + 1] if "/" in prefix else prefix
+
+    @property
+    def key(self) -> str:
+        if len(self.files) == 1:
+            return self.files[0].key
+        return f"{self.files[0].path}..{self.files[-1].path}[{len(self.files)} files, {self.size} bytes]"
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @classmethod
+    def from_file(cls, old: FileSlice) -> FileSetSlice:
+        """A plan of one file, as landing wrote them before it read a backlog of files in one batch."""
+        return cls((old,))
+
+    @classmethod
+    def from_kafka_shape(cls, old: KafkaSlice) -> FileSetSlice | None:
+        one = FileSlice.from_kafka_shape(old)
+        return None if one is None else cls((one,))
+
+
+@dataclass(frozen=True)
 class TableVersionsSlice:
     table: str
     after: int  # the versions (after, up_to]: -1 = from the table's first commit
@@ -115,8 +156,8 @@ class SnapshotSlice:
         return f"{self.path}?until={self.until.isoformat()}[{len(self.files)} files, {sum(s for _, s in self.files)} bytes]"
 
 
-Slice = Union[KafkaSlice, FileSlice, TableVersionsSlice, SnapshotSlice]
-S = TypeVar("S", KafkaSlice, FileSlice, TableVersionsSlice, SnapshotSlice)
+Slice = Union[KafkaSlice, FileSlice, FileSetSlice, TableVersionsSlice, SnapshotSlice]
+S = TypeVar("S", KafkaSlice, FileSlice, FileSetSlice, TableVersionsSlice, SnapshotSlice)
 
 
 def to_columns(slice_: Slice) -> tuple[str, str]:
@@ -125,6 +166,8 @@ def to_columns(slice_: Slice) -> tuple[str, str]:
         return slice_.topic, slice_.ranges_json()
     if isinstance(slice_, FileSlice):
         fields = {"path": slice_.path, "size": slice_.size}
+    elif isinstance(slice_, FileSetSlice):
+        fields = {"files": [[f.path, f.size] for f in slice_.files]}
     elif isinstance(slice_, TableVersionsSlice):
         fields = {"table": slice_.table, "after": slice_.after, "up_to": slice_.up_to}
     elif isinstance(slice_, SnapshotSlice):
@@ -142,6 +185,8 @@ def from_columns(topic: str, ranges: str) -> Slice:
     kind = value.get("kind")
     if kind == FileSlice.KIND:
         return FileSlice(value["path"], int(value["size"]))
+    if kind == FileSetSlice.KIND:
+        return FileSetSlice(tuple(FileSlice(str(p), int(n)) for p, n in value["files"]))
     if kind == TableVersionsSlice.KIND:
         return TableVersionsSlice(value["table"], int(value["after"]), int(value["up_to"]))
     if kind == SnapshotSlice.KIND:
@@ -156,6 +201,8 @@ def as_kind(slice_: Slice, kind: type[S]) -> S:
     converted = None
     if isinstance(slice_, KafkaSlice) and hasattr(kind, "from_kafka_shape"):
         converted = kind.from_kafka_shape(slice_)
+    elif isinstance(slice_, FileSlice) and hasattr(kind, "from_file"):
+        converted = kind.from_file(slice_)
     if converted is None:
         raise TypeError(f"expected a {kind.__name__}, the plan holds {slice_!r}")
     return converted

@@ -12,7 +12,7 @@ import pytest
 from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN
 from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice
+from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice
 
 
 def make_plan(stream: str, batch_id: int, topic: str = "t.activities", base: int = 0) -> BatchPlan:
@@ -194,6 +194,7 @@ def test_every_slice_kind_is_stored_and_read_back(checkpoints):
     plans = [
         make_plan("kafka", 1),
         BatchPlan("ingest.rewards", 1, FileSlice("/landing/rewards/a.csv", 1234)),
+        BatchPlan("ingest.orders", 1, FileSetSlice((FileSlice("/landing/orders/a.csv", 3), FileSlice("/landing/orders/b.csv", 4)))),
         BatchPlan("profile_processor/acme", 1, TableVersionsSlice("profile_cdc_staging", -1, 7)),
         BatchPlan("profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))),
     ]
@@ -206,6 +207,7 @@ def test_every_slice_kind_is_stored_and_read_back(checkpoints):
     assert rows["ingest.rewards"]["topic"] == "/landing/rewards/a.csv"
     assert json.loads(rows["ingest.rewards"]["ranges"]) == {"kind": "file", "path": "/landing/rewards/a.csv", "size": 1234}
     assert rows["profile_processor/acme"]["topic"] == "profile_cdc_staging"
+    assert rows["ingest.orders"]["topic"] == "/landing/orders/"
 
 
 def test_rows_written_in_the_old_format_read_back_as_kafka_plans(checkpoints, lake):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from engagement_platform.ingest.config import SuppressionSpec, load_pipeline
-from engagement_platform.landing.apply import app_id, file_plan, run_file_batch, stream_name
+from engagement_platform.landing.apply import app_id, file_plan, files_plan, run_file_batch, stream_name
 from engagement_platform.landing.checks import evaluate_pipeline_checks
 from engagement_platform.landing.retention import expire_landed_files, expired_landed_files
 from engagement_platform.lake.delta import BatchTxn
@@ -136,6 +136,42 @@ def test_a_file_mixing_every_kind_of_bad_row_lands_exactly_once(spark, lake, che
     quarantine = lake.read(config.target.quarantine_table)
     assert pc.sum(pc.equal(quarantine["batch_id"], 2)).as_py() == 1
     assert quarantine.filter(pc.equal(quarantine["batch_id"], 2))["row_id"].to_pylist() == [f"{second}:3"]
+
+
+def test_a_backlog_of_files_is_one_batch_and_each_file_is_checked_on_its_own(spark, lake, checkpoints, members):
+    """Three files waiting together: one batch, one commit per table; every row and error keeps its own file;
+    the error-rate check fails for the one bad file although the batch's rate is under the bound."""
+    config, path = members
+    good_lines = [f"{100 + i},Ann Lee,01/02/1990,G,a{i}@example.com,{i}" for i in range(80)]
+    first, third = path.with_name("a_store.csv"), path.with_name("c_store.csv")
+    first.write_text("\n".join([LINES[0], *good_lines[:40]]) + "\n")
+    third.write_text("\n".join([LINES[0], *good_lines[40:]]) + "\n")
+    files = [first, path, third]  # path (store_1.csv) holds 6 bad records of 9
+    plan = files_plan(config, 1, [(str(f), f.stat().st_size) for f in files])
+    assert checkpoints.record_plan(plan) and checkpoints.plan(stream_name(config), 1) == plan
+    result = run_file_batch(spark, lake, checkpoints, config, plan)
+
+    assert (result.records_read, result.rows_written, result.rows_rejected) == (89, 83, 6)
+    assert [(f.path, f.records_read, f.records_rejected) for f in result.files] == [(str(first), 40, 0), (str(path), 9, 6), (str(third), 40, 0)]
+    target = lake.read(config.target.table)
+    assert sorted(target["member_id"].to_pylist()) == sorted([1, 2, 9, *range(100, 180)]) and set(target["batch_id"].to_pylist()) == {1}
+    quarantine = lake.read(config.target.quarantine_table).to_pylist()
+    assert {r["source"] for r in quarantine} == {str(path)} and {r["row_id"] for r in quarantine} == {f"{path}:{line}" for line in ERRORS}
+    assert lake.table(config.target.table).version() == result.versions[config.target.table] == 1, "created, then one append for 3 files"
+
+    checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
+    assert checks["records_conserved"].passed
+    rate = checks["error_rate_under_threshold"]
+    assert rate.metadata["error_rate"].value == round(6 / 89, 6) and rate.metadata["files"].value == 3
+    assert rate.metadata["worst_file"].value == str(path) and rate.metadata["worst_file_error_rate"].value == round(6 / 9, 6)
+    assert 6 / 89 <= config.error_rate.max_error_rate and not rate.passed, "the bad file fails the check under a good average"
+
+    # A file of the set that changed is refused before anything is read; the batch re-run commits nothing twice.
+    again = run_file_batch(spark, lake, checkpoints, config, plan)
+    assert again.versions == {config.target.table: None, config.target.quarantine_table: None}
+    third.write_text(third.read_text() + "999,Late Row,1990-01-01,G,late@example.com,1\n")
+    with pytest.raises(RuntimeError, match=f"{third} changed since it was planned"):
+        run_file_batch(spark, lake, checkpoints, config, plan)
 
 
 def test_a_file_that_changed_since_it_was_planned_is_refused(spark, lake, checkpoints, members):

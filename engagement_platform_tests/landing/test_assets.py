@@ -6,7 +6,7 @@ from dagster import DagsterInstance, SensorResult, build_sensor_context, materia
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.landing.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipeline
-from engagement_platform.landing.apply import stream_name
+from engagement_platform.landing.apply import planned_files, stream_name
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.landing.sensors import landing_sensor
 from engagement_platform.landing.jobs import pipeline_job
@@ -76,5 +76,11 @@ def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_roo
         assert not rate.passed and rate.severity.value == "WARN" and rate.metadata["error_rate"].value == 0.6
 
         assert "no new files" in tick().skip_reason.skip_message, "an ingested file is never planned again"
-        (landing / "stores-2026-11-02.csv").write_text(MEMBERS.replace("Ann", "Ana"))
-        assert tick().run_requests[0].partition_key == "00000002"
+        # A backlog (files that landed while batch 1 ran, or while the daemon was down) is one batch, not one run per file.
+        for day in ("02", "03", "04"):
+            (landing / f"stores-2026-11-{day}.csv").write_text(MEMBERS.replace("Ann", f"Ann{day}"))
+        backlog = tick()
+        (request,) = backlog.run_requests
+        assert request.partition_key == "00000002" and request.tags["ingest/files"] == "3", request.tags
+        plan = checkpoints.plan(stream_name(config), 2)
+        assert [f.path.rsplit("/", 1)[-1] for f in planned_files(plan)] == [f"stores-2026-11-{d}.csv" for d in ("02", "03", "04")]

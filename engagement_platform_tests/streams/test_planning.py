@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import (
-    BatchPlan, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice, offset_gaps_and_overlaps, plan_next_batch,
+    BatchPlan, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice, offset_gaps_and_overlaps, plan_next_batch,
 )
 from engagement_platform.streams.slices import from_columns, to_columns
 
@@ -353,7 +353,8 @@ snapshot_slices = st.builds(
     st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)),
     st.lists(st.tuples(names, st.integers(0, 10**12)), max_size=5).map(tuple),
 )
-any_slice = st.one_of(kafka_slices, file_slices, version_slices, snapshot_slices)
+file_set_slices = st.lists(file_slices, min_size=1, max_size=5).map(lambda files: FileSetSlice(tuple(files)))
+any_slice = st.one_of(kafka_slices, file_slices, file_set_slices, version_slices, snapshot_slices)
 
 
 @SETTINGS
@@ -389,6 +390,27 @@ def test_rows_in_the_old_format_read_back_as_kafka_slices():
         BatchPlan("s", 1, KafkaSlice("t", (OffsetRange(0, 0, 3), OffsetRange(1, 0, 3)))).slice_as(FileSlice)
     with pytest.raises(ValueError, match="unknown slice kind"):
         from_columns("x", '{"kind": "tape"}')
+
+
+def test_landing_plans_of_one_file_read_back_as_file_sets():
+    """Landing plans stored before batches of files (a FileSlice, or offsets before that) are one-file sets."""
+    one = FileSlice("/landing/a.csv", 1234)
+    assert BatchPlan("ingest.rewards", 3, one).slice_as(FileSetSlice) == FileSetSlice((one,))
+    old = BatchPlan("ingest.rewards", 3, from_columns("/landing/a.csv", "[[0, 0, 1234]]"))
+    assert old.slice_as(FileSetSlice) == FileSetSlice((one,))
+    with pytest.raises(TypeError):
+        BatchPlan("s", 1, TableVersionsSlice("t", 1, 2)).slice_as(FileSetSlice)
+    with pytest.raises(ValueError, match="at least one file"):
+        FileSetSlice(())
+
+
+def test_a_file_set_names_its_files_folder_and_bytes():
+    files = FileSetSlice((FileSlice("s3://b/landing/m/a.csv", 10), FileSlice("s3://b/landing/m/ab.csv", 5)))
+    assert (files.source, files.size) == ("s3://b/landing/m/", 15)
+    assert files.key == "s3://b/landing/m/a.csv..s3://b/landing/m/ab.csv[2 files, 15 bytes]"
+    single = FileSetSlice((FileSlice("/landing/a.csv", 7),))
+    assert (single.source, single.key) == ("/landing/a.csv", FileSlice("/landing/a.csv", 7).key)
+    assert to_columns(files) == ("s3://b/landing/m/", json.dumps({"kind": "files", "files": [["s3://b/landing/m/a.csv", 10], ["s3://b/landing/m/ab.csv", 5]]}))
 
 
 def test_slice_keys_and_kafka_conveniences():
