@@ -21,8 +21,9 @@ ZooKeeper layout under `root`:
                                             kill ends the session, and ZooKeeper deletes the node)
 
 Fencing: the lock znode's sequence number is the lease's token; it only grows per lock. A writer
-calls `Lease.check()` right before each commit (LeaseLost once the session is not connected, was
-replaced after expiry, or the znode is gone) and writes the token into the commit's metadata.
+calls `Lease.check()` right before each commit (LeaseLost once the session is lost, was replaced after
+expiry, or the znode is gone, or the connection stays down for a session timeout; a shorter outage, e.g. a
+server restart, is waited out) and writes the token into the commit's metadata.
 
 Run liveness (`register_run`, `live_runs`): any process can tell whether a run's process still exists,
 whatever launched it. The node lives on the same session as the run's leases, so a run that lost its
@@ -284,17 +285,35 @@ class Coordinator:
         return contenders[0] if contenders else None
 
     def _check(self, lease: Lease) -> None:
+        """The lease holds, or LeaseLost. A connection that is only suspended (a server restart, a network
+        blip) is waited out up to the session timeout: while the session lives, ZooKeeper keeps our lock
+        znode and nobody else can hold the lock, so the same session back with the znode still ours proves
+        the lease as well as an unbroken connection does. A lost or replaced session ends the wait at once."""
+        deadline = time.monotonic() + self.session_timeout_s
+        while True:
+            unsure = self._check_once(lease)
+            if unsure is None:
+                return
+            if time.monotonic() >= deadline:
+                raise LeaseLost(f"{lease}: {unsure} for {self.session_timeout_s:g}s")
+            time.sleep(0.05)
+
+    def _check_once(self, lease: Lease) -> str | None:
+        """None: the lease holds. A reason to ask again (not connected now, no answer); LeaseLost: it is gone."""
         client = self.client
+        if client.state == KazooState.LOST:
+            raise LeaseLost(f"{lease}: ZooKeeper session lost")
         if client.state != KazooState.CONNECTED:
-            raise LeaseLost(f"{lease}: ZooKeeper session {client.state.lower()}")
+            return f"ZooKeeper session {client.state.lower()}"
         if self._session_id() != lease.session_id:
             raise LeaseLost(f"{lease}: session {lease.session_id:#x} expired (now {self._session_id() or 0:#x})")
         try:
             stat = client.exists_async(lease.path).get(timeout=OP_TIMEOUT_S)
         except (KazooException, KazooTimeoutError) as e:
-            raise LeaseLost(f"{lease}: cannot verify the lock ({type(e).__name__})") from e
+            return f"cannot verify the lock ({type(e).__name__})"
         if stat is None or stat.ephemeralOwner != lease.session_id:
             raise LeaseLost(f"{lease}: lock znode {lease.path} is gone")
+        return None
 
     def unlock(self, lease: Lease) -> None:
         """Delete our lock znode. If the server is away, remember it: the next lock() of this

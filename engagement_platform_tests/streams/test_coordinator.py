@@ -302,6 +302,33 @@ def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
         c.close()
 
 
+def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batch_commits_in_the_same_run(own_zk, lake, checkpoints, root):
+    """The soak's most common failure: a server restart suspended the connection for a few seconds and the run
+    gave its batch up, although the session (and so the lock znode) survived it. The lease check waits up to the
+    session timeout for the same session to come back, then commits under the same fencing token."""
+    own_zk.start()
+    c = Coordinator(own_zk.hosts, root, session_timeout_s=30.0)
+    try:
+        batch = plan()
+        checkpoints.record_plan(batch)
+        suspended = []
+
+        def restart():
+            own_zk.stop()
+            wait_for(lambda: c.client.state != "CONNECTED")
+            suspended.append(c.client.state)
+            own_zk.start()
+
+        session = c.client.client_id
+        with c.batch(INGESTION, "ingestion/1", timeout_s=10) as lease, fenced(lease):
+            commit_batch(batch, "test.fenced", steps(lake, batch, after_first=restart), checkpoints)
+        assert suspended == ["SUSPENDED"] and c.client.client_id == session, "the same session came back"
+        assert_committed_exactly_once(lake, checkpoints, batch)
+        assert {int(commits(lake, t.name)[0]["fencing_token"]) for t in TABLES} == {lease.token}
+    finally:
+        c.close()
+
+
 def test_session_expiry_while_holding_the_lock(own_zk, lake, checkpoints, root):
     own_zk.start()
     zombie = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
