@@ -215,8 +215,9 @@ class Coordinator:
 
     def lock(self, lock_name: str, owner: str, timeout_s: float) -> Lease:
         """Wait up to `timeout_s` for the lock; CoordinationGaveUp after that."""
-        self.start(timeout_s=max(min(timeout_s, OP_TIMEOUT_S), 0.5))
         deadline = time.monotonic() + timeout_s
+        # A server restarting (a few seconds) is waited for within the lock's own bound, not given up on at once.
+        self.start(timeout_s=max(timeout_s, 0.5))
         while not self.client.connected:  # reconnecting after a server restart: kazoo retries by itself
             if time.monotonic() >= deadline:
                 raise CoordinationGaveUp(f"lock {lock_name}: ZooKeeper {self.hosts} not reconnected within {timeout_s:g}s")
