@@ -169,9 +169,11 @@ class Observer:
         flight at a time, so every plan but an unfinished latest one is done."""
         from engagement_platform.landing.apply import planned_files
 
-        plans = self.store.plans(LANDING_STREAM)
-        latest, done = self.store.latest(LANDING_STREAM)
-        unfinished = len(planned_files(latest)) if latest is not None and not done else 0
+        plans = self.store.plans(LANDING_STREAM)  # a plan recorded after this read counts as waiting, as it should
+        if not plans:
+            return 0
+        latest = max(plans, key=lambda p: p.batch_id)
+        unfinished = 0 if self.store.is_done(LANDING_STREAM, latest.batch_id) else len(planned_files(latest))
         return sum(len(planned_files(p)) for p in plans) - unfinished
 
     def busy(self, instance, landed: int = 0) -> list[str]:

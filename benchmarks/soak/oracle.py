@@ -422,7 +422,7 @@ def classify_member(raw: bytes) -> tuple[dict | None, set[str]]:
 
 
 def _members(files, out: Expected) -> None:
-    """The landed files, one batch each: good rows by member id, bad lines counted by their error codes."""
+    """The landed files (each read whole by one batch): good rows by member id, bad lines counted by their error codes."""
     for f in files:
         for raw in data_lines(f.data):
             row, reasons = classify_member(raw)

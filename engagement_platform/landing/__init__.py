@@ -1,1 +1,1 @@
-"""Landing-file pipelines (reference 003): one stream per pipelines/*.yaml, one batch per landed file."""
+"""Landing-file pipelines (reference 003): one stream per pipelines/*.yaml, a batch per set of files waiting."""

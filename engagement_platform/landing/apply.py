@@ -47,8 +47,10 @@ def landing_files(landing_root: str, config: PipelineConfig) -> list[LandedFile]
 
 
 def files_plan(config: PipelineConfig, batch_id: int, files: Sequence[tuple[str, int]]) -> BatchPlan:
-    """Batch `batch_id` of the pipeline: the files (path, size), read in this order."""
-    return BatchPlan(stream_name(config), batch_id, FileSetSlice(tuple(FileSlice(str(path), size) for path, size in files)))
+    """Batch `batch_id` of the pipeline: the files (path, size), read in this order. One file is stored as a
+    FileSlice, as before batches of files, so a plan of one file stays readable by an earlier version."""
+    slices = tuple(FileSlice(str(path), size) for path, size in files)
+    return BatchPlan(stream_name(config), batch_id, slices[0] if len(slices) == 1 else FileSetSlice(slices))
 
 
 def file_plan(config: PipelineConfig, batch_id: int, path: str, size: int) -> BatchPlan:
@@ -131,8 +133,9 @@ def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoint
     t0 = time.perf_counter()
     at = datetime.now(timezone.utc)
     results = [compute_file(spark, config, planned.path, plan.batch_id, at) for planned in files]
-    good = pa.concat_tables([g for g, _, _ in results])
-    quarantine = pa.concat_tables([q for _, q, _ in results])
+    # Spark's Arrow result of a file with no rows may type its columns differently (e.g. null): promote.
+    good = pa.concat_tables([g for g, _, _ in results], promote_options="permissive")
+    quarantine = pa.concat_tables([q for _, q, _ in results], promote_options="permissive")
     read = sum(n for _, _, n in results)
     steps, suppressed_n = [], 0
     tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None

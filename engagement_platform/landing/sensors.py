@@ -38,7 +38,7 @@ def landing_sensor(config: PipelineConfig, job):
     partitions = pipeline_batches(config)
 
     @sensor(name=f"ingest_{config.name}_landing_sensor", job=job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING,
-            description=f"New files under the landing root matching {config.source.path} -> one batch of pipeline {config.name} each.")
+            description=f"New files under the landing root matching {config.source.path} -> the files waiting are the next batch of pipeline {config.name}.")
     def _sensor(context: SensorEvaluationContext, coordinator: CoordinatorResource):
         store = coordinator.checkpoints
         latest, done = store.latest(stream)

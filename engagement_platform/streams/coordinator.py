@@ -227,7 +227,7 @@ class Coordinator:
         recipe = self.client.Lock(f"{self.root}/locks/{lock_name}", identifier=identity)
         # kazoo's recipe makes blocking calls, which wait for as long as the server is away: past the
         # deadline, drop the session (our znode goes with it) so they fail and we can give up.
-        watchdog = threading.Timer(timeout_s + OP_TIMEOUT_S, self._abandon_if_disconnected)
+        watchdog = threading.Timer(max(deadline - time.monotonic(), 0.0) + OP_TIMEOUT_S, self._abandon_if_disconnected)
         watchdog.daemon = True
         watchdog.start()
         try:
@@ -246,7 +246,9 @@ class Coordinator:
         path = f"{recipe.path}/{recipe.node}"
         lease = Lease(self, lock_name, owner, int(recipe.node[-10:]), path, self._session_id() or 0)
         try:
-            lease.check()
+            unsure = self._check_once(lease)  # once: the lock's bound is spent, do not wait out a suspension here
+            if unsure is not None:
+                raise LeaseLost(f"{lease}: {unsure}")
         except LeaseLost as e:  # the session changed between acquire and now
             self.unlock(lease)
             raise CoordinationGaveUp(str(e)) from e

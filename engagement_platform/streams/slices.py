@@ -85,6 +85,8 @@ class FileSetSlice:
     def __post_init__(self):
         if not self.files:
             raise ValueError("a file set slice needs at least one file")
+        if len({f.path for f in self.files}) != len(self.files):
+            raise ValueError("a file set slice names a file twice: its rows would be appended twice")
 
     @property
     def source(self) -> str:

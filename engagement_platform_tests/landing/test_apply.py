@@ -146,23 +146,25 @@ def test_a_backlog_of_files_is_one_batch_and_each_file_is_checked_on_its_own(spa
     first, third = path.with_name("a_store.csv"), path.with_name("c_store.csv")
     first.write_text("\n".join([LINES[0], *good_lines[:40]]) + "\n")
     third.write_text("\n".join([LINES[0], *good_lines[40:]]) + "\n")
-    files = [first, path, third]  # path (store_1.csv) holds 6 bad records of 9
+    empty = path.with_name("b_store.csv")
+    empty.write_text(LINES[0] + "\n")  # a header alone: no records, and a result with no rows
+    files = [first, empty, path, third]  # path (store_1.csv) holds 6 bad records of 9
     plan = files_plan(config, 1, [(str(f), f.stat().st_size) for f in files])
     assert checkpoints.record_plan(plan) and checkpoints.plan(stream_name(config), 1) == plan
     result = run_file_batch(spark, lake, checkpoints, config, plan)
 
     assert (result.records_read, result.rows_written, result.rows_rejected) == (89, 83, 6)
-    assert [(f.path, f.records_read, f.records_rejected) for f in result.files] == [(str(first), 40, 0), (str(path), 9, 6), (str(third), 40, 0)]
+    assert [(f.path, f.records_read, f.records_rejected) for f in result.files] == [(str(first), 40, 0), (str(empty), 0, 0), (str(path), 9, 6), (str(third), 40, 0)]
     target = lake.read(config.target.table)
     assert sorted(target["member_id"].to_pylist()) == sorted([1, 2, 9, *range(100, 180)]) and set(target["batch_id"].to_pylist()) == {1}
     quarantine = lake.read(config.target.quarantine_table).to_pylist()
     assert {r["source"] for r in quarantine} == {str(path)} and {r["row_id"] for r in quarantine} == {f"{path}:{line}" for line in ERRORS}
-    assert lake.table(config.target.table).version() == result.versions[config.target.table] == 1, "created, then one append for 3 files"
+    assert lake.table(config.target.table).version() == result.versions[config.target.table] == 1, "created, then one append for 4 files"
 
     checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
     assert checks["records_conserved"].passed
     rate = checks["error_rate_under_threshold"]
-    assert rate.metadata["error_rate"].value == round(6 / 89, 6) and rate.metadata["files"].value == 3
+    assert rate.metadata["error_rate"].value == round(6 / 89, 6) and rate.metadata["files"].value == 4
     assert rate.metadata["worst_file"].value == str(path) and rate.metadata["worst_file_error_rate"].value == round(6 / 9, 6)
     assert 6 / 89 <= config.error_rate.max_error_rate and not rate.passed, "the bad file fails the check under a good average"
 

@@ -353,7 +353,7 @@ snapshot_slices = st.builds(
     st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)),
     st.lists(st.tuples(names, st.integers(0, 10**12)), max_size=5).map(tuple),
 )
-file_set_slices = st.lists(file_slices, min_size=1, max_size=5).map(lambda files: FileSetSlice(tuple(files)))
+file_set_slices = st.lists(file_slices, min_size=1, max_size=5, unique_by=lambda f: f.path).map(lambda files: FileSetSlice(tuple(files)))
 any_slice = st.one_of(kafka_slices, file_slices, file_set_slices, version_slices, snapshot_slices)
 
 
@@ -402,6 +402,8 @@ def test_landing_plans_of_one_file_read_back_as_file_sets():
         BatchPlan("s", 1, TableVersionsSlice("t", 1, 2)).slice_as(FileSetSlice)
     with pytest.raises(ValueError, match="at least one file"):
         FileSetSlice(())
+    with pytest.raises(ValueError, match="names a file twice"):
+        FileSetSlice((one, FileSlice("/landing/a.csv", 99)))
 
 
 def test_a_file_set_names_its_files_folder_and_bytes():
