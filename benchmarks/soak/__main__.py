@@ -40,6 +40,9 @@ STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, "p
 LANDING_STREAM = f"ingest.{LANDING}"  # the landing pipeline's stream in the checkpoint store (landing/apply.py)
 
 
+PENDING_MAX_AGE_S = 240.0
+
+
 def environment(state: Path, args) -> dict[str, str]:
     """What run_platform.sh exports, on the soak's ports and folder, with faster failure handling."""
     return {**os.environ, **PORTS, "EP_STATE_DIR": str(state), "EP_LAKE_ROOT": str(state / "lake"),
@@ -49,7 +52,10 @@ def environment(state: Path, args) -> dict[str, str]:
             "EP_ORPHAN_AFTER_SECONDS": "20",  # a killed run is retried after 20 s rather than a minute
             "EP_RETENTION_INTERVAL_SECONDS": "5",  # the default is daily; the sensor's own 60 s interval paces it then
             # a batch per stream every --batch-wait seconds: a run per sensor tick would not fit 2 cores
-            "EP_BATCH_MIN_RECORDS": "1000000", "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait)}
+            "EP_BATCH_MIN_RECORDS": "1000000", "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait),
+            # a request whose late target never comes expires within the catch-up window (default 72 h); the
+            # oracle takes the requests that expired as an input, so expiring more of them changes nothing else
+            "EP_MUTATION_PENDING_MAX_AGE_HOURS": str(PENDING_MAX_AGE_S / 3600)}
 
 
 def committed_offsets(latest, done: bool) -> dict[int, int]:

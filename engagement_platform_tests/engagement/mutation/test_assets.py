@@ -108,3 +108,67 @@ def test_sensor_retries_pending_requests_after_ingestion_without_new_requests(sp
     assert (row["lead_id"], row["contact_id"]) == (None, "003NEW")
     assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows == 0
     assert lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist() == ["early"]
+
+
+def test_a_pending_request_whose_target_never_comes_expires_when_its_horizon_runs_out_in_a_quiet_system(
+        spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch):
+    """Found by benchmarks/soak (seed 53): a request held back for a target that never came stayed pending for
+    good, because nothing retried it while no activity arrived. Its age horizon running out is now a reason for
+    an empty batch: the request expires to quarantine then, once, and the tick after asks for nothing."""
+    import json
+    import time
+    from datetime import timedelta
+
+    from dagster import SkipReason
+
+    from engagement_platform.engagement.mutation.apply import TARGET_NOT_FOUND
+    from engagement_platform.engagement.mutation.assets import EXPIRY_TAG, RETRY_TAG
+    from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
+
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 3})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    records = produce_activities(kafka, topic, 20)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic,
+                   [req("never", org, 1, "convert", from_field="lead_id", from_id="00QNEVER", to_field="contact_id", to_id="003NEVER")])
+    assert first.pending_added == 1
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+
+    def tick(instance):
+        with build_sensor_context(instance=instance, resources=resources) as ctx:
+            return engagement_mutation_sensor(ctx)
+
+    with DagsterInstance.ephemeral() as instance:
+        quiet = tick(instance)  # the default horizon (72 h) is far off, and nothing was ingested since
+        assert isinstance(quiet, SkipReason) or not quiet.run_requests
+
+        max_age_s = 2.0
+        monkeypatch.setenv("EP_MUTATION_PENDING_MAX_AGE_HOURS", str(max_age_s / 3600))
+        (seen,) = lake.read(ENGAGEMENT_MUTATIONS_PENDING.name)["first_seen_at"].to_pylist()
+        time.sleep(max(seen.timestamp() + max_age_s - time.time(), 0) + 0.5)
+        result = tick(instance)
+        assert isinstance(result, SensorResult)
+        (request,) = result.run_requests
+        assert request.partition_key == "00000002" and RETRY_TAG not in request.tags
+        assert request.tags[EXPIRY_TAG] == (seen + timedelta(seconds=max_age_s)).isoformat()
+        assert request.run_key.endswith(f"/expire-pending-due-{request.tags[EXPIRY_TAG]}")
+        assert checkpoints.plan(mutations.STREAM, 2).record_count == 0, "an empty slice: it only re-evaluates the pending table"
+
+        instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
+        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance, tags=request.tags,
+                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        assert out.success
+        checks = {e.check_name: e for e in out.get_asset_check_evaluations()}
+        assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
+        again = tick(instance)
+        assert isinstance(again, SkipReason) or not again.run_requests, "the horizon is asked about once, not on every tick"
+
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("engagement_mutation") if m.asset_key.to_user_string() == "engagement_mutation"]
+    assert (metadata["requests_read"].value, metadata["pending_expired"].value) == (0, 1)
+    assert lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows == 0
+    quarantined = [r for r in lake.read("quarantine_engagement_mutations").to_pylist() if r["batch_id"] == 2]
+    assert [(r["error_code"], json.loads(r["input"])["request_id"]) for r in quarantined] == [(TARGET_NOT_FOUND, "never")]
+    assert "within the age horizon" in quarantined[0]["message"], quarantined[0]["message"]
