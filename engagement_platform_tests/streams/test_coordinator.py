@@ -319,8 +319,8 @@ def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batc
             suspended.append(c.client.state)
             own_zk.start()
 
-        session = c.client.client_id
         with c.batch(INGESTION, "ingestion/1", timeout_s=10) as lease, fenced(lease):
+            session = c.client.client_id
             commit_batch(batch, "test.fenced", steps(lake, batch, after_first=restart), checkpoints)
         assert suspended == ["SUSPENDED"] and c.client.client_id == session, "the same session came back"
         assert_committed_exactly_once(lake, checkpoints, batch)
