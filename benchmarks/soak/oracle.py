@@ -246,6 +246,8 @@ def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Ex
             out.late.add(key)
             if any(u < r["round"] for u in rounds) or any(needed[n] > 1 or n in produced for n in _needs(r)):
                 out.problems.append(f"request {r['id']}: an activity it touches comes after it, or another request shares its target")
+        elif not rounds and key in expired and not any(n in produced for n in _needs(r)):  # its target never reached the
+            out.late.add(key)  # topic (the broker lost it): it could only wait, then expire (soak seed 59)
         if key in expired:
             count(out, MUTATIONS, {EXPIRED})
             if key not in out.late:

@@ -136,6 +136,16 @@ def test_a_late_target_may_expire_and_the_table_follows_what_actually_happened()
     assert any("expired although" in p for p in wrongly.problems)
 
 
+def test_a_request_whose_target_the_broker_lost_expires_without_breaking_an_assumption():
+    """Soak seed 59: the broker lost a late target's message, so its request could only expire; the oracle, which
+    sees what the topics hold, took that expiry for a broken workload assumption."""
+    s = Script().send(ACTIVITIES, activity("a", lead_id="L1"))
+    s.send(MUTATIONS, request("orphan", "update", 1, engagement_id="lost", record={"subject": "x"}), round=1)
+    out = expected(s.messages, expired={("o1", "orphan")}, now=NOW)
+    assert out.late == {("o1", "orphan")} and out.problems == []
+    assert out.quarantine[MUTATIONS] == Counter({EXPIRED: 1}) and out.activities == {("o1", "a"): row(lead_id="L1")}
+
+
 def test_assumptions_the_oracle_cannot_be_exact_without_are_reported():
     s = Script().send(ACTIVITIES, activity("a", lead_id="L1"))
     s.send(MUTATIONS, request("r1", "convert", 1, from_field="lead_id", from_id="L1", to_field="contact_id", to_id="C2"), round=1)
