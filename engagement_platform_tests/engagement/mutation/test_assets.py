@@ -61,17 +61,7 @@ def test_sensor_retries_pending_requests_after_ingestion_without_new_requests(sp
     from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING, ENGAGEMENT_MUTATION_REQUESTS
     from engagement_platform.engagement.mutation.assets import RETRY_TAG
 
-    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
-    kafka.create_topics({mutation_topic: 3})
-    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
-    records = produce_activities(kafka, topic, 20)
-    ingest(spark, kafka, lake, checkpoints, topic)
-    org = sorted({r["org_id"] for r in records.values()})[0]
-    first = mutate(spark, kafka, lake, checkpoints, mutation_topic,
-                   [req("early", org, 1, "convert", from_field="lead_id", from_id="00QLATE", to_field="contact_id", to_id="003NEW")])
-    assert first.pending_added == 1
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
-                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    org, resources = one_pending_request(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch, "early", "00QLATE", "003NEW")
     with DagsterInstance.ephemeral() as instance:
         with build_sensor_context(instance=instance, resources=resources) as ctx:
             idle = engagement_mutation_sensor(ctx)
@@ -125,17 +115,7 @@ def test_a_pending_request_whose_target_never_comes_expires_when_its_horizon_run
     from engagement_platform.engagement.mutation.assets import EXPIRY_TAG, RETRY_TAG
     from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
 
-    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
-    kafka.create_topics({mutation_topic: 3})
-    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
-    records = produce_activities(kafka, topic, 20)
-    ingest(spark, kafka, lake, checkpoints, topic)
-    org = sorted({r["org_id"] for r in records.values()})[0]
-    first = mutate(spark, kafka, lake, checkpoints, mutation_topic,
-                   [req("never", org, 1, "convert", from_field="lead_id", from_id="00QNEVER", to_field="contact_id", to_id="003NEVER")])
-    assert first.pending_added == 1
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
-                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    _, resources = one_pending_request(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch, "never", "00QNEVER", "003NEVER")
 
     def tick(instance):
         with build_sensor_context(instance=instance, resources=resources) as ctx:
@@ -172,3 +152,20 @@ def test_a_pending_request_whose_target_never_comes_expires_when_its_horizon_run
     quarantined = [r for r in lake.read("quarantine_engagement_mutations").to_pylist() if r["batch_id"] == 2]
     assert [(r["error_code"], json.loads(r["input"])["request_id"]) for r in quarantined] == [(TARGET_NOT_FOUND, "never")]
     assert "within the age horizon" in quarantined[0]["message"], quarantined[0]["message"]
+
+
+def one_pending_request(spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch, request_id: str, lead: str, contact: str):
+    """20 activities ingested, then one mutation batch whose only request converts a lead no row holds yet: it waits
+    in pending. (its org, the resources a sensor tick and a run need)"""
+    mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({mutation_topic: 3})
+    monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
+    records = produce_activities(kafka, topic, 20)
+    ingest(spark, kafka, lake, checkpoints, topic)
+    org = sorted({r["org_id"] for r in records.values()})[0]
+    first = mutate(spark, kafka, lake, checkpoints, mutation_topic,
+                   [req(request_id, org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id=contact)])
+    assert first.pending_added == 1
+    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
+                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    return org, resources
