@@ -22,7 +22,7 @@ from pydantic import PrivateAttr
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
-from engagement_platform.spark.session import build_session, session_config
+from engagement_platform.spark.session import build_session, discard_shared_client, session_config
 from engagement_platform.streams.coordinator import (
     CoordinationGaveUp,
     Coordinator,
@@ -52,6 +52,13 @@ class SparkResource(LazyPySparkResource):
             settings = load_settings()
             remote = self.remote or settings.spark_remote
             self._spark_session = build_session(self.spark_config or session_config(remote, settings.spark_master))
+
+    def reconnect(self) -> None:
+        """A new session on the next use when the Spark Connect server restarted under the run: the client of
+        the shared session is closed and forgotten. Any other session is kept (a classic in-process one has no
+        server to lose; a per-run one is not stopped while its server may be away)."""
+        if self._spark_session is not None and discard_shared_client(self._spark_session):
+            self._spark_session = None
 
 
 class LakeResource(ConfigurableResource):
@@ -140,6 +147,8 @@ class CoordinatorResource(ConfigurableResource):
     root: str = ""  # "" = EP_ZK_ROOT
     enabled: Optional[bool] = None  # None = EP_COORDINATOR
     session_timeout_s: float = 10.0
+    reconnect_wait_s: float = 60.0  # a lease check's wait for a suspended session to come back (a ZooKeeper restart)
+    ride_out_faults_s: float = 120.0  # a stream run tries its batch again after passing faults for this long (0: fail at once)
     connect_timeout_s: float = 5.0
     lock_timeout_s: float = 30.0  # one round of waiting for the lock (the tenant locks of profiles: the whole wait)
     max_lock_wait_s: float = 600.0  # a stream run's whole wait for the lock before it gives up
@@ -178,7 +187,7 @@ class CoordinatorResource(ConfigurableResource):
         if self._coordinator is None:
             settings = load_settings()
             self._coordinator = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root,
-                                            self.session_timeout_s, settings.zookeeper_auth)
+                                            self.session_timeout_s, settings.zookeeper_auth, self.reconnect_wait_s)
         return self._coordinator
 
     def setup_for_execution(self, context: InitResourceContext) -> None:

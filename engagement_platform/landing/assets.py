@@ -11,7 +11,7 @@ from engagement_platform.landing.apply import quarantine_spec, run_file_batch, s
 from engagement_platform.landing.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.orchestration.orphans import stranded_metadata
-from engagement_platform.orchestration.runs import coordinated_batch, report_table_commits
+from engagement_platform.orchestration.runs import report_table_commits, run_riding_out_faults, spark_reconnect
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 
 GROUP = "ingest"
@@ -45,8 +45,9 @@ def pipeline_assets(config: PipelineConfig) -> list:
     )
     def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource) -> MaterializeResult:
         plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
-        with coordinated_batch(context, coordinator, stream, lock_name=target.name):  # the lock is the target table
-            result = run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan)
+        result = run_riding_out_faults(  # the lock is the target table
+            context, stream, lambda: run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan),
+            coordinator, target.name, on_fault=spark_reconnect(spark))
         report_table_commits(context, stream, plan.batch_id, result.versions, files=len(result.files), first_file=result.files[0].path)
         return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_pipeline_checks(lake.lake, config, result))
 

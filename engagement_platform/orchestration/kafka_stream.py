@@ -41,11 +41,12 @@ from engagement_platform.orchestration.orphans import liveness_probe, run_livene
 from engagement_platform.orchestration.runs import (
     STREAM_TAG,
     TurnWait,
-    coordinated_batch,
     cursor_ahead_of_store,
     report_table_commits,
     resume_unfinished,
     run_request,
+    run_riding_out_faults,
+    spark_reconnect,
     unless_unavailable,
     waits_for_its_turn,
 )
@@ -165,14 +166,15 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
     def run(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource,
             checkpoints: CheckpointStore, coordinator: CoordinatorResource | None) -> MaterializeResult:
         spec = definition.spec
-        batch = BatchContext(spark.spark_session, lake.lake, checkpoints, kafka.servers,
-                             coordinator.coordinator() if coordinator is not None and coordinator.is_enabled else None)
         plan = checkpoints.plan(spec.name, int(context.partition_key))
-        if coordinator is None:
-            result = spec.run_batch(batch, plan)
-        else:  # lock (waiting its turn, the wait in the metadata) + predecessor, fenced commits, unlock
-            with coordinated_batch(context, coordinator, spec.name, spec.lock_name):
-                result = spec.run_batch(batch, plan)
+
+        def attempt():  # a new context per attempt: the Spark session may be a new one
+            batch = BatchContext(spark.spark_session, lake.lake, checkpoints, kafka.servers,
+                                 coordinator.coordinator() if coordinator is not None and coordinator.is_enabled else None)
+            return spec.run_batch(batch, plan)
+
+        # With a coordinator: lock (waiting its turn, the wait in the metadata) + predecessor, fenced commits, unlock.
+        result = run_riding_out_faults(context, spec.name, attempt, coordinator, spec.lock_name, on_fault=spark_reconnect(spark))
         report_table_commits(context, spec.name, plan.batch_id, {t: v for t, v in result.versions.items() if t != own_table})
         return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_checks(checks, lake.lake, checkpoints, result))
 

@@ -101,6 +101,29 @@ def close_shared_clients() -> None:
         spark.client.close()
 
 
+def discard_shared_client(spark: SparkSession) -> bool:
+    """Forget and close `spark` if it is this process's client of a shared session (a server restarted under
+    it: its channel and the server-side session it knew are gone), so the next build_session connects anew and
+    configures the new server's session (settings, data sources). False for any other session (a per-run one
+    is left to its owner: stopping it would ask a server that may be away to release it)."""
+    remotes = [remote for remote, known in _SHARED.items() if known is spark]
+    for remote in remotes:
+        del _SHARED[remote]
+    if remotes:
+        close_quietly(spark)
+    return bool(remotes)
+
+
+def close_quietly(spark: SparkSession) -> None:
+    """Close a client whose server refused or lost it, once: left to SparkSession.__del__ at interpreter exit,
+    such a client's channel hung the process (pyspark 4.2, grpcio: it never exited)."""
+    try:
+        spark.client.close()
+    except Exception:  # noqa: BLE001 - a client whose server is gone may fail to close; it is dropped either way
+        pass
+    spark.client.close = lambda: None
+
+
 def shared_session_id(remote: str) -> str:
     """The server-side session every client of `remote` joins (the same id in every process)."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"engagement_platform:{remote}"))
@@ -130,12 +153,9 @@ def connect_shared(remote: str) -> SparkSession:
         _SHARED[remote] = _configured(spark)
         return spark
     except Exception as e:  # pyspark's Connect errors do not share a narrower base class
+        close_quietly(spark)  # refused, or the server away: nobody holds this client
         if _CLOSED not in str(e):
             raise
-        # Close the refused client now: left to SparkSession.__del__ at interpreter exit, a refused
-        # client's channel hung the process (pyspark 4.2, grpcio: it never exited).
-        spark.client.close()
-        spark.client.close = lambda: None
         raise SharedSessionClosed(
             f"the Spark Connect server closed the shared session {session_id} (its idle timeout, "
             f"spark.connect.session.manager.defaultSessionTimeout, passed, or a client stopped it). Restart the "

@@ -173,9 +173,12 @@ def secured(auth: str | None) -> dict:
 
 
 class Coordinator:
-    def __init__(self, hosts: str, root: str = "/engagement_platform", session_timeout_s: float = 10.0, auth: str | None = None):
+    def __init__(self, hosts: str, root: str = "/engagement_platform", session_timeout_s: float = 10.0, auth: str | None = None,
+                 reconnect_wait_s: float = 60.0):
         self.hosts, self.root = hosts, "/" + root.strip("/")
         self.session_timeout_s = session_timeout_s
+        # How long a lease check waits for a suspended connection to come back (at least the session timeout).
+        self.reconnect_wait_s = max(reconnect_wait_s, session_timeout_s)
         # Reconnect quickly after a server restart (default backoff grows to a minute).
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
                                   connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0}, **secured(auth))
@@ -289,16 +292,20 @@ class Coordinator:
 
     def _check(self, lease: Lease) -> None:
         """The lease holds, or LeaseLost. A connection that is only suspended (a server restart, a network
-        blip) is waited out up to the session timeout: while the session lives, ZooKeeper keeps our lock
+        blip) is waited out up to `reconnect_wait_s`: while the session lives, ZooKeeper keeps our lock
         znode and nobody else can hold the lock, so the same session back with the znode still ours proves
-        the lease as well as an unbroken connection does. A lost or replaced session ends the wait at once."""
-        deadline = time.monotonic() + self.session_timeout_s
+        the lease as well as an unbroken connection does. The wait may outlast the session timeout: a
+        server that restarts restores its sessions and gives each a full timeout again from its start
+        (soak run 10: restarts longer than the 10 s session failed runs whose session came back), while a
+        session the server did expire is reported as LOST on reconnection. A lost or replaced session,
+        or a znode that is gone, ends the wait at once."""
+        deadline = time.monotonic() + self.reconnect_wait_s
         while True:
             unsure = self._check_once(lease)
             if unsure is None:
                 return
             if time.monotonic() >= deadline:
-                raise LeaseLost(f"{lease}: {unsure} for {self.session_timeout_s:g}s")
+                raise LeaseLost(f"{lease}: {unsure} for {self.reconnect_wait_s:g}s")
             time.sleep(0.05)
 
     def _check_once(self, lease: Lease) -> str | None:

@@ -6,7 +6,7 @@ the broker restarted: the erasure and lag sensors' ticks failed)."""
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
-from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException
+from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException, UnknownException
 
 import socket
 
@@ -33,6 +33,10 @@ def test_a_broker_or_spark_server_away_is_unavailable_anywhere_in_the_chain():
     assert unavailable_service(SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={})) == "spark"
     assert unavailable_service(raised_from(ValueError, SparkConnectGrpcException(
         "<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>"))) == "spark"
+    # A Spark Connect server shutting down under a running query (soak run 10: two runs counted as attempts).
+    assert unavailable_service(raised_from(RuntimeError, UnknownException(
+        "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.\n"
+        "This stopped SparkContext was created at:\n\norg.apache.spark.sql.connect.service.SparkConnectServer.main"))) == "spark"
 
 
 def test_errors_of_the_batch_itself_count():
@@ -85,3 +89,71 @@ def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
             result = profile_lag_sensor(ctx)
         (evaluation,) = result.asset_events
         assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and result.skip_reason.skip_message.startswith("kafka unreachable")
+
+
+def test_a_spark_fault_gives_the_run_a_new_client_of_the_shared_session(stack):
+    """Riding out a Spark fault (a server restart: its channel and the server-side session the client knew are
+    gone), the run's next attempt uses a new client of the shared session, configured again, and the old one is
+    closed and forgotten; other passing faults keep the session."""
+    from engagement_platform.orchestration.runs import spark_reconnect
+    from engagement_platform.resources import SparkResource
+
+    resource = SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})
+    old = resource.spark_session
+    assert old.range(3).count() == 3
+    spark_reconnect(resource)("lease lost")
+    assert resource.spark_session is old
+    spark_reconnect(resource)("spark unavailable")
+    new = resource.spark_session
+    assert new is not old and old.client.is_closed and not new.client.is_closed
+    assert new.range(4).count() == 4 and new.conf.get("spark.sql.session.timeZone") == "UTC"
+
+
+def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fails_without_using_an_attempt(tmp_path, monkeypatch):
+    """A stream without a lock (no coordinator: profile CDC staging) used to fail its run with the raw error when
+    Spark was away, which counted towards the 3 attempts that pause a stream (soak run 10: a staging run failed
+    on NO_ACTIVE_SESSION). Its run now rides the fault out like a locked stream's, and past the bound fails
+    tagged engagement/unavailable."""
+    from dagster import AssetKey, DagsterInstance, materialize
+
+    from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.lake.delta import DeltaLake
+    from engagement_platform.orchestration import runs
+    from engagement_platform.orchestration.runs import UNAVAILABLE_TAG, counts_as_attempt
+    from engagement_platform.resources import KafkaResource, LakeResource
+    from engagement_platform.streams.kafka import OffsetRange
+    from engagement_platform.streams.planning import BatchPlan, KafkaSlice
+    from engagement_platform_tests.support.streams import NoSpark, clicks_stream, count_clicks
+
+    monkeypatch.setenv("EP_COORDINATOR", "off")  # no ZooKeeper here: the run holds no liveness node
+    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.1,))
+    away = SparkConnectGrpcException("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>")
+
+    def run(faults: int, lake_root: str):
+        calls = []
+
+        def spark_away_at_first(ctx, plan):
+            calls.append(plan.batch_id)
+            if len(calls) <= faults:
+                raise RuntimeError("reading the slice") from away
+            return count_clicks(ctx, plan)
+
+        stream = clicks_stream(run_batch=spark_away_at_first)
+        plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
+        CheckpointStore(DeltaLake(lake_root)).record_plan(plan)
+        with DagsterInstance.ephemeral() as instance:
+            instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
+            out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
+                              resources={"spark": NoSpark(), "lake": LakeResource(root=lake_root),
+                                         "kafka": KafkaResource(bootstrap_servers="unused:9092")})
+            return out, instance.get_run_by_id(out.run_id), len(calls)
+
+    out, _, calls = run(faults=2, lake_root=str(tmp_path / "a"))
+    assert out.success and calls == 3
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    assert metadata["attempts_in_run"].value == 3
+
+    monkeypatch.setattr(runs, "RIDE_OUT_S", 0.0)
+    out, failed, calls = run(faults=99, lake_root=str(tmp_path / "b"))
+    assert not out.success and calls == 1
+    assert failed.tags[UNAVAILABLE_TAG] == "spark" and not counts_as_attempt(failed)

@@ -23,12 +23,13 @@ from kazoo.client import KazooClient
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.orchestration import runs
 from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA, run_request
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
-from engagement_platform.streams.batch import CommitStep, commit_batch, fenced
+from engagement_platform.streams.batch import CommitStep, active_lease, commit_batch, fenced
 from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice, plan_next_batch
@@ -286,7 +287,8 @@ def test_commits_carry_the_fencing_token_and_a_lost_lease_commits_nothing(coordi
 
 def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
     own_zk.start()
-    c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S)
+    # A server away for longer than the lease check waits for it: the run gives up before its next commit.
+    c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S, reconnect_wait_s=SESSION_S)
     try:
         batch = plan()
         checkpoints.record_plan(batch)
@@ -323,6 +325,35 @@ def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batc
             session = c.client.client_id
             commit_batch(batch, "test.fenced", steps(lake, batch, after_first=restart), checkpoints)
         assert suspended == ["SUSPENDED"] and c.client.client_id == session, "the same session came back"
+        assert_committed_exactly_once(lake, checkpoints, batch)
+        assert {int(commits(lake, t.name)[0]["fencing_token"]) for t in TABLES} == {lease.token}
+    finally:
+        c.close()
+
+
+def test_a_zookeeper_restart_longer_than_the_session_timeout_keeps_the_session_and_the_batch_commits(own_zk, lake, checkpoints, root):
+    """Soak run 10: ZooKeeper restarts that took longer than the 10 s session timeout failed the runs holding a
+    lock ("session suspended for 10s"), although a restarted server restores its sessions and gives each a full
+    timeout again. The lease check waits up to reconnect_wait_s for the same session with the lock znode still
+    ours, and the batch commits under its fencing token in the same run."""
+    own_zk.start()
+    c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S, reconnect_wait_s=60.0)
+    try:
+        batch = plan()
+        checkpoints.record_plan(batch)
+        away = []
+
+        def long_restart():
+            own_zk.stop()
+            started = time.monotonic()
+            time.sleep(SESSION_S + 3)  # down for longer than the session timeout
+            own_zk.start()
+            away.append(time.monotonic() - started)
+
+        with c.batch(INGESTION, "ingestion/1", timeout_s=10) as lease, fenced(lease):
+            session = c.client.client_id
+            commit_batch(batch, "test.fenced", steps(lake, batch, after_first=long_restart), checkpoints)
+        assert away[0] > SESSION_S and c.client.client_id == session, "the same session came back after the timeout"
         assert_committed_exactly_once(lake, checkpoints, batch)
         assert {int(commits(lake, t.name)[0]["fencing_token"]) for t in TABLES} == {lease.token}
     finally:
@@ -638,3 +669,70 @@ def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait
     assert metadata["records_read"].value == 5
     waits = [m for m in logs if f"waits for its turn: lock {CLICKS_LOCK} held by" in m]
     assert len(waits) >= 2 and "backfill/1" in waits[0], logs
+
+
+# ---- a run rides out passing faults: it tries its batch again from the plan, in the same run ---------
+
+def clicks_run_that_loses_its_lease(lake_root: str, expirations: int):
+    """The clicks stream whose batch commits the two fenced tables, its first `expirations` attempts losing the
+    ZooKeeper session between the two commits (a real expiry on the real server), and the attempts' leases."""
+    leases = []
+
+    def commit_then_expire(ctx, plan):
+        leases.append(active_lease())
+        expire = (lambda: expire_session(ctx.coordinator)) if len(leases) <= expirations else None
+        commit_batch(plan, "test.fenced", steps(ctx.lake, plan, after_first=expire), ctx.checkpoints)
+        return count_clicks(ctx, plan)
+
+    plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
+    CheckpointStore(DeltaLake(lake_root)).record_plan(plan)
+    return clicks_stream(lock_name=LOCK, run_batch=commit_then_expire), plan, leases
+
+
+def materialize_clicks(stream, plan, lake_root: str, coordinator: CoordinatorResource):
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
+        out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
+                          resources={"spark": NoSpark(), "lake": coordinator.lake, "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                                     "coordinator": coordinator})
+        return out, [e.user_message for e in instance.all_logs(out.run_id)], instance.get_run_by_id(out.run_id).tags
+
+
+def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_commits_once(stack, root, tmp_path, monkeypatch):
+    """Soak run 10: a lost lease (a session expiry, a run paused past it) or ZooKeeper away failed the run, and its
+    batch then waited minutes for a new run behind the others in the run queue, all red in the UI. The run now
+    tries again from the batch's plan: the first attempt committed fenced_a and lost its session before
+    fenced_b; the second takes the lock on a new session, skips fenced_a (its txn is there) and commits fenced_b."""
+    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.2,))
+    lake_root = str(tmp_path / "lake")
+    stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
+    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
+                                      session_timeout_s=SESSION_S, ride_out_faults_s=60)
+    out, logs, tags = materialize_clicks(stream, plan, lake_root, coordinator)
+    assert out.success, logs
+    assert COORDINATION_TAG not in tags
+    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    assert metadata["attempts_in_run"].value == 2
+    assert any("lease lost" in m and "attempt 2 in this run" in m for m in logs if m), logs
+    lake, checkpoints = DeltaLake(lake_root), CheckpointStore(DeltaLake(lake_root))
+    assert_committed_exactly_once(lake, checkpoints, plan)
+    first, second = leases
+    assert second.session_id != first.session_id and second.token > first.token
+    assert int(commits(lake, "fenced_a")[0]["fencing_token"]) == first.token  # committed once, by the first attempt
+    assert int(commits(lake, "fenced_b")[0]["fencing_token"]) == second.token
+
+
+def test_faults_that_outlast_the_ride_out_bound_fail_the_run_as_a_coordination_failure(stack, root, tmp_path, monkeypatch):
+    """With no time to ride faults out (ride_out_faults_s=0) the run fails at the first lost lease, tagged so it
+    does not count as an attempt; the sensor's retry finishes the batch (fenced_b is still missing)."""
+    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.2,))
+    lake_root = str(tmp_path / "lake")
+    stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
+    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
+                                      session_timeout_s=SESSION_S, ride_out_faults_s=0)
+    out, logs, tags = materialize_clicks(stream, plan, lake_root, coordinator)
+    assert not out.success and tags[COORDINATION_TAG] == "lease_lost"
+    assert len(leases) == 1
+    lake = DeltaLake(lake_root)
+    assert lake.exists("fenced_a") and not lake.exists("fenced_b")
+    assert not CheckpointStore(lake).is_done(plan.stream, plan.batch_id)
