@@ -45,9 +45,9 @@ def pipeline_assets(config: PipelineConfig) -> list:
     )
     def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource) -> MaterializeResult:
         plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
-        result = run_riding_out_faults(  # the lock is the target table
+        result = run_riding_out_faults(
             context, stream, lambda: run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan),
-            coordinator, target.name, on_fault=spark_reconnect(spark))
+            coordinator, lock_name=target.name, on_fault=spark_reconnect(spark))  # the lock is the target table
         report_table_commits(context, stream, plan.batch_id, result.versions, files=len(result.files), first_file=result.files[0].path)
         return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_pipeline_checks(lake.lake, config, result))
 

@@ -77,8 +77,9 @@ CODE_FAILURES = {"STEP_FAILURE", "RUN_EXCEPTION", "JOB_INITIALIZATION_FAILURE"}
 KAFKA_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
 # Transport failures, and the server's SparkContext stopped under a running query (the server shutting down:
 # seen in soak run 10 as an UnknownException, which counted as an attempt of the batch).
+# A client whose server restarted between two calls is refused with SESSION_CHANGED: a new client works.
 SPARK_UNREACHABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused", "Socket closed",
-                     "Cannot call methods on a stopped SparkContext")
+                     "Cannot call methods on a stopped SparkContext", "INVALID_HANDLE.SESSION_CHANGED")
 FREE_RETRIES = 6  # runs of one batch that may die (killed, orphaned, a service away) before retries back off
 BACKOFF_S = (30.0, 600.0)  # the first pause after FREE_RETRIES, and the longest: it doubles in between
 LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
@@ -260,8 +261,8 @@ def passing_fault(error: BaseException) -> str | None:
         return None
     if isinstance(error, LeaseLost):
         return "lease lost"
-    if isinstance(error, CoordinationGaveUp):
-        return "ZooKeeper unreachable"
+    if isinstance(error, CoordinationGaveUp):  # ZooKeeper away, or a session replaced while taking the lock
+        return "coordination gave up"
     service = unavailable_service(error)
     return f"{service} unavailable" if service else None
 
@@ -271,37 +272,43 @@ def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: 
                           on_fault: Callable[[str], None] | None = None) -> T:
     """The run's batch: `attempt()` (compute and commit from the batch's plan) inside the coordinator's
     lock when there is one (coordinated_batch), tried again in the same run after a passing fault
-    (passing_fault) for up to `ride_out_faults_s` (RIDE_OUT_S without a coordinator) from the first one,
-    RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark session after
-    a server restart). A run that fails and is retried by the sensor pays a relaunch and a place in the run
-    queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a fault the
-    platform rode out. Exactly-once holds as for a retry run: every attempt starts from the same plan and
-    every commit carries the batch's txn, so what an earlier attempt committed is skipped. When the faults
-    outlast the bound, or anything else fails, the run fails as before (coordination_failures); the
-    materialization's `attempts_in_run` says how many attempts it took."""
+    (passing_fault) while less than `ride_out_faults_s` (RIDE_OUT_S without a coordinator) has passed since
+    the first one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark
+    session after a server restart). A run that fails and is retried by the sensor pays a relaunch and a place
+    in the run queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a
+    fault the platform rode out. Exactly-once holds as for a retry run: every attempt starts from the same
+    plan and every commit carries the batch's txn, so what an earlier attempt committed is skipped. When the
+    faults outlast the bound, or anything else fails, the run fails as before (coordination_failures); the
+    materialization's `attempts_in_run` says how many attempts it took, LOCK_WAIT_METADATA their lock waits."""
     batch_id = int(context.partition_key)
     patience_s = coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S
-    first_fault, attempts = None, 1
-    with coordination_failures(context, f"{stream} batch {batch_id}: coordinator", "; a later tick retries the batch from its plan",
-                               batch_id=batch_id):
+    first_fault, attempts, waited_s = None, 1, None  # waited_s: None while no attempt held a lease
+    what = f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else "")
+    with coordination_failures(context, what, "; a later tick retries the batch from its plan", batch_id=batch_id):
         while True:
             try:
                 if coordinator is None:
                     result = attempt()
                 else:
-                    with coordinated_batch(context, coordinator, stream, lock_name):
+                    with coordinated_batch(context, coordinator, stream, lock_name) as lease:
+                        if lease is not None:
+                            waited_s = (waited_s or 0.0) + lease.waited_s
                         result = attempt()
+                if waited_s is not None:
+                    add_asset_output_metadata(context, {LOCK_WAIT_METADATA: round(waited_s, 3)})
                 add_asset_output_metadata(context, {"attempts_in_run": attempts})
                 return result
             except Exception as e:  # noqa: BLE001 - re-raised unless a passing fault within the bound
                 fault = passing_fault(e)
                 first_fault = first_fault if first_fault is not None else time.monotonic()
-                if fault is None or time.monotonic() - first_fault >= patience_s or not still_running(context):
+                if fault is None or time.monotonic() - first_fault >= patience_s:
                     raise
                 pause = RIDE_OUT_PAUSES_S[min(attempts - 1, len(RIDE_OUT_PAUSES_S) - 1)]
                 context.log.warning(f"{stream} batch {batch_id}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
                                     f"in this run starts from the plan in {pause:g}s (rides out faults for {patience_s:g}s)")
                 time.sleep(pause)
+                if not still_running(context):  # asked after the pause: the sensor may have taken the batch over meanwhile
+                    raise
                 attempts += 1
                 if on_fault is not None:
                     on_fault(fault)
@@ -310,7 +317,10 @@ def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: 
 def still_running(context: AssetExecutionContext) -> bool:
     """The run is still STARTED: a run paused past its liveness node's session may have been failed as an
     orphan meanwhile (orphans.py), and its batch handed to a retry run; it must not try again itself."""
-    run = context.instance.get_run_by_id(context.run_id)
+    try:
+        run = context.instance.get_run_by_id(context.run_id)
+    except Exception:  # noqa: BLE001 - the run storage did not answer: stop trying, the sensor retries the batch
+        return False
     return run is None or run.status == DagsterRunStatus.STARTED
 
 
@@ -333,7 +343,7 @@ def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorRe
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
     partition (= batch id). While the lock is held by someone else the run waits (a log line per
     round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited
-    become the materialization's LOCK_WAIT_METADATA. A predecessor refusal whose bounded wait ends within
+    become the materialization's LOCK_WAIT_METADATA (run_riding_out_faults sums its attempts'). A predecessor refusal whose bounded wait ends within
     that patience is waited out (acquire_in_turn). A give-up (after that bound, or the predecessor
     rule beyond it, or ZooKeeper away) or a lost lease is raised: inside run_riding_out_faults it ends the
     run as a Failure tagged COORDINATION_TAG (nothing more is committed and a later tick retries the same
@@ -349,7 +359,6 @@ def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorRe
         with fenced(lease):
             if lease is not None:
                 context.log.info(f"{stream} batch {batch_id}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
-                add_asset_output_metadata(context, {LOCK_WAIT_METADATA: round(lease.waited_s, 3)})
             yield lease
 
 

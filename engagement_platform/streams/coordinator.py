@@ -22,7 +22,7 @@ ZooKeeper layout under `root`:
 
 Fencing: the lock znode's sequence number is the lease's token; it only grows per lock. A writer
 calls `Lease.check()` right before each commit (LeaseLost once the session is lost, was replaced after
-expiry, or the znode is gone, or the connection stays down for a session timeout; a shorter outage, e.g. a
+expiry, or the znode is gone, or the connection stays down for `reconnect_wait_s`; a shorter outage, e.g. a
 server restart, is waited out) and writes the token into the commit's metadata.
 
 Run liveness (`register_run`, `live_runs`): any process can tell whether a run's process still exists,
@@ -177,7 +177,8 @@ class Coordinator:
                  reconnect_wait_s: float = 60.0):
         self.hosts, self.root = hosts, "/" + root.strip("/")
         self.session_timeout_s = session_timeout_s
-        # How long a lease check waits for a suspended connection to come back (at least the session timeout).
+        # How long a lease check waits for a suspended connection to come back. Never less than the session
+        # timeout: a session can come back at any point within it, so giving up sooner fails leases that hold.
         self.reconnect_wait_s = max(reconnect_wait_s, session_timeout_s)
         # Reconnect quickly after a server restart (default backoff grows to a minute).
         self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,

@@ -37,6 +37,9 @@ def test_a_broker_or_spark_server_away_is_unavailable_anywhere_in_the_chain():
     assert unavailable_service(raised_from(RuntimeError, UnknownException(
         "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.\n"
         "This stopped SparkContext was created at:\n\norg.apache.spark.sql.connect.service.SparkConnectServer.main"))) == "spark"
+    # A client whose server restarted between two of its calls (a new client works).
+    assert unavailable_service(SparkConnectGrpcException(
+        "[INVALID_HANDLE.SESSION_CHANGED] The handle 4e7c is invalid. The existing Spark server driver instance has restarted.")) == "spark"
 
 
 def test_errors_of_the_batch_itself_count():
