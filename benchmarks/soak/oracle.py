@@ -11,6 +11,10 @@ imported: the semantics are re-implemented from the README and the request forma
   is stored nowhere: suppressed, or quarantined and then purged by the erasure.
 - Timing: a request whose target came after it may expire (`target_not_found_within_horizon`). The caller passes
   the requests that expired and those still pending: neither applies; pending is unaccounted, expired needs a late target.
+- Messages the broker lost (`lost`: sent, not on the topic): the workload chose each request's target from what it
+  sent, so a request whose target was only in lost activities finds nothing. The lake holds it back and it expires,
+  or, when an earlier request of its batch held that target at the batch's start, it applies and changes nothing
+  (soak seed 61). Either outcome is accepted for it, and for the requests whose targets it produced.
 - profile_raw/<tenant>: per primary id, the valid changes folded in cdc_seq order (newer non-null keys win, null
   keeps, delete leaves a tombstone, an upsert after it starts empty, links from the newest change carrying
   related_ids). Identity components (the related_ids and component_id columns) are not computed.
@@ -68,13 +72,14 @@ class Expected:
     problems: list = field(default_factory=list)
 
 
-def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None, landed=()) -> Expected:
+def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None, landed=(), lost=()) -> Expected:
     """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds;
-    `landed`: the landing files (workload.LandingFile) that were landed, in order."""
+    `landed`: the landing files (workload.LandingFile) that were landed, in order; `lost`: messages sent that the
+    topics do not hold (the broker lost them)."""
     out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)}
     erased = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
     uses = _activities(by_topic[ACTIVITIES], erased, out)
-    _apply(_requests(by_topic[MUTATIONS], erased, out), uses, set(expired), set(pending), out)
+    _apply(_requests(by_topic[MUTATIONS], erased, out), uses, set(expired), set(pending), out, _named(m for m in lost if m.topic == ACTIVITIES))
     _profiles(by_topic[PROFILES], out)
     _members(landed, out)
     out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
@@ -236,18 +241,42 @@ def _needs(r: dict) -> list[tuple]:
     return [(r["org"], "engagement_id", r["engagement_id"])]
 
 
-def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Expected) -> None:
-    """The valid requests one at a time (the reference semantics), with the checks exactness rests on."""
+def _named(activities) -> set[tuple]:
+    """(org, field, id) of every owner and engagement id the given activity messages name (however bad they are)."""
+    named = set()
+    for m in activities:
+        record = loads(m.value)
+        if isinstance(record, dict) and isinstance(org := record.get("org_id"), str):
+            named |= {(org, f, v) for f in ("engagement_id", *OWNER_FIELDS) if isinstance(v := record.get(f), str)}
+    return named
+
+
+def _finds_nothing(table: dict, r: dict) -> bool:
+    """Whether `r` would find no row holding one of its targets (a dry run of _apply_one on a copy of its org)."""
+    missing, _ = _apply_one({k: dict(row) for k, row in table.items() if k[0] == r["org"]}, r)
+    return bool(missing)
+
+
+def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Expected, lost: set = frozenset()) -> None:
+    """The valid requests one at a time (the reference semantics), with the checks exactness rests on. `lost`: the
+    (org, field, id) named by activities the broker lost; a request needing one, or an id a request produced from
+    one, may find nothing (the module docstring)."""
     needed = Counter(n for r in requests for n in _needs(r))
     produced = {(r["org"], r["to_field"] if r["op"] == "convert" else r["field"], r["to_id"]) for r in requests if r["op"] in ("convert", "merge")}
+    lost = set(lost)
     for r in requests:
         key, rounds = (r["org"], r["id"]), [u for n in _needs(r) for u in uses.get(n, [])]
+        touches_lost = any(n in lost for n in _needs(r))
+        if touches_lost and r["op"] in ("convert", "merge"):
+            lost.add((r["org"], r["to_field"] if r["op"] == "convert" else r["field"], r["to_id"]))
         if any(u >= r["round"] for u in rounds):  # its target comes in its round or later: it may wait, then expire
             out.late.add(key)
             if any(u < r["round"] for u in rounds) or any(needed[n] > 1 or n in produced for n in _needs(r)):
                 out.problems.append(f"request {r['id']}: an activity it touches comes after it, or another request shares its target")
         elif not rounds and key in expired and not any(n in produced for n in _needs(r)):  # its target never reached the
             out.late.add(key)  # topic (the broker lost it): it could only wait, then expire (soak seed 59)
+        elif key in expired and touches_lost and _finds_nothing(out.activities, r):  # the rows in its scope were lost
+            out.late.add(key)
         if key in expired:
             count(out, MUTATIONS, {EXPIRED})
             if key not in out.late:
@@ -256,7 +285,7 @@ def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Ex
             out.unaccounted.append(f"mutation request {r['id']} is neither applied nor quarantined (still pending)")
         else:
             missing, deleted = _apply_one(out.activities, r)
-            if missing:  # the lake holds such a request back (or not, if a request of its batch produced the target)
+            if missing and not touches_lost:  # the lake holds such a request back (or not, if a request of its batch had the target)
                 out.problems.append(f"request {r['id']} finds no row holding {sorted(missing)} when it applies")
             for eid in deleted:  # a retry of it sent later would be appended again
                 if len(copies := uses.get((r["org"], "engagement_id", eid), [])) > 1 and max(copies) >= r["round"]:

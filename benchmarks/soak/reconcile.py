@@ -35,15 +35,17 @@ def read(root: str, name: str, columns: list[str]) -> list[dict]:
     return DeltaTable(path).to_pyarrow_table(columns=columns).to_pylist() if DeltaTable.is_deltatable(path) else []
 
 
-def as_delivered(messages, on_topic: Counter) -> tuple[list, list[str]]:
+def as_delivered(messages, on_topic: Counter) -> tuple[list, list[str], list]:
     """The messages as the topics hold them: one the broker does not hold is left out, an extra copy it holds
-    follows its original (the oracle counts it as a producer retry). Notes say where they differ from what was sent."""
-    left, to_send, out, notes = Counter(on_topic), Counter((m.topic, m.value) for m in messages), [], []
+    follows its original (the oracle counts it as a producer retry). Notes say where they differ from what was sent;
+    the third item is the messages left out."""
+    left, to_send, out, notes, lost = Counter(on_topic), Counter((m.topic, m.value) for m in messages), [], [], []
     for m in messages:
         key = (m.topic, m.value)
         to_send[key] -= 1
         if left[key] <= 0:
             notes.append(f"{m.topic} message {m.index} ({m.intent}) is not on the topic")
+            lost.append(m)
             continue
         left[key] -= 1
         out.append(m)
@@ -52,7 +54,7 @@ def as_delivered(messages, on_topic: Counter) -> tuple[list, list[str]]:
             out += [m] * left[key]
             left[key] = 0
     notes += [f"{n} message(s) on {topic} the soak did not send" for (topic, _), n in left.items() if n > 0]
-    return out, notes
+    return out, notes, lost
 
 
 def quarantined(root: str, name: str) -> tuple[Counter, int, list[dict]]:
@@ -79,12 +81,13 @@ def keyed_diff(name: str, expected_rows: dict, actual: list[tuple], equal) -> tu
     return lines, len(lost) + len(extra) + len(duplicated) + len(wrong)
 
 
-def lake_diff(messages, root: str, landed=()) -> tuple[list[str], int, list[str], list[str]]:
-    """(lines, differences, unaccounted, workload problems). `landed`: the landing files the soak landed."""
+def lake_diff(messages, root: str, landed=(), lost=()) -> tuple[list[str], int, list[str], list[str]]:
+    """(lines, differences, unaccounted, workload problems). `landed`: the landing files the soak landed; `lost`: the
+    messages sent that the topics do not hold."""
     mutation_q = quarantined(root, QUARANTINES[MUTATIONS])
     expired = {(r["org_id"], json.loads(r["input"])["request_id"]) for r in mutation_q[2] if r["error_code"] == EXPIRED and r["input"]}
     pending = {(r["org_id"], r["request_id"]) for r in read(root, "engagement_mutations_pending", ["org_id", "request_id"])}
-    oracle = expected(messages, expired, pending, landed=landed)
+    oracle = expected(messages, expired, pending, landed=landed, lost=lost)
     lines, differences = [f"late-target requests: {len(oracle.late)}, of which expired: {len(expired)}, still pending: {len(pending)}"], 0
 
     def add(diff: tuple[list[str], int]) -> None:
@@ -163,8 +166,8 @@ def dagster_outcome(dagster_home: str) -> dict:
 
 def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sample], caught_up: bool,
               failed_sends: list[str], incidents: list[str], env: dict[str, str], landed=(), window_s: float = 0.0) -> int:
-    delivered, broker_notes = as_delivered(messages, on_topic)
-    lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"], landed)
+    delivered, broker_notes, lost = as_delivered(messages, on_topic)
+    lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"], landed, lost)
     dagster = dagster_outcome(env["DAGSTER_HOME"])
     print("\n== faults ==")
     for line in summary(faults, samples, window_s):
