@@ -11,7 +11,8 @@ from engagement_platform.landing.apply import quarantine_spec, run_file_batch, s
 from engagement_platform.landing.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.orchestration.orphans import stranded_metadata
-from engagement_platform.orchestration.runs import report_table_commits, run_riding_out_faults, spark_reconnect
+from engagement_platform.orchestration.ride_out import run_riding_out_faults, spark_reconnect
+from engagement_platform.orchestration.runs import report_table_commits
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 
 GROUP = "ingest"

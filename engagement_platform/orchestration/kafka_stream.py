@@ -38,6 +38,7 @@ from dagster import (
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.checks import BatchChecks, check_specs, evaluate_checks, offset_ranges_contiguous
 from engagement_platform.orchestration.orphans import liveness_probe, run_liveness, stranded_metadata
+from engagement_platform.orchestration.ride_out import run_riding_out_faults, spark_reconnect
 from engagement_platform.orchestration.runs import (
     STREAM_TAG,
     TurnWait,
@@ -45,8 +46,6 @@ from engagement_platform.orchestration.runs import (
     report_table_commits,
     resume_unfinished,
     run_request,
-    run_riding_out_faults,
-    spark_reconnect,
     unless_unavailable,
     waits_for_its_turn,
 )

@@ -13,7 +13,7 @@ waiting (`coordinated_batch`: rounds of the lock timeout, each logged, up to the
 `max_lock_wait_s`); the time it waited is the materialization's `seconds_waiting_for_lock`.
 
 A fault that clears by itself (a lost lease, ZooKeeper, the broker or Spark away) is first ridden out in
-the run: it tries its batch again from the plan for up to `ride_out_faults_s` (run_riding_out_faults).
+the run: it tries its batch again from the plan for up to `ride_out_faults_s` (ride_out.py).
 When the coordinator gives up all the same (the lock still held after that bound, predecessor
 mismatch, ZooKeeper unreachable) or the lease is lost before a commit, the run fails without
 committing anything more and is tagged COORDINATION_TAG; such runs do not count towards
@@ -56,7 +56,7 @@ from dagster import (
 from pyspark.errors.exceptions.connect import SparkConnectException
 
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, reap_orphans, retry_tags
-from engagement_platform.resources import CoordinatorResource, SparkResource, holder_owner
+from engagement_platform.resources import CoordinatorResource, holder_owner
 from engagement_platform.streams.batch import fenced
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy, PredecessorRefused
 from engagement_platform.streams.planning import BatchPlan
@@ -83,8 +83,6 @@ SPARK_UNREACHABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all address
 FREE_RETRIES = 6  # runs of one batch that may die (killed, orphaned, a service away) before retries back off
 BACKOFF_S = (30.0, 600.0)  # the first pause after FREE_RETRIES, and the longest: it doubles in between
 LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
-RIDE_OUT_S = 120.0  # how long a run without a coordinator tries its batch again after passing faults
-RIDE_OUT_PAUSES_S = (5.0, 10.0, 20.0)  # between a run's attempts at its batch; the last one repeats
 
 # Why a run of the batch would wait for its turn right now, or None: (plan, after a coordination give-up).
 # Called with False before a new batch's run or any retry (the lock), with True after a give-up (the lock
@@ -252,100 +250,15 @@ def coordination_failures(context: AssetExecutionContext, what: str, then: str, 
                       metadata={"unavailable": service, **metadata}, allow_retries=False) from e
 
 
-def passing_fault(error: BaseException) -> str | None:
-    """What fault, one that clears by itself, ended an attempt at a batch: the lease lost (a ZooKeeper
-    session expired, the run paused past it), ZooKeeper away, or the broker or Spark server unreachable;
-    None for anything else. Waiting one's turn (the lock busy past the run's patience, the predecessor
-    rule) is not such a fault: the sensor holds the batch until its turn comes."""
-    if isinstance(error, (LockBusy, PredecessorRefused)):
-        return None
-    if isinstance(error, LeaseLost):
-        return "lease lost"
-    if isinstance(error, CoordinationGaveUp):  # ZooKeeper away, or a session replaced while taking the lock
-        return "coordination gave up"
-    service = unavailable_service(error)
-    return f"{service} unavailable" if service else None
-
-
-def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: Callable[[], T],
-                          coordinator: CoordinatorResource | None = None, lock_name: str | None = None,
-                          on_fault: Callable[[str], None] | None = None) -> T:
-    """The run's batch: `attempt()` (compute and commit from the batch's plan) inside the coordinator's
-    lock when there is one (coordinated_batch), tried again in the same run after a passing fault
-    (passing_fault) while less than `ride_out_faults_s` (RIDE_OUT_S without a coordinator) has passed since
-    the first one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark
-    session after a server restart). A run that fails and is retried by the sensor pays a relaunch and a place
-    in the run queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a
-    fault the platform rode out. Exactly-once holds as for a retry run: every attempt starts from the same
-    plan and every commit carries the batch's txn, so what an earlier attempt committed is skipped. When the
-    faults outlast the bound, or anything else fails, the run fails as before (coordination_failures); the
-    materialization's `attempts_in_run` says how many attempts it took, LOCK_WAIT_METADATA their lock waits."""
-    batch_id = int(context.partition_key)
-    patience_s = coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S
-    first_fault, attempts, waited_s = None, 1, None  # waited_s: None while no attempt held a lease
-    what = f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else "")
-    with coordination_failures(context, what, "; a later tick retries the batch from its plan", batch_id=batch_id):
-        while True:
-            try:
-                if coordinator is None:
-                    result = attempt()
-                else:
-                    with coordinated_batch(context, coordinator, stream, lock_name) as lease:
-                        if lease is not None:
-                            waited_s = (waited_s or 0.0) + lease.waited_s
-                        result = attempt()
-                if waited_s is not None:
-                    add_asset_output_metadata(context, {LOCK_WAIT_METADATA: round(waited_s, 3)})
-                add_asset_output_metadata(context, {"attempts_in_run": attempts})
-                return result
-            except Exception as e:  # noqa: BLE001 - re-raised unless a passing fault within the bound
-                fault = passing_fault(e)
-                first_fault = first_fault if first_fault is not None else time.monotonic()
-                if fault is None or time.monotonic() - first_fault >= patience_s:
-                    raise
-                pause = RIDE_OUT_PAUSES_S[min(attempts - 1, len(RIDE_OUT_PAUSES_S) - 1)]
-                context.log.warning(f"{stream} batch {batch_id}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
-                                    f"in this run starts from the plan in {pause:g}s (rides out faults for {patience_s:g}s)")
-                time.sleep(pause)
-                if not still_running(context):  # asked after the pause: the sensor may have taken the batch over meanwhile
-                    raise
-                attempts += 1
-                if on_fault is not None:
-                    on_fault(fault)
-
-
-def still_running(context: AssetExecutionContext) -> bool:
-    """The run is still STARTED: a run paused past its liveness node's session may have been failed as an
-    orphan meanwhile (orphans.py), and its batch handed to a retry run; it must not try again itself."""
-    try:
-        run = context.instance.get_run_by_id(context.run_id)
-    except Exception:  # noqa: BLE001 - the run storage did not answer: stop trying, the sensor retries the batch
-        return False
-    return run is None or run.status == DagsterRunStatus.STARTED
-
-
-def spark_reconnect(spark: SparkResource) -> Callable[[str], None]:
-    """run_riding_out_faults' on_fault for a run on `spark`: a new session after the Spark server was away."""
-    def on_fault(fault: str) -> None:
-        if fault == "spark unavailable":
-            spark.reconnect()
-    return on_fault
-
-
-def add_asset_output_metadata(context: AssetExecutionContext, metadata: dict) -> None:
-    """Metadata on the asset's output (its check results are outputs too, so the name is needed)."""
-    context.add_output_metadata(metadata, output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
-
-
 @contextmanager
 def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str,
                       lock_name: str | None = None) -> Iterator[Lease | None]:
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
     partition (= batch id). While the lock is held by someone else the run waits (a log line per
     round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited
-    become the materialization's LOCK_WAIT_METADATA (run_riding_out_faults sums its attempts'). A predecessor refusal whose bounded wait ends within
+    become the materialization's LOCK_WAIT_METADATA (ride_out.run_riding_out_faults sums its attempts'). A predecessor refusal whose bounded wait ends within
     that patience is waited out (acquire_in_turn). A give-up (after that bound, or the predecessor
-    rule beyond it, or ZooKeeper away) or a lost lease is raised: inside run_riding_out_faults it ends the
+    rule beyond it, or ZooKeeper away) or a lost lease is raised: inside ride_out.run_riding_out_faults it ends the
     run as a Failure tagged COORDINATION_TAG (nothing more is committed and a later tick retries the same
     plan), unless it is a passing fault that the run rides out."""
     batch_id = int(context.partition_key)

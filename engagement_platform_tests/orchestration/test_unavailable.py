@@ -98,7 +98,7 @@ def test_a_spark_fault_gives_the_run_a_new_client_of_the_shared_session(stack):
     """Riding out a Spark fault (a server restart: its channel and the server-side session the client knew are
     gone), the run's next attempt uses a new client of the shared session, configured again, and the old one is
     closed and forgotten; other passing faults keep the session."""
-    from engagement_platform.orchestration.runs import spark_reconnect
+    from engagement_platform.orchestration.ride_out import spark_reconnect
     from engagement_platform.resources import SparkResource
 
     resource = SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})
@@ -121,7 +121,7 @@ def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fail
 
     from engagement_platform.lake.checkpoints import CheckpointStore
     from engagement_platform.lake.delta import DeltaLake
-    from engagement_platform.orchestration import runs
+    from engagement_platform.orchestration import ride_out
     from engagement_platform.orchestration.runs import UNAVAILABLE_TAG, counts_as_attempt
     from engagement_platform.resources import KafkaResource, LakeResource
     from engagement_platform.streams.kafka import OffsetRange
@@ -129,7 +129,7 @@ def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fail
     from engagement_platform_tests.support.streams import NoSpark, clicks_stream, count_clicks
 
     monkeypatch.setenv("EP_COORDINATOR", "off")  # no ZooKeeper here: the run holds no liveness node
-    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.1,))
+    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.1,))
     away = SparkConnectGrpcException("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>")
 
     def run(faults: int, lake_root: str):
@@ -156,7 +156,7 @@ def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fail
     (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
     assert metadata["attempts_in_run"].value == 3
 
-    monkeypatch.setattr(runs, "RIDE_OUT_S", 0.0)
+    monkeypatch.setattr(ride_out, "RIDE_OUT_S", 0.0)
     out, failed, calls = run(faults=99, lake_root=str(tmp_path / "b"))
     assert not out.success and calls == 1
     assert failed.tags[UNAVAILABLE_TAG] == "spark" and not counts_as_attempt(failed)

@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.orchestration import runs
+from engagement_platform.orchestration import ride_out
 from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA, run_request
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
@@ -704,7 +704,7 @@ def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_com
     batch then waited minutes for a new run behind the others in the run queue, all red in the UI. The run now
     tries again from the batch's plan: the first attempt committed fenced_a and lost its session before
     fenced_b; the second takes the lock on a new session, skips fenced_a (its txn is there) and commits fenced_b."""
-    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.2,))
+    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
     lake_root = str(tmp_path / "lake")
     stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
     coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
@@ -726,7 +726,7 @@ def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_com
 def test_faults_that_outlast_the_ride_out_bound_fail_the_run_as_a_coordination_failure(stack, root, tmp_path, monkeypatch):
     """With no time to ride faults out (ride_out_faults_s=0) the run fails at the first lost lease, tagged so it
     does not count as an attempt; the sensor's retry finishes the batch (fenced_b is still missing)."""
-    monkeypatch.setattr(runs, "RIDE_OUT_PAUSES_S", (0.2,))
+    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
     lake_root = str(tmp_path / "lake")
     stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
     coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
