@@ -4,8 +4,9 @@
 
     .venv/bin/python -m benchmarks.soak --seed 7 --minutes 5 --faults 20 [--max-concurrent-faults 2 | --spaced]
 
-Its own stack (ZooKeeper 43181, broker 49192, Spark Connect 45102: neither the default, the tests' nor the other
-benchmarks' ports) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
+Its own stack (ZooKeeper 24181, broker 24092, Spark Connect 24102: neither the default, the tests' nor the other
+benchmarks' ports, and below Linux's ephemeral range, 32768-60999, where a client socket of the test stack took
+45102 once and the short soak's Spark server could not bind it) and state folder (.state/soak-<seed>, wiped at start; logs under logs/). It produces a round every
 --round-seconds for --minutes while the faults happen (a round's landing file is landed under EP_LANDING_ROOT as a
 producer must), sends what the last rounds scheduled, then waits (at most --catch-up-minutes) until the platform is
 caught up: every stream has committed its topic, every landed file's batch is done, no run is queued or in flight,
@@ -34,7 +35,7 @@ from benchmarks.soak.reconcile import reconcile
 from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, Gate, LandingFile, Message, Workload
 from engagement_platform.streams.kafka import ReplacingProducer
 
-PORTS = {"EP_ZK_PORT": "43181", "EP_KAFKA_PORT": "49192", "EP_SPARK_CONNECT_PORT": "45102"}
+PORTS = {"EP_ZK_PORT": "24181", "EP_KAFKA_PORT": "24092", "EP_SPARK_CONNECT_PORT": "24102"}
 SERVERS = ["zookeeper", "kafka", "spark"]
 STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, "profile_cdc": PROFILES}  # stream -> its topic
 LANDING_STREAM = f"ingest.{LANDING}"  # the landing pipeline's stream in the checkpoint store (landing/apply.py)
