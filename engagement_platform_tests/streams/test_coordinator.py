@@ -699,17 +699,23 @@ def materialize_clicks(stream, plan, lake_root: str, coordinator: CoordinatorRes
         return out, [e.user_message for e in instance.all_logs(out.run_id)], instance.get_run_by_id(out.run_id).tags
 
 
+def run_losing_the_lease_once(stack, root: str, lake_root: str, monkeypatch, ride_out_faults_s: float):
+    """The clicks run whose first attempt loses its session between the two fenced commits, materialized with this
+    ride-out bound (pauses shortened): (plan, the attempts' leases, the result, its log messages, its run tags)."""
+    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
+    stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
+    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
+                                      session_timeout_s=SESSION_S, ride_out_faults_s=ride_out_faults_s)
+    return (plan, leases, *materialize_clicks(stream, plan, lake_root, coordinator))
+
+
 def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_commits_once(stack, root, tmp_path, monkeypatch):
     """Soak run 10: a lost lease (a session expiry, a run paused past it) or ZooKeeper away failed the run, and its
     batch then waited minutes for a new run behind the others in the run queue, all red in the UI. The run now
     tries again from the batch's plan: the first attempt committed fenced_a and lost its session before
     fenced_b; the second takes the lock on a new session, skips fenced_a (its txn is there) and commits fenced_b."""
-    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
     lake_root = str(tmp_path / "lake")
-    stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
-    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
-                                      session_timeout_s=SESSION_S, ride_out_faults_s=60)
-    out, logs, tags = materialize_clicks(stream, plan, lake_root, coordinator)
+    plan, leases, out, logs, tags = run_losing_the_lease_once(stack, root, lake_root, monkeypatch, ride_out_faults_s=60)
     assert out.success, logs
     assert COORDINATION_TAG not in tags
     (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
@@ -726,12 +732,8 @@ def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_com
 def test_faults_that_outlast_the_ride_out_bound_fail_the_run_as_a_coordination_failure(stack, root, tmp_path, monkeypatch):
     """With no time to ride faults out (ride_out_faults_s=0) the run fails at the first lost lease, tagged so it
     does not count as an attempt; the sensor's retry finishes the batch (fenced_b is still missing)."""
-    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
     lake_root = str(tmp_path / "lake")
-    stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
-    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
-                                      session_timeout_s=SESSION_S, ride_out_faults_s=0)
-    out, logs, tags = materialize_clicks(stream, plan, lake_root, coordinator)
+    plan, leases, out, logs, tags = run_losing_the_lease_once(stack, root, lake_root, monkeypatch, ride_out_faults_s=0)
     assert not out.success and tags[COORDINATION_TAG] == "lease_lost"
     assert len(leases) == 1
     lake = DeltaLake(lake_root)
