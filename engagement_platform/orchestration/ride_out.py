@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from dagster import AssetExecutionContext, DagsterRunStatus
 
 from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, coordinated_batch, coordination_failures, unavailable_service
 from engagement_platform.resources import CoordinatorResource, SparkResource
-from engagement_platform.streams.coordinator import CoordinationGaveUp, LeaseLost, LockBusy, PredecessorRefused
+from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy, PredecessorRefused
 
 T = TypeVar("T")
 
@@ -40,27 +41,38 @@ def passing_fault(error: BaseException) -> str | None:
 def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: Callable[[], T],
                           coordinator: CoordinatorResource | None = None, lock_name: str | None = None,
                           on_fault: Callable[[str], None] | None = None) -> T:
-    """The run's batch: `attempt()` (compute and commit from the batch's plan) inside the coordinator's
-    lock when there is one (coordinated_batch), tried again in the same run after a passing fault
-    (passing_fault) while less than `ride_out_faults_s` (RIDE_OUT_S without a coordinator) has passed since
-    the first one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark
-    session after a server restart). A run that fails and is retried by the sensor pays a relaunch and a place
-    in the run queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a
-    fault the platform rode out. Exactly-once holds as for a retry run: every attempt starts from the same
-    plan and every commit carries the batch's txn, so what an earlier attempt committed is skipped. When the
-    faults outlast the bound, or anything else fails, the run fails as before (coordination_failures); the
-    materialization's `attempts_in_run` says how many attempts it took, LOCK_WAIT_METADATA their lock waits."""
+    """The run's batch (its partition): `attempt()` (compute and commit from the batch's plan) inside the
+    coordinator's lock when there is one (coordinated_batch), riding out passing faults (ride_out) for
+    `ride_out_faults_s` (RIDE_OUT_S without a coordinator). Exactly-once holds as for a retry run: every
+    attempt starts from the same plan and every commit carries the batch's txn, so what an earlier attempt
+    committed is skipped."""
     batch_id = int(context.partition_key)
-    patience_s = coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S
+    hold = (lambda: coordinated_batch(context, coordinator, stream, lock_name)) if coordinator is not None else None
+    return ride_out(context, f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else ""), attempt, hold,
+                    coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S, on_fault,
+                    then="; a later tick retries the batch from its plan", batch_id=batch_id)
+
+
+def ride_out(context: AssetExecutionContext, what: str, attempt: Callable[[], T],
+             hold: Callable[[], AbstractContextManager[Lease | None]] | None = None, patience_s: float = RIDE_OUT_S,
+             on_fault: Callable[[str], None] | None = None, then: str = "", **failure_metadata) -> T:
+    """`attempt()` inside `hold()` (a lock: the lease fences its commits; None: no lock), tried again in the
+    same run after a passing fault (passing_fault) while less than `patience_s` has passed since the first
+    one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark session
+    after a server restart). A run that fails and is retried by the sensor pays a relaunch and a place in
+    the run queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a
+    fault the platform rode out. Every attempt must start from its plan (what an earlier attempt committed
+    is found by its txn and skipped). When the faults outlast the bound, or anything else fails, the run
+    fails as before (coordination_failures, saying `what` and `then`, with `failure_metadata`); the
+    materialization's `attempts_in_run` says how many attempts it took, LOCK_WAIT_METADATA their lock waits."""
     first_fault, attempts, waited_s = None, 1, None  # waited_s: None while no attempt held a lease
-    what = f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else "")
-    with coordination_failures(context, what, "; a later tick retries the batch from its plan", batch_id=batch_id):
+    with coordination_failures(context, what, then, **failure_metadata):
         while True:
             try:
-                if coordinator is None:
+                if hold is None:
                     result = attempt()
                 else:
-                    with coordinated_batch(context, coordinator, stream, lock_name) as lease:
+                    with hold() as lease:
                         if lease is not None:
                             waited_s = (waited_s or 0.0) + lease.waited_s
                         result = attempt()
@@ -74,7 +86,7 @@ def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: 
                 if fault is None or time.monotonic() - first_fault >= patience_s:
                     raise
                 pause = RIDE_OUT_PAUSES_S[min(attempts - 1, len(RIDE_OUT_PAUSES_S) - 1)]
-                context.log.warning(f"{stream} batch {batch_id}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
+                context.log.warning(f"{what}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
                                     f"in this run starts from the plan in {pause:g}s (rides out faults for {patience_s:g}s)")
                 time.sleep(pause)
                 if not still_running(context):  # asked after the pause: the sensor may have taken the batch over meanwhile

@@ -11,19 +11,21 @@ two writers (processor and backfill) and an asset key has one producer: the proc
 materialization of the tenant for every commit it makes. Both take the tenant lock.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from dagster import AssetExecutionContext, AssetKey, AssetSpec, DagsterInstance, DynamicPartitionsDefinition, RunsFilter
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.parts import Parts
-from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, UNFINISHED, coordination_failures
+from engagement_platform.orchestration.ride_out import ride_out, spark_reconnect
+from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.orchestration.topics import Watermarks
 from engagement_platform.profiles.lag import staged_offsets, topic_lag
 from engagement_platform.profiles.locks import tenant_lock
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS, QUARANTINE_PROFILE_CDC
-from engagement_platform.resources import CoordinatorResource, holder_owner
+from engagement_platform.resources import CoordinatorResource, SparkResource, holder_owner
 from engagement_platform.streams.coordinator import Lease, LockBusy
 
 GROUP = "profiles"
@@ -38,6 +40,7 @@ PROCESSOR_JOB = "profile_processor_job"
 SEGMENTS_JOB = "profile_segments_job"
 # One per tenant: the processor sensor adds a tenant when its first changes are staged.
 profile_tenants = DynamicPartitionsDefinition(name="profile_tenants")
+T = TypeVar("T")
 
 
 def cdc_lag_metadata(watermarks: Watermarks, staged: dict[int, int]) -> dict:
@@ -59,25 +62,29 @@ def tenants_in_flight(instance: DagsterInstance, job_names: tuple[str, ...] = (P
             for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))}
 
 
-@contextmanager
-def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResource, tenant: str, owner: str) -> Iterator[Lease | None]:
-    """The tenant lock for the block (commits fenced). While another run of the tenant holds it, the run
-    waits its turn (a log line per round of the lock timeout) up to the coordinator's `max_lock_wait_s`;
-    the seconds it waited become the materialization's LOCK_WAIT_METADATA. Only a give-up after that, or a
-    lost lease, fails the run tagged COORDINATION_TAG with nothing (more) committed: the next tick asks again."""
+def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResource, spark: SparkResource, tenant: str, owner: str,
+                  attempt: Callable[[], T]) -> T:
+    """`attempt()` under the tenant lock (commits fenced), riding out passing faults (ride_out: a lost lease,
+    ZooKeeper, the broker or Spark away) for `ride_out_faults_s`, each new attempt planned afresh from the
+    tenant's progress (so what an earlier attempt committed is skipped) and on a new Spark session after
+    Spark was away. While another run of the tenant holds the lock, the run waits its turn (a log line per
+    round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited become the
+    materialization's LOCK_WAIT_METADATA. Only a give-up after that, or faults past the bound, fail the run
+    tagged COORDINATION_TAG / UNAVAILABLE_TAG with nothing (more) committed: the next tick asks again."""
     zk = coordinator.coordinator() if coordinator.is_enabled else None
 
     def waiting(busy: LockBusy, waited_s: float) -> None:
         context.log.info(f"{owner} waits for its turn: tenant lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
                          f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
 
-    with coordination_failures(context, f"{owner}: tenant lock", "", tenant=tenant):
+    @contextmanager
+    def hold() -> Iterator[Lease | None]:
         with tenant_lock(zk, tenant, owner, coordinator.lock_timeout_s, coordinator.max_lock_wait_s, waiting) as lease:
             if lease is not None:
                 context.log.info(f"{owner}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
-                context.add_output_metadata({LOCK_WAIT_METADATA: round(lease.waited_s, 3)},
-                                            output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
             yield lease
+
+    return ride_out(context, f"{owner}: tenant lock", attempt, hold, coordinator.ride_out_faults_s, spark_reconnect(spark), tenant=tenant)
 
 
 profile_tables = [

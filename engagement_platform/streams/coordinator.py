@@ -103,6 +103,11 @@ class Lease:
         self.path, self.session_id = path, session_id
         self.waited_s = 0.0  # seconds spent waiting for the lock before it was obtained (set by wait_for_lock)
 
+    @property
+    def coordinator(self) -> Coordinator:
+        """The coordinator whose ZooKeeper session holds the lock."""
+        return self._coordinator
+
     def check(self) -> None:
         """Raise LeaseLost unless the session is connected and our znode is still the lock holder."""
         self._coordinator._check(self)

@@ -118,6 +118,42 @@ def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spar
     assert all(c.passed for c in ran.get_asset_check_evaluations())
 
 
+def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_and_merges_once(kafka, lake, cdc_topic, instance, resources,
+                                                                                                  monkeypatch):
+    """Soak runs 12-13: the processor's tenant-locked runs failed on every lost lease (a session expiry, a run
+    paused past it) and waited for the sensor's retry behind the run queue. They now ride the fault out like
+    the batch streams: the first attempt's session expires (a real expiry on the real server) before it
+    commits, its fenced commit refuses, and the second attempt takes the lock on a new session, plans the
+    tenant's batch again and merges it, once."""
+    from engagement_platform.orchestration import ride_out
+    from engagement_platform.profiles.processor import assets as processor_assets
+    from engagement_platform.profiles.processor.apply import processor_app_id
+    from engagement_platform.streams.batch import active_lease
+    from engagement_platform_tests.support.streams import expire_session
+
+    monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
+    kafka.produce(cdc_topic, encode([record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {"b": 2})]))
+    stage_via_dagster(instance, resources)
+    process_tenant, leases = processor_assets.process_tenant, []
+
+    def losing_the_lease_at_first(*args):
+        leases.append(active_lease())
+        if len(leases) == 1:
+            expire_session(leases[0].coordinator)
+        return process_tenant(*args)
+
+    monkeypatch.setattr(processor_assets, "process_tenant", losing_the_lease_at_first)
+    _, _, ran = process_via_dagster(instance, resources)
+    raw_meta = materialized(ran, "profile_raw")
+    assert (raw_meta["attempts_in_run"], raw_meta["changes_read"]) == (2, 2)
+    first, second = leases
+    assert second.session_id != first.session_id and second.token > first.token
+    merges = [c for c in lake.table("profile_raw/acme").history() if c.get("app_id") == processor_app_id("acme")]
+    assert [int(c["fencing_token"]) for c in merges] == [second.token]
+    rows = {r["primary_id"]: json.loads(r["fields"]) for r in read_profiles(lake, "acme").to_pylist()}
+    assert rows == {"789": {"a": 1}, "788": {"b": 2}}
+
+
 def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partition(lake, instance, resources, tmp_path):
     folder = tmp_path / "export"
     folder.mkdir()

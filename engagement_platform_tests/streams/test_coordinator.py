@@ -19,7 +19,6 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 from dagster import AssetKey, DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
-from kazoo.client import KazooClient
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
@@ -33,7 +32,7 @@ from engagement_platform.streams.batch import CommitStep, active_lease, commit_b
 from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice, plan_next_batch
-from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks
+from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks, expire_session
 from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.mutations import produce_requests
 from engagement_platform_tests.support.stack import REPO
@@ -78,15 +77,6 @@ def own_zk(tmp_path_factory):
     ctl("start")
     yield SimpleNamespace(hosts=f"127.0.0.1:{OWN_ZK_PORT}", start=lambda: ctl("start"), stop=lambda: ctl("stop"))
     ctl("stop")
-
-
-def expire_session(coordinator: Coordinator) -> None:
-    """Close the coordinator's session from another connection: the server expires it at once
-    (ephemeral znodes deleted) and the coordinator's client finds out on its next reconnect."""
-    other = KazooClient(hosts=coordinator.hosts, client_id=coordinator.client.client_id)
-    other.start(timeout=5)
-    other.stop()
-    other.close()
 
 
 def wait_for(predicate, timeout_s: float = 15.0) -> None:

@@ -8,23 +8,27 @@ import json
 from collections import Counter
 from datetime import date, datetime, timezone
 
-from benchmarks.soak.oracle import DUPLICATE, EXPIRED, expected
+import pyarrow as pa
+
+from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, expected
 from benchmarks.soak.workload import (
-    ACTIVITIES, BAD_MEMBERS, GDPR, INGESTION, LANDING, MUTATIONS, PROFILES, RETENTION, Gate, LandingFile, Message, Workload,
+    ACTIVITIES, BAD_MEMBERS, GDPR, INGESTION, LANDING, MUTATIONS, ORGS, PROFILES, RETENTION, Gate, LandingFile, Message, Workload,
 )
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
+RETENTION_INTENTS = {"old_activity", "old_duplicate", "retention", "retention_duplicate"}  # Workload._retention's messages
 
 
 class Script:
-    """Messages in send order; mutation messages gated on the ingestion of earlier rounds, as the workload does."""
+    """Messages in send order; mutation messages and retention requests gated on the ingestion of earlier rounds, as
+    the workload does."""
 
     def __init__(self):
         self.messages: list[Message] = []
 
     def send(self, topic: str, record, round: int = 0, gate: Gate | None = None, key: bytes = b"k") -> Script:
         value = record if isinstance(record, bytes) else json.dumps(record).encode()
-        if topic == MUTATIONS and gate is None:
+        if gate is None and (topic == MUTATIONS or (isinstance(record, dict) and record.get("kind") == "retention")):
             gate = Gate(INGESTION, ACTIVITIES, round - 1)
         self.messages.append(Message(len(self.messages), round, topic, key, value, "test", gate))
         return self
@@ -208,6 +212,86 @@ def test_bad_gdpr_requests_by_reason():
     assert out.gdpr_requests == set()
 
 
+def retention(rid: str, days: int, org: str = "o1", request_time: str = "2026-01-05T08:00:00Z") -> dict:
+    return {"request_id": rid, "org_id": org, "request_time": request_time, "kind": "retention", "retention_days": days}
+
+
+def old(eid: str, day: str, org: str = "o1", **columns) -> dict:
+    return activity(eid, org, event_time=f"{day}T12:00:00Z", **columns)
+
+
+def retention_script() -> Script:
+    """o1's old activities old1 (2023-07-01) and old2 (2023-07-02) in round 0 and old3 (2023-07-03) in round 2, o2's
+    other (2023-07-01) in round 0, a regular activity; in round 1 a retention request of o1 (sent twice) whose
+    cut-off is 2023-07-03: its request_time's UTC day, 2026-01-06, less 918 days."""
+    s = Script().send(ACTIVITIES, old("old1", "2023-07-01", lead_id="LT1")).send(ACTIVITIES, old("old2", "2023-07-02", contact_id="CT1"))
+    s.send(ACTIVITIES, old("other", "2023-07-01", org="o2", lead_id="LT1")).send(ACTIVITIES, activity("a", lead_id="L1"))
+    ttl = retention("r1", 918, request_time="2026-01-05T23:30:00-05:00")  # 2026-01-06 in UTC
+    s.send(GDPR, ttl, round=1).send(GDPR, ttl, round=1)
+    return s.send(ACTIVITIES, old("old3", "2023-07-03", lead_id="LT1"), round=2)  # on the cut-off day: not older
+
+
+def test_a_retention_request_deletes_its_orgs_rows_before_its_cutoff_and_counts_them_in_its_audit_row():
+    out = expected(retention_script().messages, now=NOW)
+    assert out.activities == {("o1", "a"): row(lead_id="L1"), ("o1", "old3"): row(lead_id="LT1", engagement_date=date(2023, 7, 3)),
+                              ("o2", "other"): row(org="o2", lead_id="LT1", engagement_date=date(2023, 7, 1))}
+    assert out.gdpr_requests == {("o1", "r1")} and out.removed == {("o1", "r1"): 2}  # one audit row, two rows removed
+    assert out.quarantine[GDPR] == Counter({DUPLICATE: 1}) and out.problems == []
+
+
+def test_retention_requests_count_in_request_order_and_an_activity_the_broker_lost_is_just_not_there():
+    from benchmarks.soak.reconcile import as_delivered
+
+    s = retention_script()
+    s.send(GDPR, retention("r2", 919, request_time="2026-01-06T08:00:02Z"), round=3)  # cut-off 2023-07-02: nothing left
+    s.send(GDPR, retention("r3", 917, request_time="2026-01-06T08:00:03Z"), round=3)  # cut-off 2023-07-04: old3 goes
+    out = expected(s.messages, now=NOW)
+    assert set(out.activities) == {("o1", "a"), ("o2", "other")} and out.problems == []
+    assert out.removed == {("o1", "r1"): 2, ("o1", "r2"): 0, ("o1", "r3"): 1}
+
+    on_topic = Counter((m.topic, m.value) for m in s.messages if b'"old2"' not in m.value)  # the broker lost old2
+    delivered, _, lost = as_delivered(s.messages, on_topic)
+    out = expected(delivered, now=NOW, lost=lost)
+    assert out.removed == {("o1", "r1"): 1, ("o1", "r2"): 0, ("o1", "r3"): 1} and out.problems == []
+
+
+def test_retention_outcomes_that_depend_on_timing_are_reported():
+    late = retention_script().send(ACTIVITIES, old("late", "2023-07-02", lead_id="LT9"), round=2)  # before the cut-off, after the request
+    assert any("late, dated before the cut-off of retention request r1" in p for p in expected(late.messages, now=NOW).problems)
+    ungated = Script().send(ACTIVITIES, old("old1", "2023-07-01")).send(GDPR, retention("r1", 900), round=1, gate=Gate(INGESTION, ACTIVITIES, -1))
+    assert any("r1 is not gated" in p for p in expected(ungated.messages, now=NOW).problems)
+    # sent in one order, applied in another when one batch holds both: which of them a row counts for depends on that
+    swapped = retention_script().send(GDPR, retention("r2", 917, request_time="2026-01-06T08:00:02Z"), round=3)
+    swapped.send(GDPR, retention("r0", 919, request_time="2026-01-06T08:00:01Z"), round=3)
+    assert any("retention request r0 is sent after r2" in p for p in expected(swapped.messages, now=NOW).problems)
+    touched = retention_script().send(MUTATIONS, request("m1", "delete", 1, field="contact_id", id="CT1"), round=1)  # old2's owner
+    dated = retention_script().send(MUTATIONS, request("m2", "update", 1, engagement_id="a", record={"engagement_date": "2023-01-01"}), round=1)
+    for s, rid in ((touched, "m1"), (dated, "m2")):
+        assert any(f"mutation request {rid} touches or dates a row before a retention cut-off" in p for p in expected(s.messages, now=NOW).problems)
+
+
+def test_reconcile_compares_a_retention_requests_rows_removed_with_its_audit_row(tmp_path):
+    """A lake (plain Delta tables, no stack) as the oracle expects it, but for gdpr_audit's rows_removed."""
+    from deltalake import write_deltalake
+
+    from benchmarks.soak.reconcile import lake_diff
+
+    s = retention_script()
+    rows = [{**r, "engagement_id": eid} for (_, eid), r in expected(s.messages, now=NOW).activities.items()]
+    schema = pa.schema([(c, pa.date32() if c == "engagement_date" else pa.string()) for c in ("org_id", "engagement_id", *CHECKED)])
+    write_deltalake(str(tmp_path / "engagement_activity"), pa.Table.from_pylist(rows, schema))
+    retried = {"row_id": "x", "error_code": "duplicate_in_batch", "column_name": "request_id", "org_id": "o1", "input": None}  # r1's copy
+    write_deltalake(str(tmp_path / "quarantine_engagement_gdpr"), pa.Table.from_pylist([retried], pa.schema([(n, pa.string()) for n in retried])))
+
+    def differences(rows_removed: int) -> int:
+        audit = pa.table({"org_id": ["o1"], "request_id": ["r1"], "rows_removed": pa.array([rows_removed], pa.int64())})
+        write_deltalake(str(tmp_path / "gdpr_audit"), audit, mode="overwrite")
+        return lake_diff(s.messages, str(tmp_path))[1]
+
+    assert differences(2) == 0
+    assert differences(3) == 1
+
+
 def change(pid: str, seq: int, op: str = "upsert", tenant: str = "acme", **extra) -> dict:
     return {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": seq,
             "cdc_ts": "2026-01-05T08:00:00Z", **extra}
@@ -253,8 +337,9 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
     out = expected(w.messages, now=NOW, landed=w.landing)
     assert out.problems == []
     intents = Counter(m.intent for m in w.messages)
-    assert out.quarantine[ACTIVITIES][DUPLICATE] == intents["duplicate"]
+    assert out.quarantine[ACTIVITIES][DUPLICATE] == intents["duplicate"] + intents["old_duplicate"]
     assert out.quarantine[MUTATIONS][DUPLICATE] == intents["duplicate_request"]
+    assert out.quarantine[GDPR][DUPLICATE] == intents["retention_duplicate"]
     for topic in (ACTIVITIES, MUTATIONS, GDPR, PROFILES):
         meant = Counter(m.intent[4:] for m in w.messages if m.topic == topic and m.intent.startswith("bad:"))
         assert meant and +Counter({k: v for k, v in out.quarantine[topic].items() if k != DUPLICATE}) == meant, topic
@@ -265,9 +350,19 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
     assert out.quarantine[LANDING] == Counter({i[4:]: n for i, n in lines.items() if i != "good"})
     assert set(out.quarantine[LANDING]) == {kind for kind, _ in BAD_MEMBERS} and len(out.members) == lines["good"]
     # the generator tracks the rows it aims requests at; the oracle recomputes them from the bytes alone
-    isolated = {json.loads(m.value)["engagement_id"] for m in w.messages if m.intent in ("late_target", "namesake")}
+    isolated = {json.loads(m.value)["engagement_id"] for m in w.messages if m.intent in ("late_target", "namesake", "old_activity")}
     table = {eid: r for (_, eid), r in out.activities.items() if eid not in isolated}
     assert table == {eid: {k: v for k, v in r.items() if k != "round"} for eid, r in w.rows.items()}
+    # retention at rounds 45 and 105, of orgs 1 and 2: by the rounds the generator sent them in, an old activity goes iff a
+    # request of its org came in a later round (the oracle goes by dates and cut-offs), and counts for the first such
+    assert [(org, k) for org, k, _ in w.cutoffs] == [(ORGS[0], 45), (ORGS[1], 105)]
+    deleting = {eid: next((k for org, k, _ in w.cutoffs if org == r["org_id"] and r["round"] < k), None) for eid, r in w.old.items()}
+    survivors = {eid for (_, eid), r in out.activities.items() if eid in w.old}
+    assert survivors == {eid for eid, k in deleting.items() if k is None} and len(survivors) < len(w.old)
+    request_id = {m.round: json.loads(m.value)["request_id"] for m in w.messages if m.intent == "retention"}
+    assert out.removed == {(org, request_id[k]): list(deleting.values()).count(k) for org, k, _ in w.cutoffs}
+    assert all(n > 0 for n in out.removed.values()) and set(out.removed) <= out.gdpr_requests
+    assert any(r["round"] > 105 for eid, r in w.old.items() if eid in survivors and r["org_id"] == ORGS[1])  # after its request: kept
 
 
 MEMBERS_CSV = [
@@ -318,13 +413,27 @@ def test_landing_files_leave_the_kafka_workload_of_a_seed_as_it_was():
 
     with_files, without = first_rounds(), first_rounds(landing_every=0)
     assert with_files.messages == without.messages and [f.round for f in with_files.landing] == [14, 29] and without.landing == []
-    digest = hashlib.sha256()
-    for m in with_files.messages:
+    digest, kafka = hashlib.sha256(), [m for m in with_files.messages if m.intent not in RETENTION_INTENTS]  # retention: added later
+    for m in kafka:
         gate = m.gate and (m.gate.stream, m.gate.topic, m.gate.round)
         digest.update(repr((m.round, m.topic, m.key, m.value, m.intent, gate)).encode())
     # Seed 7's first 40 rounds as the workload produced them before landing files were added. A change here moves
     # every seed's Kafka workload (and what earlier soak reports mean): make it on purpose, then update the digest.
-    assert (len(with_files.messages), digest.hexdigest()) == (517, "39b227a03140a730e424686876c85ba6297d94918f5ca47dd321585a5d8a9164")
+    assert (len(kafka), digest.hexdigest()) == (517, "39b227a03140a730e424686876c85ba6297d94918f5ca47dd321585a5d8a9164")
+
+
+def test_retention_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
+    def rounds(**options) -> list[tuple]:
+        w = Workload(seed=7, **options)
+        for _ in range(130):
+            w.next_round()
+        return [(m.round, m.topic, m.key, m.value, m.intent, m.gate) for m in w.messages]
+
+    with_retention, without = rounds(), rounds(retention_every=0)
+    assert [m for m in with_retention if m[4] not in RETENTION_INTENTS] == without
+    added = Counter(m[4] for m in with_retention if m[4] in RETENTION_INTENTS)
+    assert added["retention"] == 2 and added["old_activity"] > 30
+    assert all(m[5] == Gate(INGESTION, ACTIVITIES, m[0] - 1) and m[1] == GDPR for m in with_retention if m[4].startswith("retention"))
 
 
 class FakeProducer:

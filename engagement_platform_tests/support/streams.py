@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from dagster import AssetCheckResult, AssetKey
+from kazoo.client import KazooClient
 
 from engagement_platform.orchestration.checks import RECORDS_CONSERVED, BatchChecks, conservation, notifications_match_changes
 from engagement_platform.orchestration.kafka_stream import KafkaStreamDefinition, build_kafka_stream
 from engagement_platform.resources import KafkaResource, SparkResource
+from engagement_platform.streams.coordinator import Coordinator
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import StreamSpec
 
@@ -66,3 +68,12 @@ class FiveMessages(KafkaResource):
     @property
     def client(self):
         return SimpleNamespace(watermarks=lambda topic: {0: (0, 5)})
+
+
+def expire_session(coordinator: Coordinator) -> None:
+    """Close the coordinator's session from another connection: the server expires it at once
+    (ephemeral znodes deleted) and the coordinator's client finds out on its next reconnect."""
+    other = KazooClient(hosts=coordinator.hosts, client_id=coordinator.client.client_id)
+    other.start(timeout=5)
+    other.stop()
+    other.close()

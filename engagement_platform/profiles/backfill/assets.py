@@ -24,8 +24,8 @@ def profile_backfill(context: AssetExecutionContext, config: BackfillConfig, spa
     """Snapshot backfills of one tenant: each run loads a hot-store export up to a time boundary into the
     tenant's raw table, exactly once, under the tenant lock."""
     tenant = context.partition_key
-    with tenant_locked(context, coordinator, tenant, f"{backfill_stream(tenant)}/{context.run_id[:8]}"):
-        result = backfill_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant, config.path, config.until)
+    result = tenant_locked(context, coordinator, spark, tenant, f"{backfill_stream(tenant)}/{context.run_id[:8]}",
+                           lambda: backfill_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant, config.path, config.until))
     meta = result.metadata()
     raw_version = result.versions.get(raw_table_name(tenant))
     if raw_version is not None:  # the raw table is profile_raw's partition: report it there

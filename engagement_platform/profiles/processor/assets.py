@@ -26,8 +26,8 @@ def profile_raw(context: AssetExecutionContext, spark: SparkResource, lake: Lake
     """Unified profiles of one tenant (one Delta table per tenant): one row per primary id, fields as a JSON
     string, related ids of its identity-graph component; each run merges everything staged since the last."""
     tenant = context.partition_key
-    with tenant_locked(context, coordinator, tenant, f"{processor_stream(tenant)}/{context.run_id[:8]}"):
-        result = process_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant)
+    result = tenant_locked(context, coordinator, spark, tenant, f"{processor_stream(tenant)}/{context.run_id[:8]}",
+                           lambda: process_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant))
     meta = result.metadata() if result is not None else {"tenant": tenant, "changes_read": 0}
     if result is not None:
         report_table_commits(context, processor_stream(tenant), result.plan.batch_id,
