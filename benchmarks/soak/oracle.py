@@ -7,8 +7,14 @@ imported: the semantics are re-implemented from the README and the request forma
   which one depends on batching, the count does not).
 - engagement_activity: the first copy of each valid activity, the valid mutation requests applied one at a time in
   (request_time, request_id) order, then rows whose lead_id or contact_id is an erased subject of their org
-  removed. A record naming an erased subject (a rejected one by whole-token mention, of any org when it has none)
-  is stored nowhere: suppressed, or quarantined and then purged by the erasure.
+  removed, then each valid retention request's rows: its org's rows dated before its cut-off (request_time's UTC
+  date - retention_days; a null date is kept). A record naming an erased subject (a rejected one by whole-token
+  mention, of any org when it has none) is stored nowhere: suppressed, or quarantined and then purged by the erasure.
+- Retention is exact when what it deletes was committed before its batch and nothing else moves across its cut-off
+  (workload.py's docstring): the request is gated on the ingestion of every earlier round, every row dated before
+  the cut-off came in earlier rounds, and no mutation request touches such a row or dates one before it. Anything
+  else is a `problem`. Each request's gdpr_audit row counts the rows it deleted (`removed`), in request order: a
+  row older than two requests' cut-offs is the earlier one's. An erasure's counts are not predicted.
 - Timing: a request whose target came after it may expire (`target_not_found_within_horizon`). The caller passes
   the requests that expired and those still pending: neither applies; pending is unaccounted, expired needs a late target.
 - Messages the broker lost (`lost`: sent, not on the topic): the workload chose each request's target from what it
@@ -65,6 +71,7 @@ class Expected:
     quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, LANDING)})
     requests: set = field(default_factory=set)  # (org, request_id) of valid mutation requests: the request log's rows
     gdpr_requests: set = field(default_factory=set)  # (org, request_id) of valid GDPR requests: gdpr_audit's rows
+    removed: dict = field(default_factory=dict)  # (org, request_id) of a valid retention request -> engagement_activity rows it deletes
     late: set = field(default_factory=set)  # requests whose target came after them (may expire)
     profiles: dict = field(default_factory=dict)  # tenant -> primary_id -> {deleted, fields, linked_ids, cdc_seq}
     members: dict = field(default_factory=dict)  # member_id -> {MEMBER_COLUMNS}: the rewards_members table
@@ -77,12 +84,15 @@ def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime |
     `landed`: the landing files (workload.LandingFile) that were landed, in order; `lost`: messages sent that the
     topics do not hold (the broker lost them)."""
     out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)}
-    erased = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
+    erased, retentions = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
     uses = _activities(by_topic[ACTIVITIES], erased, out)
-    _apply(_requests(by_topic[MUTATIONS], erased, out), uses, set(expired), set(pending), out, _named(m for m in lost if m.topic == ACTIVITIES))
+    requests = _requests(by_topic[MUTATIONS], erased, out)
+    _crossing_cutoffs(requests, retentions, out)
+    _apply(requests, uses, set(expired), set(pending), out, _named(m for m in lost if m.topic == ACTIVITIES))
     _profiles(by_topic[PROFILES], out)
     _members(landed, out)
     out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
+    _retain(retentions, uses, out)
     return out
 
 
@@ -320,9 +330,10 @@ def _apply_one(table: dict, r: dict) -> tuple[set[str], list[str]]:
     return set(), []  # update: owners and date replaced, the other columns it names set
 
 
-def _gdpr(messages, now: datetime, out: Expected) -> dict[str, dict[str, int]]:
-    """org -> erased subject -> the round of its erasure request; fills the GDPR quarantine and valid requests."""
-    erased, refused = defaultdict(dict), []
+def _gdpr(messages, now: datetime, out: Expected) -> tuple[dict[str, dict[str, int]], list[dict]]:
+    """(org -> erased subject -> the round of its erasure request, the valid retention requests in request order);
+    fills the GDPR quarantine and valid requests."""
+    erased, retentions, refused = defaultdict(dict), [], []
     for m in messages:
         record, reasons = parse(m.value, GDPR)
         v = columns(record or {}, ("request_id", "org_id", "request_time", "kind", "retention_days", "subject_id"))
@@ -344,12 +355,59 @@ def _gdpr(messages, now: datetime, out: Expected) -> dict[str, dict[str, int]]:
         out.gdpr_requests.add((v["org_id"], v["request_id"]))
         if v["kind"] == "erasure":
             erased[v["org_id"]].setdefault(v["subject_id"], m.round)
-        else:
-            out.problems.append(f"retention request {v['request_id']}: what it deletes depends on timing")
+            continue
+        if m.gate is None or (m.gate.stream, m.gate.topic) != (INGESTION, ACTIVITIES) or m.gate.round < m.round - 1:
+            out.problems.append(f"retention request {v['request_id']} is not gated on the ingestion of every earlier round")
+        at = timestamp(v["request_time"])
+        retentions.append({"org": v["org_id"], "id": v["request_id"], "time": at, "round": m.round,
+                           "cutoff": at.astimezone(timezone.utc).date() - timedelta(days=integer(v["retention_days"]))})
     for raw, org, reasons in refused:  # a refused request naming an erased subject is purged, or never kept
         if not names_erased(raw, org, erased):
             count(out, GDPR, reasons)
-    return erased
+    return erased, _in_request_order(retentions, out)
+
+
+def _in_request_order(retentions: list[dict], out: Expected) -> list[dict]:
+    """The retention requests (in send order) in (request_time, request_id) order: one batch applies its requests in
+    that order, later batches after earlier ones, which hold the requests sent before (an org's are on one partition).
+    Where an org's requests are sent in another order, which of them a row counts for depends on the batching."""
+    ordered = sorted(retentions, key=lambda t: (t["time"], t["id"]))
+    for i, t in enumerate(ordered):
+        if later := [e for e in ordered[:i] if e["org"] == t["org"] and retentions.index(e) > retentions.index(t)]:
+            out.problems.append(f"retention request {later[0]['id']} is sent after {t['id']} but comes first in request order: "
+                                f"its gdpr_audit count depends on the batching")
+    return ordered
+
+
+def _crossing_cutoffs(requests: list[dict], retentions: list[dict], out: Expected) -> None:
+    """Reports the mutation requests whose outcome would depend on whether a retention batch ran first: those that
+    touch a row dated before a cut-off of their org (as ingested), or date a row before one. Before _apply."""
+    latest = {}  # org -> its latest cut-off: every older row goes by the end
+    for t in retentions:
+        latest[t["org"]] = max(latest.get(t["org"], t["cutoff"]), t["cutoff"])
+    aged = {(org, name, value) for (org, eid), row in out.activities.items()
+            if org in latest and row["engagement_date"] is not None and row["engagement_date"] < latest[org]
+            for name, value in (("engagement_id", eid), ("lead_id", row["lead_id"]), ("contact_id", row["contact_id"])) if value is not None}
+    for r in requests:
+        dated = day(r["record"].get("engagement_date")) if r["op"] == "update" else None
+        if any(n in aged for n in _needs(r)) or (dated is not None and r["org"] in latest and dated < latest[r["org"]]):
+            out.problems.append(f"mutation request {r['id']} touches or dates a row before a retention cut-off of its org: "
+                                f"applied before or after the retention batch, depending on timing")
+
+
+def _retain(retentions: list[dict], uses: dict, out: Expected) -> None:
+    """Each retention request in request order deletes its org's rows dated before its cut-off, counted for it
+    (gdpr_audit). A row dated before the cut-off whose activity came in the request's round or later may have been
+    ingested after the batch: a problem."""
+    for t in retentions:
+        gone = [k for k, row in out.activities.items()
+                if k[0] == t["org"] and row["engagement_date"] is not None and row["engagement_date"] < t["cutoff"]]
+        for k in gone:
+            if any(u >= t["round"] for u in uses.get((k[0], "engagement_id", k[1]), [])):
+                out.problems.append(f"engagement {k[1]}, dated before the cut-off of retention request {t['id']}, comes in or "
+                                    f"after its round: deleted or kept depending on timing")
+            del out.activities[k]
+        out.removed[(t["org"], t["id"])] = len(gone)
 
 
 

@@ -5,7 +5,8 @@ checks, and the faults with their recovery times; printed, with a final PASS/FAI
 Per table: rows lost (expected, absent), duplicated (a key more than once), wrong (same key, a checked column
 differs) and unexpected (present, not expected); quarantines per reason (records, i.e. distinct source positions,
 per set of error codes; duplicate_in_batch / already_in_table / duplicate_request count as `duplicate`) and error
-rows stored twice; the request log and gdpr_audit hold each valid request once; the landing pipeline's table
+rows stored twice; the request log and gdpr_audit hold each valid request once, and a retention request's
+audit row the rows_removed the oracle counts for it; the landing pipeline's table
 (rewards_members, by member_id) and quarantine like the others, from the files the soak landed. Checks: per check
 and partition (a partition is a batch), the latest evaluation must pass; a failed WARN-severity check is listed, not
 counted (the soak's landing files keep within rewards_members' error-rate bound, so its check passes).
@@ -108,9 +109,13 @@ def lake_diff(messages, root: str, landed=(), lost=()) -> tuple[list[str], int, 
     members = read(root, "rewards_members", list(MEMBER_COLUMNS))  # the pipeline's target table
     add(keyed_diff(f"{LANDING} ({len(landed)} files landed)", oracle.members, [(r["member_id"], r) for r in members],
                    lambda want, got: want == got))
-    for name, keys in (("engagement_mutation_requests", oracle.requests), ("gdpr_audit", oracle.gdpr_requests)):
-        found = [((r["org_id"], r["request_id"]), r) for r in read(root, name, ["org_id", "request_id"])]
-        add(keyed_diff(f"{name} (one row per valid request)", {k: None for k in keys}, found, lambda want, got: True))
+    logged = [((r["org_id"], r["request_id"]), r) for r in read(root, "engagement_mutation_requests", ["org_id", "request_id"])]
+    add(keyed_diff("engagement_mutation_requests (one row per valid request)", {k: None for k in oracle.requests}, logged,
+                   lambda want, got: True))
+    audited = [((r["org_id"], r["request_id"]), r) for r in read(root, "gdpr_audit", ["org_id", "request_id", "rows_removed"])]
+    add(keyed_diff("gdpr_audit (one row per valid request; a retention request's rows_removed)",
+                   {k: oracle.removed.get(k) for k in oracle.gdpr_requests}, audited,  # an erasure's (None) is not compared
+                   lambda want, got: want is None or got["rows_removed"] == want))
     for tenant in sorted(set(TENANTS) | set(oracle.profiles)):
         raw = read(root, f"profile_raw/{tenant}", ["primary_id", "deleted", "fields", "linked_ids", "cdc_seq"])
         actual = [(r["primary_id"], {"deleted": bool(r["deleted"]), "fields": json.loads(r["fields"]) if r["fields"] else None,

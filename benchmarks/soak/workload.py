@@ -11,15 +11,19 @@ with explicit nulls, links (related_ids), deletes, late changes (a lower sequenc
 one) and bad records of four kinds; every 15 rounds a CSV export for the shipped `rewards_members` landing
 pipeline (Workload.landing, landed by the runner): 27-32 good rows (both date formats, every level key, an empty
 level, one-word and three-word names) and 2-3 bad lines of six kinds (a line that does not parse, a date or points
-that do not convert, a bad email, no email, four validation errors at once), member ids unique in the soak.
+that do not convert, a bad email, no email, four validation errors at once), member ids unique in the soak; TTL
+retention: in about a third of the rounds an old activity (dated 2.5 years before the others, on owner ids of its
+own, now and then a producer retry), and every 60 rounds (at 45, 105, ...: never a round with an erasure or bad GDPR
+request) a retention request of one org in turn, sometimes retried, whose cut-off deletes that org's old activities of
+earlier rounds and leaves those of later rounds (one may be dated the cut-off day itself: kept).
 
-Left out, because their outcome depends on timing the oracle cannot observe: TTL retention (its cut-off deletes
-what happens to be ingested), repeated erasures (kept in quarantine or not depending on the suppression commit's
-timing), mutations naming an erased subject (applied before the erasure, dropped after), late profile deletes
-and late changes setting keys their newer change does not (the raw row keeps no per-key sequence), profile
-erasure, backfill. Landing lines keep to kinds whose outcome the README and test_apply.py pin: none that only the
-details of Spark's CSV parser decide (embedded newlines, stray quotes, spaces around values), and no pipeline with a
-`suppression:` section (rewards_members has none).
+Left out, because their outcome depends on timing the oracle cannot observe: a retention cut-off among dates still
+arriving (it deletes what happens to be ingested), mutations of rows a cut-off deletes, repeated erasures (kept in
+quarantine or not depending on the suppression commit's timing), mutations naming an erased subject (applied before
+the erasure, dropped after), late profile deletes and late changes setting keys their newer change does not (the
+raw row keeps no per-key sequence), profile erasure, backfill. Landing lines keep to kinds whose outcome the README
+and test_apply.py pin: none that only the details of Spark's CSV parser decide (embedded newlines, stray quotes,
+spaces around values), and no pipeline with a `suppression:` section (rewards_members has none).
 
 What keeps the rest exact although batching is not deterministic:
 - a request touches only ids and engagements whose activities all came in earlier rounds, and no later activity
@@ -30,12 +34,23 @@ What keeps the rest exact although batching is not deterministic:
   suppression list then drops them), and no request names the subject;
 - a late target is one activity no other request touches: whether its request applies late or expires changes
   nothing else (the oracle takes the requests that actually expired as an input);
+- TTL retention (Workload._retention): old activities are dated by epoch (how many retention requests came so far,
+  in this round or before), OLD_STEP_DAYS days per epoch (a random day within it); a request's cut-off is the first
+  day of the epoch it opens. So the old activities of rounds before the request are all dated before the cut-off,
+  those of its round and later on or after it, and every other activity (and every date a mutation request sets)
+  is in January 2026, after every cut-off. The request is gated like a mutation message: what it must delete is in
+  the table when its batch commits (the delete runs at commit, under the table's lock), and what it must keep is
+  kept whenever it arrives. Old activities name ids of their own, out of the pools and the generator's rows
+  (self.rows) that requests and erasures draw from: no other request touches them. Requests of one org are 180
+  rounds apart and keyed by it (one partition, sent in order), so each deletes, and gdpr_audit counts for it,
+  exactly its org's old activities of the rounds since the one before;
 - a landing file is complete when it appears (written under a dot-name, then moved in) and is read whole by one
   batch (with the other files waiting then): its rows and errors depend on its bytes alone, and no member id is in two files, so the order and timing
   of the batches change nothing.
 
-Landing files draw from their own random stream and counters: the Kafka messages of a seed are those it gave
-before landing files were added.
+Landing files, and old activities and retention requests, draw from their own random streams and counters: the
+other Kafka messages of a seed are those it gave before they were added (the retention messages come last in their
+round, so only the send indices of the rest move).
 """
 
 from __future__ import annotations
@@ -80,6 +95,12 @@ LEVELS = ("B", "S", "G", "bronze", "silver", "gold", "")  # every mapping key; e
 BAD_MEMBERS = (("malformed_record", None), ("wrong_type", {"bday": "13/45/1990"}), ("wrong_type", {"points": "many"}),
                ("pattern_mismatch", {"email": "fay-at-example"}), ("missing_required", {"email": ""}),
                ("missing_required+out_of_range+pattern_mismatch", {"name": "J0hn Doe", "bday": "1800-01-01", "email": "", "points": "-5"}))
+# TTL retention (Workload._retention): old activities from OLD_FIRST_DAY on, OLD_STEP_DAYS days per epoch. About 2.5
+# years before FIRST_DAY: far from every other date, yet a few hundred (org, day, type) keys in engagement_daily_metrics
+# at most, and retention_days (1..36500) stays under 1000. The epochs run out before FIRST_DAY after 457 of them
+# (round 27,405, over 15 hours at 2 s a round): from then on the workload makes no old activity and no retention request.
+OLD_FIRST_DAY = date(2023, 7, 1)
+OLD_STEP_DAYS = 2
 OWNERS = ("lead_id", "contact_id", "account_id", "user_id")
 OPS = ("convert", "merge", "delete_owner", "delete_engagement", "update", "late")
 OP_WEIGHTS = (30, 15, 10, 10, 15, 20)
@@ -121,7 +142,7 @@ def iso(t: datetime) -> str:
 
 class Workload:
     def __init__(self, seed: int = 7, activities_per_round: int = 6, requests_per_round: float = 1.5,
-                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15):
+                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15, retention_every: int = 60):
         self.rng, self.seed = random.Random(seed), seed
         self.activities_per_round, self.requests_per_round = activities_per_round, requests_per_round
         self.profile_changes_per_round, self.erasure_every = profile_changes_per_round, erasure_every
@@ -129,6 +150,12 @@ class Workload:
         self.landing_rng = random.Random(f"landing/{seed}")  # its own stream: self.rng's draws stay as they were
         self.landing: list[LandingFile] = []
         self.member = 0  # the last member id: ids are unique in the soak
+        self.retention_every = retention_every  # 0: no old activities and no retention requests
+        self.retention_rng = random.Random(f"retention/{seed}")  # its own stream, like landing_rng
+        self.retention_counter = 0  # its own ids ("T" where the others have "N"): the other ids stay as they were
+        self.old: dict[str, dict] = {}  # engagement id -> {org_id, round, engagement_date} of each old activity
+        self.old_owners = {(org, f): [] for org in ORGS for f in ("lead_id", "contact_id")}  # ids old activities name
+        self.cutoffs: list[tuple[str, int, date]] = []  # (org, round, cut-off) of each retention request
         self.round = 0
         self.messages: list[Message] = []
         self.scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate)
@@ -169,6 +196,8 @@ class Workload:
                 self._profile_change(k)
             if self.landing_every and k % self.landing_every == self.landing_every - 1:
                 self._landing_file(k)
+            if self.retention_every:
+                self._retention(k)
         return self.messages[start:]
 
     def remaining_rounds(self) -> list[list[Message]]:
@@ -197,10 +226,13 @@ class Workload:
 
     # ---- activities ----------------------------------------------------------------------------------
 
-    def _activity(self, org: str, field: str, owner: str) -> dict:
-        rng, eid = self.rng, self._id("e")
+    def _activity(self, org: str, field: str, owner: str, rng: random.Random | None = None, eid: str | None = None,
+                  day: date | None = None) -> dict:
+        """A good activity of `owner`; by default from self.rng, a new id and a day in January 2026 (an old activity
+        passes its own stream, id and day)."""
+        rng, eid = rng or self.rng, eid or self._id("e")
         kind = rng.choice(ACTIVITY_TYPES)
-        day = FIRST_DAY + timedelta(days=rng.randint(0, 27))
+        day = FIRST_DAY + timedelta(days=rng.randint(0, 27)) if day is None else day
         record = {"engagement_id": eid, "org_id": org, "activity_type": kind,
                   "event_time": f"{day.isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
                   "user_id": f"005S{self.seed}U{rng.randint(0, 9)}", "lead_id": None, "contact_id": None, "account_id": None,
@@ -340,6 +372,60 @@ class Workload:
                    "kind": "erasure", "subject_id": self._id("00Q")}  # an id no activity uses: never erased
         kind, value = self._spoiled(GDPR, BAD_GDPR, request)
         self._emit(k, GDPR, org.encode(), value, f"bad:{kind}")
+
+    # ---- TTL retention -------------------------------------------------------------------------------
+
+    def _epoch(self, k: int) -> int:
+        """How many retention requests rounds 0..k hold (they come at rounds 45, 105, ... for every 60)."""
+        return (k + self.retention_every - self.retention_every * 3 // 4) // self.retention_every
+
+    def _old_day(self, epoch: int) -> date:
+        """The first day of an epoch: its old activities' earliest date, and the cut-off of the request opening it."""
+        return OLD_FIRST_DAY + timedelta(days=OLD_STEP_DAYS * epoch)
+
+    def _retention_id(self, prefix: str) -> str:
+        self.retention_counter += 1
+        return f"{prefix}S{self.seed}T{self.retention_counter:06d}"  # as _id, with "T": no id of the other stream
+
+    def _retention(self, k: int) -> None:
+        """The round's retention request (if one is due) and, now and then, an old activity. Last in the round and
+        from their own stream, so the other messages of a seed stay as they were (module docstring)."""
+        epoch = self._epoch(k)
+        if self._old_day(epoch + 1) > FIRST_DAY:  # the epoch's dates would reach the other activities': none any more
+            return
+        if k % self.retention_every == self.retention_every * 3 // 4:
+            self._retention_request(k, epoch)
+        if self.retention_rng.random() < 0.35:
+            self._old_activity(k, epoch)
+
+    def _retention_request(self, k: int, epoch: int) -> None:
+        """A request of one org in turn whose cut-off is the epoch's first day: after every old activity of earlier
+        rounds (earlier epochs), on or before those of this round and later. Gated like a mutation message."""
+        org, rng = ORGS[(epoch - 1) % len(ORGS)], self.retention_rng
+        at, cutoff = BASE_TIME + timedelta(seconds=2 * k), self._old_day(epoch)
+        request = {"request_id": self._retention_id("g"), "org_id": org, "request_time": iso(at), "kind": "retention",
+                   "retention_days": (at.date() - cutoff).days}  # cut-off = request_time's UTC date - retention_days
+        self.cutoffs.append((org, k, cutoff))
+        gate = Gate(INGESTION, ACTIVITIES, k - 1)
+        self._emit(k, GDPR, org.encode(), dumps(request), "retention", gate)
+        if rng.random() < 0.2:  # a producer retry of the request
+            self._emit(k, GDPR, org.encode(), dumps(request), "retention_duplicate", gate)
+
+    def _old_activity(self, k: int, epoch: int) -> None:
+        """An activity dated within the epoch, on an owner of old activities only (a new one, or one of its org's
+        earlier ones: retention deletes by date, whoever the owner is). The orgs take turns by round, so each has
+        some by the time its request comes."""
+        rng = self.retention_rng
+        org, field = ORGS[k % len(ORGS)], rng.choice(("lead_id", "contact_id"))
+        owners = self.old_owners[(org, field)]
+        if not owners or rng.random() < 0.5:
+            owners.append(self._retention_id("00Q" if field == "lead_id" else "003"))
+        day = self._old_day(epoch) + timedelta(days=rng.randint(0, OLD_STEP_DAYS - 1))
+        record = self._activity(org, field, rng.choice(owners), rng, self._retention_id("e"), day)
+        self.old[record["engagement_id"]] = {"org_id": org, "round": k, "engagement_date": day}
+        self._emit(k, ACTIVITIES, org.encode(), dumps(record), "old_activity")
+        if rng.random() < 0.08:  # a producer retry: both copies come before any request that deletes them
+            self._emit(k, ACTIVITIES, org.encode(), dumps(record), "old_duplicate")
 
     # ---- profile CDC ---------------------------------------------------------------------------------
 
