@@ -16,12 +16,16 @@ import pytest
 from engagement_platform_tests.support.stack import REPO
 
 SEED, MINUTES, FAULTS = 11, 5, 36  # 20 of 28 planned were injected in CI: room above the bound
+# Catching up must outlast a pending request's age horizon (the soak's 240 s) after the last mutation batch that
+# saw it: in session 25 a late target the broker lost left two requests pending, first seen by a batch that
+# committed 4 minutes after the produce window (faults): their horizon ran out just as the 8-minute bound ended.
+CATCH_UP_MINUTES = 10
 
 
 @pytest.mark.stack
 def test_a_short_soak_under_20_or_more_faults_loses_duplicates_and_breaks_nothing():
     command = [sys.executable, "-u", "-m", "benchmarks.soak", "--seed", str(SEED), "--minutes", str(MINUTES), "--faults", str(FAULTS),
-               "--max-concurrent-faults", "2", "--catch-up-minutes", "8", "--settle-seconds", "20"]
+               "--max-concurrent-faults", "2", "--catch-up-minutes", str(CATCH_UP_MINUTES), "--settle-seconds", "20"]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=25 * 60)
     out = done.stdout + done.stderr
     (REPO / ".state" / f"soak-{SEED}" / "report.txt").write_text(out)  # the whole report, for a person reading a CI run
