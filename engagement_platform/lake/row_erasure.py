@@ -22,7 +22,7 @@ import pyarrow.dataset as ds
 from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, sql_literal
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, sql_literal, text_column
 from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, filesystem, read_file, write_files, writer_tag
 from engagement_platform.lake.suppression import Suppressed
 
@@ -86,7 +86,7 @@ def quarantined_keys_naming(lake: DeltaLake, spec: TableSpec, suppressed: Suppre
     names a suppressed subject of their org / tenant (any, for a record without one)."""
     if not suppressed or not lake.exists(spec.name):
         return set()
-    scoped = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+    scoped = text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()  # a data column of the quarantines
     rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"],
                                                                 filter=scoped if expr is None else scoped & expr)
     return {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])}

@@ -440,3 +440,23 @@ def test_sql_literal_injection_is_inert(lake):
     result = lake.delete(SPEC, "org_id = " + sql_literal(hostile), BatchTxn("d", 1))
     assert result["num_deleted_rows"] == 0
     assert count(lake) == 2
+
+
+def test_filters_on_a_string_column_read_the_files_a_delete_rewrote(tmp_path):
+    """delta-rs's DELETE writes the rows it keeps back with string_view columns, which pyarrow's comparison kernels
+    refuse (soak, session 25: a profile erasure failed reading such a quarantine file); read() compares a string
+    column that is not a partition column as text_column, so every file reads."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from engagement_platform.lake.delta import text_column
+
+    lake = DeltaLake(str(tmp_path))
+    lake.append(SPEC, rows([("o1", "e1", D0, 1), ("o1", "e2", D0, 2), ("o1", "e3", D0, 3)]), BatchTxn("t", 1))
+    lake.delete(SPEC, "event_id = 'e2'", BatchTxn("t", 2))
+    assert {pq.read_schema(u).field("event_id").type for u in lake.table("events").file_uris()} == {pa.string_view()}
+    with pytest.raises(pa.ArrowNotImplementedError):
+        lake.table("events").to_pyarrow_dataset().to_table(filter=ds.field("event_id").isin(["e1"]))
+    assert sorted(lake.read("events", filters=[("event_id", "in", ["e1", "e3"])])["amount"].to_pylist()) == [1, 3]
+    assert lake.read("events", filters=[("event_id", "=", "e3"), ("org_id", "=", "o1")])["amount"].to_pylist() == [3]
+    assert lake.table("events").to_pyarrow_dataset().to_table(filter=text_column("event_id") == "e1")["amount"].to_pylist() == [1]

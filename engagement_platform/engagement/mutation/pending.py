@@ -26,7 +26,7 @@ from engagement_platform.engagement.mutation.request_columns import CANONICAL_SC
 from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING
 from engagement_platform.ingest.errors import SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, sql_literal, text_column
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes
@@ -121,9 +121,7 @@ def _already_logged(lake: DeltaLake, version_of_log: int, requests: pa.Table, ba
     if version_of_log < 0 or requests.num_rows == 0:
         return pa.array([], pa.string())
     orgs = pc.unique(requests["org_id"]).to_pylist()
-    # request_id is compared through a cast: files a delta-rs delete/merge rewrote (an erasure) store it as
-    # string_view, and pyarrow cannot compare their min/max guarantee with a string literal.
-    ids = pc.field("request_id").cast(pa.string()).isin(pc.unique(requests["request_id"]).to_pylist())
+    ids = text_column("request_id").isin(pc.unique(requests["request_id"]).to_pylist())
     expr = ds.field("org_id").isin(orgs) & ids & (ds.field("batch_id") < batch_id)
     rows, _, _ = read_at(lake, ENGAGEMENT_MUTATION_REQUESTS.name, version_of_log, expr)
     return pc.unique(_keys(rows.select(["org_id", "request_id"]).cast(pa.schema([("org_id", pa.string()), ("request_id", pa.string())]))))

@@ -24,7 +24,7 @@ from engagement_platform.engagement.mutation.tables import (
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.requests import SUBJECT_FIELDS, RetentionRequest, activity_request, content_request
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, QUARANTINE_ENGAGEMENT_INGESTION
-from engagement_platform.lake.delta import DeltaLake, TableSpec
+from engagement_platform.lake.delta import DeltaLake, TableSpec, text_column
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.pin import current_version
 
@@ -69,7 +69,7 @@ def erasure_matches(lake: DeltaLake, erasable: Erasable, version: int | None, er
     """(row key, request id) per row of `erasable` (at `version`; None = latest) that mentions an erased subject."""
     if not erasures:
         return []
-    expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) | ds.field("org_id").is_null()
+    expr = text_column("org_id").isin(sorted({r.org_id for r in erasures})) | ds.field("org_id").is_null()  # not every table's partition
     columns = list(dict.fromkeys((*erasable.key, "org_id", *erasable.texts)))
     rows = read_at(lake, erasable.spec.name, version, expr, columns).to_pylist()
     out = []
@@ -85,11 +85,9 @@ def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest])
     if not erasures or not lake.exists(ENGAGEMENT_ACTIVITY.name):
         return ENGAGEMENT_ACTIVITY.schema.empty_table()
     subjects = sorted({r.subject_id for r in erasures})
-    # Compared through a cast: files a delta-rs delete/merge rewrote store strings as string_view, and
-    # pyarrow cannot compare their statistics with a string literal (the read would raise).
-    ids = ds.field(SUBJECT_FIELDS[0]).cast(pa.string()).isin(subjects)
+    ids = text_column(SUBJECT_FIELDS[0]).isin(subjects)
     for f in SUBJECT_FIELDS[1:]:
-        ids = ids | ds.field(f).cast(pa.string()).isin(subjects)
+        ids = ids | text_column(f).isin(subjects)
     expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) & ids
     table = lake.table(ENGAGEMENT_ACTIVITY.name).to_pyarrow_dataset().to_table(filter=expr)
     keep = [activity_request(row, erasures) is not None for row in table.select(["org_id", *SUBJECT_FIELDS]).to_pylist()]
@@ -148,7 +146,7 @@ def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
     for spec, texts in (*((e.spec, e.texts) for e in ERASABLE), (QUARANTINE_ENGAGEMENT_GDPR, ("raw", "input"))):
         if not lake.exists(spec.name):
             continue
-        expr = ds.field("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+        expr = text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()  # not every table's partition
         rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=list(dict.fromkeys(("org_id", *texts))), filter=expr)
         counts[spec.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in texts]))
     return counts

@@ -18,7 +18,7 @@ from engagement_platform.engagement.retention.tables import GDPR_AUDIT
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import reject_on_driver, validate_kafka_slice
-from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.delta import DeltaLake, text_column
 from engagement_platform.streams.planning import BatchPlan
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
@@ -33,8 +33,7 @@ def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], ba
     if not requests:
         return set()
     expr = (ds.field("org_id").isin(sorted({r.org_id for r in requests}))
-            # cast: string_view in files a delta-rs delete rewrote (see erasure.activity_rows_of_subjects)
-            & ds.field("request_id").cast(pa.string()).isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
+            & text_column("request_id").isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
     rows = read_at(lake, GDPR_AUDIT.name, version, expr, ["org_id", "request_id"])
     return {(r["org_id"], r["request_id"]) for r in rows.to_pylist()}
 

@@ -46,7 +46,7 @@ from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, text_column
 from engagement_platform.lake.file_writes import filesystem
 from engagement_platform.lake.row_erasure import (
     checkpoint_tables, commit_bytes, delete_quarantined, erase_rows, live_files, purge_quarantine, quarantined_keys_naming,
@@ -90,8 +90,8 @@ def _audited(lake: DeltaLake, requests: list[ErasureRequest], batch_id: int) -> 
     """(tenant, request_id) of these requests an earlier batch already applied (a producer retry)."""
     if not requests or not lake.exists(PROFILE_ERASURE_AUDIT.name):
         return set()
-    expr = (ds.field("tenant").isin(sorted({r.tenant for r in requests})) & (ds.field("batch_id") < batch_id)
-            & ds.field("request_id").cast(pa.string()).isin(sorted({r.request_id for r in requests})))
+    expr = (text_column("tenant").isin(sorted({r.tenant for r in requests})) & (ds.field("batch_id") < batch_id)
+            & text_column("request_id").isin(sorted({r.request_id for r in requests})))
     rows = lake.table(PROFILE_ERASURE_AUDIT.name).to_pyarrow_dataset().to_table(columns=["tenant", "request_id"], filter=expr)
     return {(r["tenant"], r["request_id"]) for r in rows.to_pylist()}
 
@@ -283,7 +283,7 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
         def quarantine_step(txn: BatchTxn, _: Outcomes) -> int | None:
             if lake.exists(QUARANTINE_PROFILE_CDC.name) and lake.already_committed(QUARANTINE_PROFILE_CDC.name, txn):
                 return None
-            keys = quarantined_keys_naming(lake, QUARANTINE_PROFILE_CDC, erased, ds.field("org_id").isin(tenants) | ds.field("org_id").is_null())
+            keys = quarantined_keys_naming(lake, QUARANTINE_PROFILE_CDC, erased, text_column("org_id").isin(tenants) | ds.field("org_id").is_null())
             return delete_quarantined(lake, QUARANTINE_PROFILE_CDC, keys, txn)[0]
 
         landing_removed: dict[str, int] = {}

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.delta import DeltaLake, text_column
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.profiles.erasure.identity import naming_rows
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, raw_table_name
@@ -56,6 +56,6 @@ def profile_rows_naming(lake: DeltaLake, suppressed: Suppressed, tenants: list[s
             counts[PROFILE_CDC_STAGING.name] += _rows_with_suppressed_ids(rows, tenant, suppressed)
     if scopes and lake.exists(QUARANTINE_PROFILE_CDC.name):
         rows = lake.table(QUARANTINE_PROFILE_CDC.name).to_pyarrow_dataset().to_table(
-            columns=["org_id", "raw", "input"], filter=ds.field("org_id").isin(scopes) | ds.field("org_id").is_null())
+            columns=["org_id", "raw", "input"], filter=text_column("org_id").isin(scopes) | ds.field("org_id").is_null())
         counts[QUARANTINE_PROFILE_CDC.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]]))
     return counts

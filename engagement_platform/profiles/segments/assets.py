@@ -10,7 +10,6 @@ the load, one line per problem, and `dagster dev` shows it."""
 
 import random
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from dagster import (
@@ -18,6 +17,7 @@ from dagster import (
     SensorEvaluationContext, SkipReason, asset, define_asset_job, in_process_executor, sensor,
 )
 
+from engagement_platform.lake.delta import text_column
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import GROUP, RAW_ASSET, SEGMENTS_ASSET, SEGMENTS_JOB, profile_tenants, tenants_in_flight
@@ -63,12 +63,12 @@ def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int)
     chosen = random.Random(batch_id).sample(keys, min(SAMPLE, len(keys)))
     identities: dict[str, list[dict]] = {key: [] for key in chosen}
     # Compared through a cast: files a delta-rs MERGE rewrote store strings as string_view.
-    for r in dataset.to_table(filter=live & pc.field("component_id").cast(pa.string()).isin(chosen)).to_pylist():  # only the sample's rows
+    for r in dataset.to_table(filter=live & text_column("component_id").isin(chosen)).to_pylist():  # only the sample's rows
         identities[r["component_id"]].append(r)
     sample = identities
     now = pin_batch(store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []).as_of  # the evaluation's pinned time
     members_of_sample = store.table(PROFILE_SEGMENTS.name).to_pyarrow_dataset().to_table(
-        columns=["segment", "identity"], filter=(pc.field("tenant") == tenant) & pc.field("identity").cast(pa.string()).isin(chosen))
+        columns=["segment", "identity"], filter=(pc.field("tenant") == tenant) & text_column("identity").isin(chosen))
     committed = set(zip(members_of_sample["segment"].to_pylist(), members_of_sample["identity"].to_pylist()))
     expected = {(s.name, key) for s in segments for key in members(s, sample, now)}
     return AssetCheckResult(check_name=MATCHES_REFERENCE, passed=committed == expected,
