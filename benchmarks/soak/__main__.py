@@ -32,12 +32,16 @@ from typing import Any
 from benchmarks._stack import REPO, machine
 from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
 from benchmarks.soak.reconcile import reconcile
-from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, Gate, LandingFile, Message, Workload
+from benchmarks.soak.workload import (
+    ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILE_CDC, PROFILE_ERASURE, PROFILE_ERASURES, PROFILES, Gate, LandingFile, Message, Workload,
+)
 from engagement_platform.streams.kafka import ReplacingProducer
 
 PORTS = {"EP_ZK_PORT": "24181", "EP_KAFKA_PORT": "24092", "EP_SPARK_CONNECT_PORT": "24102"}
 SERVERS = ["zookeeper", "kafka", "spark"]
-STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, "profile_cdc": PROFILES}  # stream -> its topic
+# stream -> its topic: what gates wait for and catching up needs committed. The profile_erasure stream's sensor runs
+# like every sensor (default RUNNING), and create-topics makes its topic.
+STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, PROFILE_CDC: PROFILES, PROFILE_ERASURE: PROFILE_ERASURES}
 LANDING_STREAM = f"ingest.{LANDING}"  # the landing pipeline's stream in the checkpoint store (landing/apply.py)
 
 
@@ -100,7 +104,10 @@ class Sender:
 
     def is_open(self, gate: Gate, committed: dict[str, dict[int, int]]) -> bool:
         # Only what was produced counts: a gated message still waiting (an erased subject's later activity) is no
-        # request's target, so nothing needs it committed first.
+        # request's target, so nothing needs it committed first. Unless the gate says `queued`: a later change of an
+        # erased profile waits for its erasure request, which may itself still wait for its gate.
+        if gate.queued and any(m.round <= gate.round for m in self.waiting.get(gate.topic, ())):
+            return False
         rounds = [tr for tr in set(self.ends) | set(self.outstanding) if tr[0] == gate.topic and tr[1] <= gate.round]
         if any(self.outstanding[tr] for tr in rounds):
             return False
@@ -153,7 +160,7 @@ class Observer:
         self.lake = DeltaLake(settings.lake_root, settings.storage_options or None)
         self.store = CheckpointStore(self.lake)
         self.topics = {ACTIVITIES: settings.ingestion.topic, MUTATIONS: settings.mutation.topic, GDPR: settings.retention.topic,
-                       PROFILES: settings.profiles.cdc_topic}
+                       PROFILES: settings.profiles.cdc_topic, PROFILE_ERASURES: settings.profiles.erasure_topic}
         self.last = Sample(0.0, {}, {})
 
     def sample(self, t: float) -> Sample:

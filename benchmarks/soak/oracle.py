@@ -24,6 +24,15 @@ imported: the semantics are re-implemented from the README and the request forma
 - profile_raw/<tenant>: per primary id, the valid changes folded in cdc_seq order (newer non-null keys win, null
   keeps, delete leaves a tombstone, an upsert after it starts empty, links from the newest change carrying
   related_ids). Identity components (the related_ids and component_id columns) are not computed.
+- Profile erasure (profiles/erasure/, README "Erasure" under the profile CDC lake): each valid request erases its
+  subject's identity, the component over the links of its tenant's changes staged before it (_profile_erasures: the
+  request is gated on the dumper); every row of those ids goes, tombstones included (rows removed, not tombstoned), and
+  every change or bad record naming one is stored nowhere (before the request: removed from raw, staging or the
+  quarantine; after it, gated on the erasure stream: dropped by the dumper and counted in profile_suppressed_records
+  under stream profile_cdc). profile_erasure_audit holds one row per valid request with its ids_erased; a producer
+  retry of a request is refused as repeated and, naming an erased id, counted as suppressed under profile_erasure
+  instead of quarantined; other refused requests count in quarantine_profile_erasure by reason. The audit's
+  rows_removed is not predicted (raw or staged rows, depending on what the processor merged first).
 - rewards_members: each landed file's lines after the header (blank ones are no records) through the pipeline's
   stages as pipelines/rewards_members.yaml and the README's "Composable ingest" define them: parse (a line that is
   not 6 CSV fields is malformed_record), the converters in order (split, cast, map_values; a row stops at the first
@@ -42,13 +51,15 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from functools import partial
 
-from benchmarks.soak.workload import ACTIVITIES, GDPR, INGESTION, LANDING, MUTATIONS, PROFILES, RETENTION
+from benchmarks.soak.workload import (
+    ACTIVITIES, GDPR, INGESTION, LANDING, MUTATIONS, PROFILE_CDC, PROFILE_ERASURE, PROFILE_ERASURES, PROFILES, RETENTION,
+)
 
 ACTIVITY_TYPES = {"email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced", "call", "meeting",
                   "video_viewed", "linkedin_message", "task_completed"}
 OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
 CHECKED = ("lead_id", "contact_id", "account_id", "user_id", "engagement_date", "activity_type", "subject")
-MAX_BYTES = {ACTIVITIES: 65536, MUTATIONS: 65536, GDPR: 65536, PROFILES: 262144}
+MAX_BYTES = {ACTIVITIES: 65536, MUTATIONS: 65536, GDPR: 65536, PROFILES: 262144, PROFILE_ERASURES: 65536}
 DUPLICATE, EXPIRED = "duplicate", "target_not_found_within_horizon"
 OP_REQUIRED = {"convert": ("from_field", "from_id", "to_field", "to_id"), "merge": ("field", "from_ids", "to_id"),
                "update": ("engagement_id", "record")}
@@ -68,12 +79,14 @@ FIRST_NAME = re.compile(r"^[A-Za-z' -]+$", re.ASCII)
 @dataclass
 class Expected:
     activities: dict = field(default_factory=dict)  # (org, engagement_id) -> {org_id and CHECKED columns}
-    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, LANDING)})
+    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES, LANDING)})
     requests: set = field(default_factory=set)  # (org, request_id) of valid mutation requests: the request log's rows
     gdpr_requests: set = field(default_factory=set)  # (org, request_id) of valid GDPR requests: gdpr_audit's rows
     removed: dict = field(default_factory=dict)  # (org, request_id) of a valid retention request -> engagement_activity rows it deletes
     late: set = field(default_factory=set)  # requests whose target came after them (may expire)
     profiles: dict = field(default_factory=dict)  # tenant -> primary_id -> {deleted, fields, linked_ids, cdc_seq}
+    profile_erasures: dict = field(default_factory=dict)  # (tenant, request_id) of a valid profile erasure -> ids it erases
+    suppressed: Counter = field(default_factory=Counter)  # stream -> records dropped for naming an erased profile id
     members: dict = field(default_factory=dict)  # member_id -> {MEMBER_COLUMNS}: the rewards_members table
     unaccounted: list = field(default_factory=list)
     problems: list = field(default_factory=list)
@@ -83,13 +96,13 @@ def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime |
     """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds;
     `landed`: the landing files (workload.LandingFile) that were landed, in order; `lost`: messages sent that the
     topics do not hold (the broker lost them)."""
-    out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES)}
+    out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES)}
     erased, retentions = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
     uses = _activities(by_topic[ACTIVITIES], erased, out)
     requests = _requests(by_topic[MUTATIONS], erased, out)
     _crossing_cutoffs(requests, retentions, out)
     _apply(requests, uses, set(expired), set(pending), out, _named(m for m in lost if m.topic == ACTIVITIES))
-    _profiles(by_topic[PROFILES], out)
+    _profiles(by_topic[PROFILES], out, _profile_erasures(by_topic[PROFILE_ERASURES], by_topic[PROFILES], out))
     _members(landed, out)
     out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
     _retain(retentions, uses, out)
@@ -427,14 +440,129 @@ def classify_change(record: dict) -> tuple[dict | None, set[str]]:
     }, errors
 
 
-def _profiles(messages, out: Expected) -> None:
-    changes = defaultdict(list)  # (tenant, id) -> valid changes in arrival order
+def names_profile(change: dict, ids) -> bool:
+    """Whether a valid change names one of `ids` (of its tenant): its primary id or a related id."""
+    return change["id"] in ids or bool(set(change["related"] or ()) & set(ids))
+
+
+def classify_profile_erasure(record: dict) -> tuple[dict | None, set[str]]:
+    """profiles/erasure/pipeline.yaml: four required columns, request_time a timestamp, tenant the CDC's pattern."""
+    v = columns(record, ("request_id", "tenant", "subject_id", "request_time"))
+    if not typed(v, {"request_time": timestamp}):
+        return None, {"wrong_type"}
+    errors = checked(v, ("request_id", "tenant", "subject_id", "request_time"), {})
+    errors |= {"pattern_mismatch"} if v["tenant"] is not None and not TENANT.match(v["tenant"]) else set()
+    return None if errors else {"id": v["request_id"], "tenant": v["tenant"], "subject": v["subject_id"]}, errors
+
+
+def _component(subject: str, links) -> set[str]:
+    """The ids connected to `subject` through (primary id, related ids) pairs (profiles/erasure/identity.py's rule)."""
+    edges = defaultdict(set)
+    for primary, related in links:
+        for other in related or ():
+            if other and other != primary:
+                edges[primary].add(other)
+                edges[other].add(primary)
+    seen, frontier = {subject}, [subject]
+    while frontier:
+        for other in edges[frontier.pop()] - seen:
+            seen.add(other)
+            frontier.append(other)
+    return seen
+
+
+def _fold_links(changes: list[dict]) -> dict[str, list[str]]:
+    """primary id -> linked_ids after its changes in sequence order (the raw table's links once all are merged)."""
+    state = {}
+    for c in sorted(changes, key=lambda c: c["seq"]):
+        if c["op"] == "delete":
+            state[c["id"]] = []
+        elif c["related"] is not None:
+            state[c["id"]] = c["related"]
+        else:
+            state.setdefault(c["id"], [])
+    return state
+
+
+def _profile_erasures(requests, cdc, out: Expected) -> dict[str, dict[str, int]]:
+    """tenant -> erased id -> the round of the request erasing it; fills the profile erasure quarantine, the valid
+    requests with the ids each erases (profile_erasure_audit's ids_erased) and the records suppressed per stream.
+
+    A request's identity is the component of its subject over the links of the valid changes of its tenant that the
+    dumper staged before its batch: those of rounds <= its gate's (Gate(PROFILE_CDC, PROFILES, g); ungated ones only,
+    a gated one may still wait), less changes naming an id erased earlier. The platform reads the merged ones' links from
+    the raw table (each id's newest related_ids) and the unmerged ones' from staging: between the newest links and every
+    link, so the two components must agree (else: a problem). A change or bad record naming an erased id afterwards is
+    either gated on the erasure stream having committed the request (dropped by the dumper: suppressed) or a problem."""
+    changes, bad = [], []  # (message, valid change) / (message, tenant column) in send order
+    for m in cdc:
+        record, reasons = parse(m.value, PROFILES)
+        change, reasons = classify_change(record) if record is not None else (None, reasons)
+        if reasons:
+            bad.append((m, columns(record or {}, ("tenant",))["tenant"]))
+        else:
+            changes.append((m, change))
+    erased, erasures, refused = defaultdict(dict), [], []
+    for m in requests:
+        record, reasons = parse(m.value, PROFILE_ERASURES)
+        request, reasons = classify_profile_erasure(record) if record is not None else (None, reasons)
+        if reasons:
+            refused.append((m.value, columns(record or {}, ("tenant",))["tenant"], reasons))
+            continue
+        tenant, key = request["tenant"], (request["tenant"], request["id"])
+        if key in out.profile_erasures:  # refused as repeated, and it names its subject, erased: suppressed, not quarantined
+            out.suppressed[PROFILE_ERASURE] += 1
+            continue
+        gate = m.gate
+        if gate is None or (gate.stream, gate.topic) != (PROFILE_CDC, PROFILES):
+            out.problems.append(f"profile erasure {request['id']} is not gated on the dumper: its identity depends on what was staged")
+            g = m.round - 1
+        else:
+            g = gate.round
+        before = [c for n, c in changes if c["tenant"] == tenant and n.round <= g and n.gate is None
+                  and not names_profile(c, erased.get(tenant, {}))]
+        ids = _component(request["subject"], ((c["id"], c["related"]) for c in before))
+        if ids != _component(request["subject"], _fold_links(before).items()):
+            out.problems.append(f"profile erasure {request['id']}: an older link of its identity was replaced, so which ids go depends "
+                                f"on what the processor merged")
+        out.profile_erasures[key] = len(ids)
+        erasures.append((m.round, g, tenant, ids))
+        for i in ids:
+            erased[tenant].setdefault(i, m.round)
+    for raw, tenant, reasons in refused:
+        if names_erased(raw, tenant, erased):
+            out.problems.append("a refused profile erasure request names an erased id: purged from quarantine or suppressed, by timing")
+        else:
+            count(out, PROFILE_ERASURES, reasons)
+
+    def names(m, change: dict | None, tenant: str | None, erasure_tenant: str, ids: set[str]) -> bool:
+        if change is not None:
+            return change["tenant"] == erasure_tenant and names_profile(change, ids)
+        return names_erased(m.value, tenant, {erasure_tenant: ids})  # a bad record: by content (any tenant's without one)
+
+    for m, change, tenant in [(m, c, c["tenant"]) for m, c in changes] + [(m, None, t) for m, t in bad]:
+        hit = next(((r, g) for r, g, t, ids in erasures if names(m, change, tenant, t, ids)), None)
+        if hit is None:
+            continue
+        r, g = hit
+        if m.gate is not None and (m.gate.stream, m.gate.topic) == (PROFILE_ERASURE, PROFILE_ERASURES) and m.gate.round >= r and m.gate.queued:
+            out.suppressed[PROFILE_CDC] += 1  # staged after the erasure committed: the dumper drops it
+        elif not (m.round <= g and m.gate is None):  # before: staged (or quarantined), then removed by the erasure
+            out.problems.append(f"profile message {m.index} names an erased id after its erasure's gate round, not gated on the "
+                                f"erasure: stored, then removed, or suppressed, depending on timing")
+    return erased
+
+
+def _profiles(messages, out: Expected, erased: dict | None = None) -> None:
+    """`erased`: tenant -> ids of erased identities (_profile_erasures): no change or bad record naming one is stored."""
+    changes, erased = defaultdict(list), erased or {}  # (tenant, id) -> valid changes in arrival order
     for m in messages:
         record, reasons = parse(m.value, PROFILES)
         change, reasons = classify_change(record) if record is not None else (None, reasons)
         if reasons:
-            count(out, PROFILES, reasons)
-        else:
+            if not names_erased(m.value, columns(record or {}, ("tenant",))["tenant"], erased):  # else deleted or suppressed
+                count(out, PROFILES, reasons)
+        elif not names_profile(change, erased.get(change["tenant"], {})):  # else removed by its erasure, or suppressed
             changes[(change["tenant"], change["id"])].append(change)
     for (tenant, pid), arrived in changes.items():
         ordered = sorted(arrived, key=lambda c: c["seq"])

@@ -6,7 +6,9 @@ Per table: rows lost (expected, absent), duplicated (a key more than once), wron
 differs) and unexpected (present, not expected); quarantines per reason (records, i.e. distinct source positions,
 per set of error codes; duplicate_in_batch / already_in_table / duplicate_request count as `duplicate`) and error
 rows stored twice; the request log and gdpr_audit hold each valid request once, and a retention request's
-audit row the rows_removed the oracle counts for it; the landing pipeline's table
+audit row the rows_removed the oracle counts for it; profile_erasure_audit holds each valid profile erasure once with
+the ids_erased the oracle counts for it, and profile_suppressed_records per stream the records the oracle expects
+dropped for naming an erased profile id; the landing pipeline's table
 (rewards_members, by member_id) and quarantine like the others, from the files the soak landed. Checks: per check
 and partition (a partition is a batch), the latest evaluation must pass; a failed WARN-severity check is listed, not
 counted (the soak's landing files keep within rewards_members' error-rate bound, so its check passes).
@@ -23,10 +25,11 @@ from deltalake import DeltaTable
 
 from benchmarks.soak.faults import Fault, Sample, resumed_after, summary
 from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, MEMBER_COLUMNS, expected
-from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILES, TENANTS
+from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILE_ERASURES, PROFILES, TENANTS
 
 QUARANTINES = {ACTIVITIES: "quarantine_engagement_ingestion", MUTATIONS: "quarantine_engagement_mutations",
-               GDPR: "quarantine_engagement_gdpr", PROFILES: "quarantine_profile_cdc", LANDING: "quarantine_rewards_members"}
+               GDPR: "quarantine_engagement_gdpr", PROFILES: "quarantine_profile_cdc", PROFILE_ERASURES: "quarantine_profile_erasure",
+               LANDING: "quarantine_rewards_members"}
 DUPLICATE_CODES = {"duplicate_in_batch", "already_in_table", "duplicate_request"}
 EXAMPLES = 5  # keys printed per kind of difference
 
@@ -116,6 +119,17 @@ def lake_diff(messages, root: str, landed=(), lost=()) -> tuple[list[str], int, 
     add(keyed_diff("gdpr_audit (one row per valid request; a retention request's rows_removed)",
                    {k: oracle.removed.get(k) for k in oracle.gdpr_requests}, audited,  # an erasure's (None) is not compared
                    lambda want, got: want is None or got["rows_removed"] == want))
+    erasures = [((r["tenant"], r["request_id"]), r) for r in read(root, "profile_erasure_audit", ["tenant", "request_id", "ids_erased"])]
+    add(keyed_diff("profile_erasure_audit (one row per valid request; its ids_erased)", oracle.profile_erasures, erasures,
+                   lambda want, got: got["ids_erased"] == want))
+    suppressed = Counter()
+    for r in read(root, "profile_suppressed_records", ["stream", "records"]):
+        suppressed[r["stream"]] += r["records"]
+    off = {s: (oracle.suppressed[s], suppressed[s]) for s in sorted(oracle.suppressed.keys() | suppressed.keys())
+           if oracle.suppressed[s] != suppressed[s]}
+    lines.append(f"profile_suppressed_records: expected {sum(oracle.suppressed.values())} records, found {sum(suppressed.values())}; "
+                 f"by stream (expected, found) where they differ: {off or 'none'}")
+    differences += sum(abs(a - b) for a, b in off.values())
     for tenant in sorted(set(TENANTS) | set(oracle.profiles)):
         raw = read(root, f"profile_raw/{tenant}", ["primary_id", "deleted", "fields", "linked_ids", "cdc_seq"])
         actual = [(r["primary_id"], {"deleted": bool(r["deleted"]), "fields": json.loads(r["fields"]) if r["fields"] else None,

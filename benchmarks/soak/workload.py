@@ -15,14 +15,27 @@ that do not convert, a bad email, no email, four validation errors at once), mem
 retention: in about a third of the rounds an old activity (dated 2.5 years before the others, on owner ids of its
 own, now and then a producer retry), and every 60 rounds (at 45, 105, ...: never a round with an erasure or bad GDPR
 request) a retention request of one org in turn, sometimes retried, whose cut-off deletes that org's old activities of
-earlier rounds and leaves those of later rounds (one may be dated the cut-off day itself: kept).
+earlier rounds and leaves those of later rounds (one may be dated the cut-off day itself: kept); profile erasure
+(Workload._profile_erasure): every 40 rounds (at 35, 75, 115, ...: never the round of an engagement erasure (5 mod 40),
+a bad GDPR request (10 mod 20), a landing file (14 mod 15) or a retention request (45 mod 60), and its rounds k..k+7 hold
+none of the first, second and fourth) a profile of one tenant in turn erased on EP_PROFILE_ERASURE_TOPIC, the three cases the README pins in turn: a subject linked (related_ids) to
+a second id with changes of its own (both go: the merged identity), one alone whose last change is a delete (the
+tombstone goes), and an id no change ever named (still suppressed); before the request a bad change naming the subject
+(quarantined, then deleted by the erasure), with it sometimes a producer retry (refused as repeated, naming an erased
+id: suppressed) and a bad request of four kinds in turn (malformed, no subject_id, a tenant off the pattern, a
+request_time that is no timestamp); after it changes of every erased id, of a new id linking itself to the subject,
+and a bad change naming it (the dumper drops them all, counted in profile_suppressed_records), and the subject's
+namesake (the same id) in the next tenant before and after (kept).
 
 Left out, because their outcome depends on timing the oracle cannot observe: a retention cut-off among dates still
 arriving (it deletes what happens to be ingested), mutations of rows a cut-off deletes, repeated erasures (kept in
 quarantine or not depending on the suppression commit's timing), mutations naming an erased subject (applied before
 the erasure, dropped after), late profile deletes and late changes setting keys their newer change does not (the
-raw row keeps no per-key sequence), profile erasure, backfill. Landing lines keep to kinds whose outcome the README
-and test_apply.py pin: none that only the details of Spark's CSV parser decide (embedded newlines, stray quotes,
+raw row keeps no per-key sequence), profile erasures of ids that other changes link to or whose links a later change
+replaces (the identity would be what the processor happened to merge: the oracle reports it), profile erasure requests
+naming an erased id other than a producer retry (purged from quarantine or suppressed depending on the batching), the
+rows_removed of profile_erasure_audit (raw rows or staged rows, depending on what the processor merged before the
+erasure), backfill. Landing lines keep to kinds whose outcome the README and test_apply.py pin: none that only the details of Spark's CSV parser decide (embedded newlines, stray quotes,
 spaces around values), and no pipeline with a `suppression:` section (rewards_members has none).
 
 What keeps the rest exact although batching is not deterministic:
@@ -46,11 +59,27 @@ What keeps the rest exact although batching is not deterministic:
   exactly its org's old activities of the rounds since the one before;
 - a landing file is complete when it appears (written under a dot-name, then moved in) and is read whole by one
   batch (with the other files waiting then): its rows and errors depend on its bytes alone, and no member id is in two files, so the order and timing
-  of the batches change nothing.
+  of the batches change nothing;
+- profile erasure (Workload._profile_erasure): its ids are its own ("E" ids, out of the p1..p40 that the other profile
+  changes and their links draw from), so nothing else names or links them. The request is gated on the dumper having
+  staged every change of the rounds before it (Gate(PROFILE_CDC, PROFILES, k+2)): the erasure batch, planned after the
+  request was produced, reads the identity from the raw table (merged changes: each id's newest links) and the staged,
+  unmerged changes (all their links) at versions pinned inside the tenant's lock, and since no link of its ids is ever
+  replaced both give the same component, whatever the processor merged: ids_erased is exact. Their rows go from raw or
+  staging (whichever holds them; the tenant lock orders the erasure and the processor's runs), and a processor run
+  planned before the erasure but merging after it loads the suppression list inside the lock and drops them (the
+  README's backstop), so none is stored; the bad change before it is in the quarantine by then and is deleted from it.
+  Every later message naming an erased id is gated on the erasure stream having committed the request (`queued`: also
+  while the request still waits for its own gate), so the dumper batch that reads it was planned, and loads the
+  suppression list, after the list's commit: it is dropped and counted once (its batch's txn), never staged. A
+  producer retry of the request is refused as repeated in its batch or a later one (profile_erasure_audit holds the
+  first), and either way it names an erased id: suppressed, never quarantined. The namesake is another tenant's person
+  (hashes are per tenant).
 
-Landing files, and old activities and retention requests, draw from their own random streams and counters: the
-other Kafka messages of a seed are those it gave before they were added (the retention messages come last in their
-round, so only the send indices of the rest move).
+Landing files, old activities and retention requests, and profile erasures draw from their own random streams and
+counters: the other Kafka messages of a seed are those it gave before they were added (the retention and profile
+erasure messages come last in their round, so only the send indices of the rest move). Profile erasure's CDC changes
+have a sequence of their own: per id it grows, which is all the fold needs.
 """
 
 from __future__ import annotations
@@ -62,7 +91,9 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
 ACTIVITIES, MUTATIONS, GDPR, PROFILES = "activities", "mutations", "gdpr", "profiles"  # logical topics
+PROFILE_ERASURES = "profile_erasures"  # logical topic of profile erasure requests (EP_PROFILE_ERASURE_TOPIC)
 INGESTION, RETENTION = "ingestion", "retention"  # the streams a gate waits for
+PROFILE_CDC, PROFILE_ERASURE = "profile_cdc", "profile_erasure"  # the CDC dumper's and the profile erasure's streams
 ORGS = ("00DSOAK000001", "00DSOAK000002", "00DSOAK000003")
 TENANTS = ("acme", "globex", "initech")
 ACTIVITY_TYPES = ("email_sent", "email_opened", "email_replied", "call", "meeting", "video_viewed", "task_completed")
@@ -82,6 +113,12 @@ BAD_GDPR = {"malformed_record": {}, "not_in_enum": {"kind": "forget"}, "missing_
             "request_time_in_future": {"request_time": "2099-01-01T00:00:00Z"}}
 BAD_PROFILES = {"malformed_record": {}, "not_in_enum": {"op": "merge"}, "invalid_json": {"fields": "[1, 2]"},
                 "missing_required": {"primary_id": DROP}}
+# Bad profile erasure requests (profiles/erasure/pipeline.yaml): each names ids no CDC change uses, so none is erased
+BAD_PROFILE_ERASURES = {"malformed_record": {}, "missing_required": {"subject_id": DROP}, "pattern_mismatch": {"tenant": "Acme Corp"},
+                        "wrong_type": {"request_time": "soon"}}
+# Profile erasure cases, in turn (Workload._profile_erasure): a subject linked to a second id, one alone whose last
+# change before the request deletes it (a tombstone), and an id no change ever named.
+PROFILE_ERASURE_KINDS = ("linked", "alone", "nowhere")
 # The shipped landing pipeline (pipelines/rewards_members.yaml) the soak lands CSV exports for: its name, its folder
 # under EP_LANDING_ROOT and, in the oracle's and reconcile's dicts, its key next to the logical topics.
 LANDING = "rewards_members"
@@ -111,6 +148,9 @@ class Gate:  # send only once `stream` has committed every message of `topic` pr
     stream: str
     topic: str
     round: int
+    # and (if set) none of those rounds' messages of `topic` still waits for its own gate: a later change of an erased
+    # profile must follow its erasure request, itself gated (on the dumper), not only what was produced so far
+    queued: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,7 +182,8 @@ def iso(t: datetime) -> str:
 
 class Workload:
     def __init__(self, seed: int = 7, activities_per_round: int = 6, requests_per_round: float = 1.5,
-                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15, retention_every: int = 60):
+                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15, retention_every: int = 60,
+                 profile_erasure_every: int = 40):
         self.rng, self.seed = random.Random(seed), seed
         self.activities_per_round, self.requests_per_round = activities_per_round, requests_per_round
         self.profile_changes_per_round, self.erasure_every = profile_changes_per_round, erasure_every
@@ -156,6 +197,12 @@ class Workload:
         self.old: dict[str, dict] = {}  # engagement id -> {org_id, round, engagement_date} of each old activity
         self.old_owners = {(org, f): [] for org in ORGS for f in ("lead_id", "contact_id")}  # ids old activities name
         self.cutoffs: list[tuple[str, int, date]] = []  # (org, round, cut-off) of each retention request
+        self.profile_erasure_every = profile_erasure_every  # 0: no profile erasures
+        self.profile_erasure_rng = random.Random(f"profile_erasure/{seed}")  # its own stream, like landing_rng
+        self.profile_erasure_counter = 0  # its own ids ("E"), like retention_counter
+        self.profile_erasure_seq = 0  # its own CDC sequence: its ids are no other change's, so per id it only has to grow
+        self.profile_erasure_scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate), sent last
+        self.profile_erasures: list[dict] = []  # the generator's model: per request its tenant, ids, namesake tenant (tests)
         self.round = 0
         self.messages: list[Message] = []
         self.scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate)
@@ -198,12 +245,17 @@ class Workload:
                 self._landing_file(k)
             if self.retention_every:
                 self._retention(k)
+            if self.profile_erasure_every and k % self.profile_erasure_every == self.profile_erasure_every * 7 // 8:
+                self._profile_erasure(k)
+        for topic, key, value, intent, gate in self.profile_erasure_scheduled.pop(k, []):  # last in the round (docstring)
+            self._emit(k, topic, key, value, intent, gate)
         return self.messages[start:]
 
     def remaining_rounds(self) -> list[list[Message]]:
         """After the last generated round: the rounds that only send what was scheduled (late targets and changes,
         an erasure and its subject's later activities), with their own round numbers."""
-        return [self.next_round(generate=False) for _ in range(max(self.scheduled, default=self.round - 1) - self.round + 1)]
+        last = max([*self.scheduled, *self.profile_erasure_scheduled], default=self.round - 1)
+        return [self.next_round(generate=False) for _ in range(last - self.round + 1)]
 
     def _emit(self, k, topic, key, value, intent, gate=None) -> None:
         self.messages.append(Message(len(self.messages), k, topic, key, value, intent, gate))
@@ -471,6 +523,88 @@ class Workload:
                 change["related_ids"] = rng.sample([f"p{n}" for n in range(1, 41) if f"p{n}" != pid], rng.randint(1, 2))
             self._emit(k, PROFILES, key, dumps(change), "profile_change")
 
+
+    # ---- profile erasure ------------------------------------------------------------------------------
+
+    def _profile_erasure_id(self, prefix: str) -> str:
+        self.profile_erasure_counter += 1
+        return f"{prefix}S{self.seed}E{self.profile_erasure_counter:06d}"  # as _id, with "E": no id of the other streams
+
+    def _profile_erasure_later(self, k: int, topic: str, key: bytes, value: bytes, intent: str, gate: Gate | None = None) -> None:
+        assert k >= self.round - 1, "scheduled for a round already sent"
+        self.profile_erasure_scheduled.setdefault(k, []).append((topic, key, value, intent, gate))
+
+    def _erasure_change(self, tenant: str, pid: str, k: int, op: str = "upsert", related: list[str] | None = None) -> dict:
+        """A CDC change of one of the profile erasure's own ids: its own sequence and fields (profile_erasure_rng)."""
+        rng = self.profile_erasure_rng
+        self.profile_erasure_seq += 1
+        change = {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": self.profile_erasure_seq,
+                  "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.profile_erasure_seq % 1000))}
+        if op == "upsert":
+            change["fields"] = {"email": f"{pid}@example.com", "plan": rng.choice(["free", "pro", "enterprise"]), "score": rng.randint(0, 100)}
+            if rng.random() < 0.3:
+                change["fields"][rng.choice(["plan", "score"])] = None  # "not captured": keeps the stored value
+        if related is not None:
+            change["related_ids"] = related
+        return change
+
+    def _profile_erasure(self, k: int) -> None:
+        """A profile of one tenant in turn erased (PROFILE_ERASURE_KINDS in turn), from rounds k to k+7:
+
+        k, k+1, k+2  the subject's changes ("linked": the first links a second id, which has changes of its own, and a
+                     later one carries no related_ids, so the link stays; "alone": the last is a delete), and a bad change
+                     naming the subject (quarantined, then deleted by the erasure); "nowhere": none of these. A namesake
+                     (the same id) in the next tenant: a change here and at k+5, kept;
+        k+3          the erasure request, gated on the dumper having staged every change of rounds <= k+2 (so the
+                     identity it erases is that of those changes, whatever the processor merged), sometimes a producer
+                     retry of it (refused as repeated and, naming an erased id, suppressed, whichever batch reads it), and
+                     a bad request of another kind in turn (ungated: it names ids nothing else uses);
+        k+5, k+7     changes of every erased id, a change of a new id linking to the subject and a bad change naming
+                     it, each gated on the erasure stream having committed the request: the dumper drops them all.
+        Sent last in their rounds, from their own stream and counter: the other messages of a seed stay as they were."""
+        rng, i = self.profile_erasure_rng, k // self.profile_erasure_every
+        tenant, other = TENANTS[i % len(TENANTS)], TENANTS[(i + 1) % len(TENANTS)]
+        kind = PROFILE_ERASURE_KINDS[(i + i // len(TENANTS)) % len(PROFILE_ERASURE_KINDS)]  # every kind in every tenant
+        subject = self._profile_erasure_id("u")
+        linked = self._profile_erasure_id("u") if kind == "linked" else None
+        ids = [subject] + ([linked] if linked else [])
+
+        def cdc(r: int, change: dict, intent: str, gate: Gate | None = None) -> None:
+            self._profile_erasure_later(r, PROFILES, f"{change['tenant']}/{change['primary_id']}".encode(), dumps(change), intent, gate)
+
+        def bad(r: int, spoil: dict, intent: str, gate: Gate | None = None) -> None:
+            change = {**self._erasure_change(tenant, subject, r), **spoil}  # names the subject: stored nowhere in the end
+            self._profile_erasure_later(r, PROFILES, f"{tenant}/{subject}".encode(), dumps(change), intent, gate)
+
+        cdc(k, self._erasure_change(other, subject, k), "profile_namesake")
+        if kind != "nowhere":
+            cdc(k, self._erasure_change(tenant, subject, k, related=[linked] if linked else None), "erased_profile")
+            if linked:
+                cdc(k, self._erasure_change(tenant, linked, k), "erased_profile")
+                cdc(k + 1, self._erasure_change(tenant, linked, k + 1), "erased_profile")
+            cdc(k + 1, self._erasure_change(tenant, subject, k + 1), "erased_profile")
+            bad(k + 1, {"fields": "[1, 2]"}, "erased_profile_bad")  # invalid_json
+            cdc(k + 2, self._erasure_change(tenant, subject, k + 2, "delete" if kind == "alone" else "upsert"), "erased_profile")
+        request = {"request_id": self._profile_erasure_id("pe"), "tenant": tenant, "subject_id": subject,
+                   "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3)))}
+        gate = Gate(PROFILE_CDC, PROFILES, k + 2)
+        self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), dumps(request), "profile_erasure", gate)
+        if rng.random() < 0.3:
+            self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), dumps(request), "profile_erasure_duplicate", gate)
+        spoiled = {"request_id": self._profile_erasure_id("pe"), "tenant": tenant, "subject_id": self._profile_erasure_id("u"),
+                   "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3)))}
+        bad_kind, value = self._spoiled(PROFILE_ERASURES, BAD_PROFILE_ERASURES, spoiled)
+        self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), value, f"bad:{bad_kind}")
+        self.profile_erasures.append({"round": k + 3, "tenant": tenant, "request_id": request["request_id"], "kind": kind,
+                                      "ids": set(ids), "namesake": other})
+        after = Gate(PROFILE_ERASURE, PROFILE_ERASURES, k + 3, queued=True)
+        cdc(k + 5, self._erasure_change(other, subject, k + 5), "profile_namesake")  # another tenant's person: kept
+        for pid in ids:
+            cdc(k + 5, self._erasure_change(tenant, pid, k + 5), "after_profile_erasure", after)
+        newcomer = self._profile_erasure_id("u")  # links itself to the erased subject: dropped whole
+        cdc(k + 5, self._erasure_change(tenant, newcomer, k + 5, related=[subject]), "after_profile_erasure", after)
+        bad(k + 7, {"op": "merge"}, "after_profile_erasure_bad", after)  # not_in_enum
+        cdc(k + 7, self._erasure_change(tenant, subject, k + 7, "delete"), "after_profile_erasure", after)
 
     # ---- landing files -------------------------------------------------------------------------------
 

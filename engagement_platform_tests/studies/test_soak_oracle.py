@@ -12,11 +12,20 @@ import pyarrow as pa
 
 from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, expected
 from benchmarks.soak.workload import (
-    ACTIVITIES, BAD_MEMBERS, GDPR, INGESTION, LANDING, MUTATIONS, ORGS, PROFILES, RETENTION, Gate, LandingFile, Message, Workload,
+    ACTIVITIES, BAD_MEMBERS, BAD_PROFILE_ERASURES, GDPR, INGESTION, LANDING, MUTATIONS, ORGS, PROFILE_CDC, PROFILE_ERASURE, PROFILE_ERASURES,
+    PROFILES, RETENTION, TENANTS, Gate, LandingFile, Message, Workload,
 )
 
 NOW = datetime(2026, 6, 1, tzinfo=timezone.utc)
 RETENTION_INTENTS = {"old_activity", "old_duplicate", "retention", "retention_duplicate"}  # Workload._retention's messages
+# Workload._profile_erasure's messages (and its bad requests, on a topic of their own)
+PROFILE_ERASURE_INTENTS = {"profile_namesake", "erased_profile", "erased_profile_bad", "profile_erasure", "profile_erasure_duplicate",
+                           "after_profile_erasure", "after_profile_erasure_bad"}
+
+
+def added_later(m: Message) -> bool:
+    """A message of the features added after the seed-7 digest below: retention, profile erasure."""
+    return m.intent in RETENTION_INTENTS | PROFILE_ERASURE_INTENTS or m.topic == PROFILE_ERASURES
 
 
 class Script:
@@ -322,6 +331,122 @@ def test_profiles_fold_by_sequence_with_nulls_deletes_and_a_covered_late_change(
     assert any("depends on batching" in p for p in expected(s.messages, now=NOW).problems)
 
 
+def erasure_request(rid: str, subject: str, tenant: str = "acme", **extra) -> dict:
+    return {"request_id": rid, "tenant": tenant, "subject_id": subject, "request_time": "2026-01-05T08:00:10Z", **extra}
+
+
+def staged(round: int) -> Gate:  # a profile erasure request's gate: the dumper staged every change of rounds <= round
+    return Gate(PROFILE_CDC, PROFILES, round)
+
+
+def erased(round: int) -> Gate:  # a later change's gate: the erasure stream committed the requests of rounds <= round
+    return Gate(PROFILE_ERASURE, PROFILE_ERASURES, round, queued=True)
+
+
+def profile_erasure_script() -> Script:
+    """acme's S linked to L, erased in round 2 (sent twice), with bad requests of four kinds; the same S in globex, p1
+    in acme; later changes of S and L, of N linking to S, and a bad change naming S, gated on the erasure."""
+    s = Script().send(PROFILES, change("S", 1, fields={"email": "s@x"}, related_ids=["L"])).send(PROFILES, change("L", 1, fields={"plan": "pro"}))
+    s.send(PROFILES, change("S", 1, tenant="globex", fields={"email": "namesake@x"}))  # the same id in another tenant: another person
+    s.send(PROFILES, change("p1", 1, fields={"score": 5}))
+    s.send(PROFILES, change("S", 2, fields={"plan": "free"}), round=1)  # no related_ids: the link stays
+    s.send(PROFILES, change("S", 3, fields="[1, 2]"), round=1)  # bad, naming S: quarantined, then deleted by the erasure
+    request = erasure_request("pe1", "S")
+    s.send(PROFILE_ERASURES, request, round=2, gate=staged(1)).send(PROFILE_ERASURES, request, round=2, gate=staged(1))  # a retry
+    s.send(PROFILE_ERASURES, json.dumps(erasure_request("pe2", "X1")).encode()[:-7], round=2)
+    s.send(PROFILE_ERASURES, erasure_request("pe3", "X2", tenant="Acme Corp"), round=2)
+    s.send(PROFILE_ERASURES, {k: v for k, v in erasure_request("pe4", "X3").items() if k != "subject_id"}, round=2)
+    s.send(PROFILE_ERASURES, erasure_request("pe5", "X4", request_time="soon"), round=2)
+    for pid, extra in (("S", {}), ("L", {}), ("N", {"related_ids": ["S"]})):
+        s.send(PROFILES, change(pid, 9, fields={"score": 1}, **extra), round=4, gate=erased(2))
+    s.send(PROFILES, change("S", 10, op="merge"), round=4, gate=erased(2))  # bad, naming S: dropped too
+    s.send(PROFILES, change("p1", 2, fields={"plan": "pro"}), round=4)
+    return s.send(PROFILES, change("S", 2, tenant="globex", fields={"plan": "pro"}), round=4)
+
+
+def test_a_profile_erasure_removes_the_linked_identity_and_the_dumper_drops_what_names_it_later():
+    out = expected(profile_erasure_script().messages, now=NOW)
+    assert out.profiles == {  # S and L gone from acme, N never stored; p1 and globex's S stay
+        "acme": {"p1": {"deleted": False, "fields": {"score": 5, "plan": "pro"}, "linked_ids": [], "cdc_seq": 2}},
+        "globex": {"S": {"deleted": False, "fields": {"email": "namesake@x", "plan": "pro"}, "linked_ids": [], "cdc_seq": 2}},
+    }
+    assert out.profile_erasures == {("acme", "pe1"): 2}  # its audit row: S and L
+    # four later records naming S or L (the dumper's), the retried request (the erasure stream's); the bad change
+    # before the request is neither quarantined nor suppressed: the erasure deletes it from the quarantine
+    assert out.suppressed == Counter({PROFILE_CDC: 4, PROFILE_ERASURE: 1})
+    assert out.quarantine[PROFILES] == Counter()
+    assert out.quarantine[PROFILE_ERASURES] == Counter({"malformed_record": 1, "pattern_mismatch": 1, "missing_required": 1, "wrong_type": 1})
+    assert out.problems == []
+
+
+def test_a_tombstone_goes_with_its_erasure_and_an_id_found_nowhere_is_still_suppressed():
+    s = Script().send(PROFILES, change("A", 1, fields={"email": "a@x"})).send(PROFILES, change("A", 2, "delete"))
+    s.send(PROFILES, change("B", 1, fields={"email": "b@x"}, related_ids=["C"]))  # another identity of acme: stays
+    assert expected(s.messages, now=NOW).profiles["acme"]["A"] == {"deleted": True, "fields": None, "linked_ids": [], "cdc_seq": 2}
+    s.send(PROFILE_ERASURES, erasure_request("pe1", "A"), round=1, gate=staged(0))
+    s.send(PROFILE_ERASURES, erasure_request("pe2", "Z", tenant="globex"), round=1, gate=staged(0))
+    s.send(PROFILES, change("Z", 1, tenant="globex", fields={"plan": "pro"}), round=3, gate=erased(1))
+    out = expected(s.messages, now=NOW)
+    assert out.profiles == {"acme": {"B": {"deleted": False, "fields": {"email": "b@x"}, "linked_ids": ["C"], "cdc_seq": 1}}}
+    assert out.profile_erasures == {("acme", "pe1"): 1, ("globex", "pe2"): 1}
+    assert out.suppressed == Counter({PROFILE_CDC: 1}) and out.problems == []
+    s.send(PROFILE_ERASURES, erasure_request("pe3", "C"), round=4, gate=staged(3))  # B's link: B goes with C
+    out = expected(s.messages, now=NOW)
+    assert "acme" not in out.profiles and out.profile_erasures[("acme", "pe3")] == 2 and out.problems == []
+
+
+def test_profile_erasure_outcomes_that_depend_on_timing_are_reported():
+    def problems(s: Script) -> list[str]:
+        return expected(s.messages, now=NOW).problems
+
+    def base() -> Script:
+        return Script().send(PROFILES, change("S", 1, fields={"email": "s@x"}))
+
+    ungated = base().send(PROFILE_ERASURES, erasure_request("pe1", "S"), round=1)
+    assert any("pe1 is not gated on the dumper" in p for p in problems(ungated))
+    for gate in (None, Gate(PROFILE_ERASURE, PROFILE_ERASURES, 1)):  # not gated, or not waiting for the queued request
+        late = base().send(PROFILE_ERASURES, erasure_request("pe1", "S"), round=1, gate=staged(0))
+        late.send(PROFILES, change("S", 2, fields={"plan": "pro"}), round=3, gate=gate)
+        assert any("names an erased id after its erasure's gate round" in p for p in problems(late))
+    relinked = Script().send(PROFILES, change("S", 1, related_ids=["L"])).send(PROFILES, change("S", 2, related_ids=[]))
+    relinked.send(PROFILE_ERASURES, erasure_request("pe1", "S"), round=1, gate=staged(0))  # L goes if S@1 is not merged yet
+    assert any("an older link of its identity was replaced" in p for p in problems(relinked))
+    refused = base().send(PROFILE_ERASURES, erasure_request("pe1", "S"), round=1, gate=staged(0))
+    refused.send(PROFILE_ERASURES, erasure_request("pe2", "S", request_time="soon"), round=1)  # purged or suppressed
+    assert any("refused profile erasure request names an erased id" in p for p in problems(refused))
+    assert problems(base().send(PROFILE_ERASURES, erasure_request("pe1", "S"), round=1, gate=staged(0))) == []
+
+
+def test_reconcile_compares_profile_erasure_audit_rows_and_suppressed_records(tmp_path):
+    """A lake (plain Delta tables, no stack) as the oracle expects it, but for the erasure audit's ids_erased and the
+    suppressed records' counts."""
+    from deltalake import write_deltalake
+
+    from benchmarks.soak.reconcile import lake_diff
+
+    s = profile_erasure_script()
+    oracle = expected(s.messages, now=NOW)
+    raw = pa.schema([("primary_id", pa.string()), ("deleted", pa.bool_()), ("fields", pa.string()), ("linked_ids", pa.list_(pa.string())),
+                     ("cdc_seq", pa.int64())])
+    for tenant, rows in oracle.profiles.items():
+        write_deltalake(str(tmp_path / "profile_raw" / tenant), pa.Table.from_pylist(
+            [{"primary_id": pid, **r, "fields": json.dumps(r["fields"])} for pid, r in rows.items()], raw))
+    refused = [{"row_id": str(i), "error_code": code, "column_name": None, "org_id": None, "input": None}
+               for i, code in enumerate(("malformed_record", "pattern_mismatch", "missing_required", "wrong_type"))]
+    write_deltalake(str(tmp_path / "quarantine_profile_erasure"), pa.Table.from_pylist(refused, pa.schema([(n, pa.string()) for n in refused[0]])))
+
+    def differences(ids_erased: int, dumper_dropped: int) -> int:
+        audit = pa.table({"tenant": ["acme"], "request_id": ["pe1"], "ids_erased": pa.array([ids_erased], pa.int64())})
+        write_deltalake(str(tmp_path / "profile_erasure_audit"), audit, mode="overwrite")
+        dropped = pa.table({"stream": [PROFILE_CDC, PROFILE_CDC, PROFILE_ERASURE], "records": pa.array([dumper_dropped - 1, 1, 1], pa.int64())})
+        write_deltalake(str(tmp_path / "profile_suppressed_records"), dropped, mode="overwrite")
+        return lake_diff(s.messages, str(tmp_path))[1]
+
+    assert differences(2, 4) == 0
+    assert differences(1, 4) == 1  # the audit row's ids_erased
+    assert differences(2, 6) == 2  # two records too many suppressed by the dumper
+
+
 def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_with_the_oracle():
     def generate(seed):
         w = Workload(seed=seed)
@@ -340,7 +465,7 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
     assert out.quarantine[ACTIVITIES][DUPLICATE] == intents["duplicate"] + intents["old_duplicate"]
     assert out.quarantine[MUTATIONS][DUPLICATE] == intents["duplicate_request"]
     assert out.quarantine[GDPR][DUPLICATE] == intents["retention_duplicate"]
-    for topic in (ACTIVITIES, MUTATIONS, GDPR, PROFILES):
+    for topic in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES):
         meant = Counter(m.intent[4:] for m in w.messages if m.topic == topic and m.intent.startswith("bad:"))
         assert meant and +Counter({k: v for k, v in out.quarantine[topic].items() if k != DUPLICATE}) == meant, topic
     assert len(out.late) == intents["late_request"] > 0 and intents["subject_after_erasure"] > 0
@@ -363,6 +488,20 @@ def test_the_soak_workload_is_deterministic_and_exact_and_its_own_model_agrees_w
     assert out.removed == {(org, request_id[k]): list(deleting.values()).count(k) for org, k, _ in w.cutoffs}
     assert all(n > 0 for n in out.removed.values()) and set(out.removed) <= out.gdpr_requests
     assert any(r["round"] > 105 for eid, r in w.old.items() if eid in survivors and r["org_id"] == ORGS[1])  # after its request: kept
+    # profile erasures at rounds 35, 75 and 115 (requests 3 rounds later): every kind once, the tenants in turn. The oracle
+    # finds each identity from the CDC bytes; the generator knows which ids it made for it
+    assert [(e["round"], e["tenant"], e["kind"]) for e in w.profile_erasures] == [(38, TENANTS[0], "linked"), (78, TENANTS[1], "alone"),
+                                                                                 (118, TENANTS[2], "nowhere")]
+    assert out.profile_erasures == {(e["tenant"], e["request_id"]): len(e["ids"]) for e in w.profile_erasures}
+    assert [len(e["ids"]) for e in w.profile_erasures] == [2, 1, 1]
+    for e in w.profile_erasures:
+        assert not e["ids"] & set(out.profiles.get(e["tenant"], {}))  # erased, and nothing later brought them back
+        assert e["ids"] & set(out.profiles[e["namesake"]])  # the subject's namesake in the next tenant stays
+        others = [m for m in w.messages if m.intent not in PROFILE_ERASURE_INTENTS]  # no other generator names an erased id
+        assert not any(i.encode() in m.value for i in e["ids"] for m in others)
+    assert out.suppressed == Counter({PROFILE_CDC: intents["after_profile_erasure"] + intents["after_profile_erasure_bad"],
+                                      PROFILE_ERASURE: intents["profile_erasure_duplicate"]})
+    assert intents["after_profile_erasure_bad"] == intents["erased_profile_bad"] + 1 > 1  # "nowhere" has no bad change before
 
 
 MEMBERS_CSV = [
@@ -413,13 +552,34 @@ def test_landing_files_leave_the_kafka_workload_of_a_seed_as_it_was():
 
     with_files, without = first_rounds(), first_rounds(landing_every=0)
     assert with_files.messages == without.messages and [f.round for f in with_files.landing] == [14, 29] and without.landing == []
-    digest, kafka = hashlib.sha256(), [m for m in with_files.messages if m.intent not in RETENTION_INTENTS]  # retention: added later
+    digest, kafka = hashlib.sha256(), [m for m in with_files.messages if not added_later(m)]
     for m in kafka:
         gate = m.gate and (m.gate.stream, m.gate.topic, m.gate.round)
         digest.update(repr((m.round, m.topic, m.key, m.value, m.intent, gate)).encode())
     # Seed 7's first 40 rounds as the workload produced them before landing files were added. A change here moves
     # every seed's Kafka workload (and what earlier soak reports mean): make it on purpose, then update the digest.
     assert (len(kafka), digest.hexdigest()) == (517, "39b227a03140a730e424686876c85ba6297d94918f5ca47dd321585a5d8a9164")
+
+
+def test_profile_erasure_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
+    def rounds(**options) -> list[tuple]:
+        w = Workload(seed=7, **options)
+        for _ in range(130):
+            w.next_round()
+        return [(m.round, m.topic, m.key, m.value, m.intent, m.gate) for m in w.messages]
+
+    with_erasure, without = rounds(), rounds(profile_erasure_every=0)
+    added = [m for m in with_erasure if m[4] in PROFILE_ERASURE_INTENTS or m[1] == PROFILE_ERASURES]
+    assert [m for m in with_erasure if m not in added] == without
+    assert [m[0] for m in added if m[4] == "profile_erasure"] == [38, 78, 118]
+    assert Counter(m[4] for m in added if m[1] == PROFILE_ERASURES and m[4].startswith("bad:")) == Counter(f"bad:{k}" for k in list(BAD_PROFILE_ERASURES)[:3])
+    for m in added:  # the request waits for the dumper; what follows it for the erasure stream (and the request itself, queued)
+        if m[4].startswith("profile_erasure"):
+            assert m[5] == Gate(PROFILE_CDC, PROFILES, m[0] - 1)
+        elif m[4].startswith("after_profile_erasure"):
+            assert m[5].queued and (m[5].stream, m[5].topic) == (PROFILE_ERASURE, PROFILE_ERASURES) and m[0] - 4 <= m[5].round < m[0]
+        else:
+            assert m[5] is None
 
 
 def test_retention_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
@@ -466,6 +626,30 @@ def test_the_sender_holds_a_gated_message_until_the_stream_committed_the_rounds_
     assert sender.unsent() == 2
     sender.pump({"ingestion": {0: 2}})
     assert [v for _, v in producer.sent] == [b"v0", b"v1", b"v2", b"v3"]
+
+
+def test_a_queued_gate_waits_for_the_erasure_request_still_waiting_for_its_own_gate():
+    """Without `queued`, a later change of an erased profile would go as soon as nothing of the erasure topic was
+    produced, i.e. while its request still waits for the dumper: it could be staged before the erasure."""
+    from dataclasses import replace
+
+    from benchmarks.soak.__main__ import Sender
+
+    producer = FakeProducer()
+    sender = Sender(lambda: producer, {PROFILES: "p", PROFILE_ERASURES: "e"})
+    sender.send([Message(0, 2, PROFILES, b"k", b"change", "test")], {})  # produced, not staged yet
+    request = Message(1, 3, PROFILE_ERASURES, b"k", b"request", "test", staged(2))
+    later = Message(2, 5, PROFILES, b"k", b"later", "test", erased(3))
+    sender.send([request], {})
+    sender.send([later], {})
+    assert [v for _, v in producer.sent] == [b"change"] and sender.unsent() == 2
+    assert sender.is_open(replace(later.gate, queued=False), {})  # the hole `queued` closes
+    sender.pump({PROFILE_CDC: {0: 1}})  # staged: the request goes, the later change waits for the erasure stream
+    assert [v for _, v in producer.sent] == [b"change", b"request"]
+    sender.pump({PROFILE_CDC: {0: 1}})
+    assert sender.unsent() == 1
+    sender.pump({PROFILE_CDC: {0: 1}, PROFILE_ERASURE: {0: 1}})
+    assert [v for _, v in producer.sent] == [b"change", b"request", b"later"]
 
 
 def test_what_the_broker_lost_or_repeated_is_what_the_oracle_sees():
