@@ -561,14 +561,16 @@ def test_landing_files_leave_the_kafka_workload_of_a_seed_as_it_was():
     assert (len(kafka), digest.hexdigest()) == (517, "39b227a03140a730e424686876c85ba6297d94918f5ca47dd321585a5d8a9164")
 
 
-def test_profile_erasure_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
-    def rounds(**options) -> list[tuple]:
-        w = Workload(seed=7, **options)
-        for _ in range(130):
-            w.next_round()
-        return [(m.round, m.topic, m.key, m.value, m.intent, m.gate) for m in w.messages]
+def seed_7_rounds(**options) -> list[tuple]:
+    """(round, topic, key, value, intent, gate) of the messages of seed 7's first 130 rounds, with these options."""
+    w = Workload(seed=7, **options)
+    for _ in range(130):
+        w.next_round()
+    return [(m.round, m.topic, m.key, m.value, m.intent, m.gate) for m in w.messages]
 
-    with_erasure, without = rounds(), rounds(profile_erasure_every=0)
+
+def test_profile_erasure_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
+    with_erasure, without = seed_7_rounds(), seed_7_rounds(profile_erasure_every=0)
     added = [m for m in with_erasure if m[4] in PROFILE_ERASURE_INTENTS or m[1] == PROFILE_ERASURES]
     assert [m for m in with_erasure if m not in added] == without
     assert [m[0] for m in added if m[4] == "profile_erasure"] == [38, 78, 118]
@@ -583,13 +585,7 @@ def test_profile_erasure_leaves_the_other_kafka_messages_of_a_seed_as_they_were(
 
 
 def test_retention_leaves_the_other_kafka_messages_of_a_seed_as_they_were():
-    def rounds(**options) -> list[tuple]:
-        w = Workload(seed=7, **options)
-        for _ in range(130):
-            w.next_round()
-        return [(m.round, m.topic, m.key, m.value, m.intent, m.gate) for m in w.messages]
-
-    with_retention, without = rounds(), rounds(retention_every=0)
+    with_retention, without = seed_7_rounds(), seed_7_rounds(retention_every=0)
     assert [m for m in with_retention if m[4] not in RETENTION_INTENTS] == without
     added = Counter(m[4] for m in with_retention if m[4] in RETENTION_INTENTS)
     assert added["retention"] == 2 and added["old_activity"] > 30
