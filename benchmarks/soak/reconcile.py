@@ -25,6 +25,7 @@ from deltalake import DeltaTable
 
 from benchmarks.soak.faults import Fault, Sample, resumed_after, summary
 from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, MEMBER_COLUMNS, expected
+from benchmarks.soak.slots import max_concurrent_runs, run_spans, slot_usage
 from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILE_ERASURES, PROFILES, TENANTS
 
 QUARANTINES = {ACTIVITIES: "quarantine_engagement_ingestion", MUTATIONS: "quarantine_engagement_mutations",
@@ -177,10 +178,12 @@ def dagster_outcome(dagster_home: str) -> dict:
             reason = (history[0].skip_reason or "") if history else ""
             if "paused" in reason:  # a stream that stopped retrying waits for a person (README: resuming a paused stream)
                 paused.append(f"{state.instigator_name}: {reason[:300]}")
+        spans = run_spans(instance)
+        slots = slot_usage(spans, max_concurrent_runs(instance), max((s.ended or s.created for s in spans), default=0.0))
     return {"runs": Counter(f"{r.job_name}: {r.status.value}" for r in runs), "failed": failed, "ticks": ticks,
             "failed_ticks": failed_ticks, "paused": paused,
             "retried": sum(1 for n in attempts.values() if n > 1), "checks": evaluated, "failing": failing, "warnings": warned,
-            "unevaluated": unevaluated}
+            "unevaluated": unevaluated, "slots": slots.lines()}
 
 
 def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sample], caught_up: bool,
@@ -203,6 +206,8 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
     print(f"  failed runs {len(dagster['failed'])}, batches that took more than one run {dagster['retried']}")
     for line in dagster["failed"]:
         print("    failed: " + line)
+    for line in dagster["slots"]:
+        print("  " + line)
     print(f"  sensor and schedule ticks: {dict(sorted(dagster['ticks'].items()))}; failed ticks by sensor (faults make some): "
           f"{dict(sorted(dagster['failed_ticks'].items())) or 'none'}")
     for line in dagster["paused"]:
