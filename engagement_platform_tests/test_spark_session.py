@@ -47,3 +47,29 @@ def test_a_closed_shared_session_fails_the_run_clearly_and_the_process_exits(sta
     refused = _run(remote)
     assert refused.returncode == 1
     assert "SharedSessionClosed" in refused.stderr and "defaultSessionTimeout" in refused.stderr
+
+
+AWAY = """
+import sys, time
+from engagement_platform.orchestration.runs import unavailable_service
+from engagement_platform.spark.session import build_session
+started = time.monotonic()
+try:
+    build_session({"spark.remote": sys.argv[1]}, shared=sys.argv[2] == "shared")
+except Exception as e:
+    print(unavailable_service(e), round(time.monotonic() - started, 1))
+"""
+
+
+def test_a_call_to_a_spark_server_that_is_away_gives_up_within_seconds_as_spark_unavailable():
+    # pyspark's default retries a call for 10 minutes or more: a run sat silent in one call for 155 s after its
+    # server restarted (soak run 13) and was taken for an orphan. Its ride-out can only try again once the call gives up.
+    from engagement_platform_tests.support.object_store import free_port
+
+    remote = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
+    for mode in ("shared", "per-run"):
+        away = subprocess.run([sys.executable, "-c", AWAY, remote, mode], capture_output=True, text=True, timeout=90, env=os.environ)
+        assert away.returncode == 0, away.stderr[-2000:]
+        service, seconds = away.stdout.split()
+        assert service == "spark", away.stdout
+        assert 3 < float(seconds) < 40, f"{mode}: gave up after {seconds} s (a dozen retries, at most 2 s apart)"

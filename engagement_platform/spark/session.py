@@ -12,6 +12,9 @@ import os
 import uuid
 
 from pyspark.sql import SparkSession
+from pyspark.sql.connect.client import DefaultChannelBuilder
+from pyspark.sql.connect.client.retries import DefaultPolicy
+from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.kafka_source import KafkaOffsetsDataSource
@@ -38,6 +41,16 @@ def session_config(remote: str, master: str) -> dict[str, str]:
 SESSION_MODE_ENV = "EP_SPARK_SESSION"  # shared (default) | per-run: which Spark Connect session a client joins
 _CLOSED = "SESSION_CLOSED"
 
+# How a Spark Connect client waits for a server that is away. pyspark's default retries a call for at least
+# 10 minutes, with pauses growing to a minute, and gRPC's channel waits up to 2 minutes between reconnects: a
+# run whose server restarted under it sat silent in one call for 155 s (soak run 13), holding its run slot,
+# until its ride-out could take a new client. Here a call gives up after ~15-20 s (the ride-out then tries the
+# batch again on a new client, RIDE_OUT_S), and the client notices a server that is back within 2 s.
+RECONNECT_BACKOFF_MS = 2_000
+CALL_RETRIES = {"max_retries": 12, "initial_backoff": 50, "backoff_multiplier": 2.0, "max_backoff": RECONNECT_BACKOFF_MS}
+CHANNEL_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 500, "grpc.min_reconnect_backoff_ms": 500,
+                   "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS}
+
 
 class SharedSessionClosed(RuntimeError):
     """The server closed the shared Spark Connect session; clients cannot join it again."""
@@ -54,14 +67,32 @@ def build_session(config: dict[str, str], shared: bool = True) -> SparkSession:
         os.environ.pop("SPARK_REMOTE", None)
     elif shared and _shares(remote):
         return connect_shared(remote)
-    builder = SparkSession.builder
+    builder = SparkSession.builder if remote is None else connect_builder(remote)
     for key, value in config.items():
-        builder = builder.config(key, value)
-    return _configured(builder.getOrCreate())
+        if key != "spark.remote":  # the channel builder has it
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    try:
+        return _configured(spark)
+    except Exception:
+        if remote is not None:
+            close_quietly(spark)  # its server refused or is away: left open, the client held the process at exit
+        raise
+
+
+def connect_builder(remote: str):
+    """A Spark Connect session builder on `remote` (sc://...) whose channel reconnects within
+    RECONNECT_BACKOFF_MS of the server coming back (CHANNEL_OPTIONS)."""
+    channel = DefaultChannelBuilder(remote)
+    for key, value in CHANNEL_OPTIONS.items():
+        channel.setChannelOption(key, value)
+    return ConnectSession.builder.channelBuilder(channel)
 
 
 def _configured(spark: SparkSession) -> SparkSession:
     """The session settings every run relies on (the first call is the client's first RPC)."""
+    if isinstance(spark, ConnectSession):
+        spark.client.set_retry_policies([DefaultPolicy(**CALL_RETRIES)])
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
     # whole batch on one such record.
@@ -148,7 +179,7 @@ def connect_shared(remote: str) -> SparkSession:
     if known is not None and not known.client.is_closed:
         return known  # one client per process, as getOrCreate gives
     session_id = shared_session_id(remote)
-    spark = SparkSession.builder.remote(with_session_id(remote, session_id)).create()
+    spark = connect_builder(with_session_id(remote, session_id)).create()
     try:
         _SHARED[remote] = _configured(spark)
         return spark
