@@ -8,8 +8,12 @@ monitoring never ends it, and the stream's sensor would wait for it forever.
 The platform checks liveness itself: every stream run holds an ephemeral ZooKeeper node while its process
 lives (CoordinatorResource). A sensor that finds a run of its stream STARTING or STARTED asks ZooKeeper;
 a run without a node and without a sign of life (its start, its last event) for the coordinator's
-`orphan_bound_s` is marked failed through the instance, with a message saying why, and tagged
-ORPHANED_TAG; the sensor then requests the batch again as after any failed attempt. Orphaned attempts do
+`orphan_bound_s`, and found without its node by sensor ticks for that long too (MISSING_SINCE_TAG), is marked
+failed through the instance, with a message saying why, and tagged ORPHANED_TAG. The second condition spares a
+live run that lost its node for a while: a ZooKeeper session expiry deletes it, and a run that was waiting on
+ZooKeeper or Spark meanwhile (silent) creates it again only once its client has reconnected, seconds after the
+sensor's own client could already see it gone (soak run 12: all 6 runs failed as orphans were alive). The sensor
+then requests the batch again as after any failed attempt. Orphaned attempts do
 not count towards MAX_ATTEMPTS: the batch is not at fault. QUEUED and NOT_STARTED runs belong to the queue
 and are never judged; with ZooKeeper unreachable nothing is judged either.
 
@@ -29,6 +33,8 @@ from engagement_platform.resources import CoordinatorResource, LakeResource, run
 from engagement_platform.streams.coordinator import CoordinationGaveUp
 
 ORPHANED_TAG = "engagement/orphaned"  # "true" on a run failed because its process was gone
+# epoch seconds when a sensor first found the run in flight without its liveness node; "" once a tick saw it again
+MISSING_SINCE_TAG = "engagement/liveness_missing_since"
 STRANDED_SINCE_TAG = "engagement/stranded_since"  # epoch seconds: start of the batch's first orphaned attempt
 STRANDED_METADATA = "seconds_stranded"  # on the materialization of a retry of an orphaned run
 JUDGED = frozenset({DagsterRunStatus.STARTING, DagsterRunStatus.STARTED})  # earlier states belong to the run queue
@@ -60,19 +66,29 @@ def reap_orphans(instance: DagsterInstance, runs: Sequence[DagsterRun],
     bound, now = coordinator.orphan_bound_s, time.time()
     still = []
     for run in runs:
-        record = instance.get_run_record_by_id(run.run_id) if run.status in JUDGED and run.run_id not in live else None
+        record = instance.get_run_record_by_id(run.run_id) if run.status in JUDGED else None
         if record is None or record.dagster_run.status not in JUDGED:
             still.append(run)
             continue
+        missing_since = record.dagster_run.tags.get(MISSING_SINCE_TAG, "")
+        if run.run_id in live:
+            if missing_since:  # it lost its node for a while and holds it again
+                instance.add_run_tags(run.run_id, {MISSING_SINCE_TAG: ""})
+            still.append(run)
+            continue
+        if not missing_since:
+            instance.add_run_tags(run.run_id, {MISSING_SINCE_TAG: f"{now:.3f}"})
+            missing_since = f"{now:.3f}"
         started = record.start_time or _launched_at(instance, run.run_id) or record.create_timestamp.timestamp()
         last_event = _last_event_at(instance, run.run_id) or started
-        if now - max(started, last_event) < bound:
+        if now - max(started, last_event) < bound or now - float(missing_since) < bound:
             still.append(run)
             continue
         since = min(started, float(run.tags.get(STRANDED_SINCE_TAG, started)))
         mark_orphaned(instance, record.dagster_run, (
-            f"Process gone: no liveness node in ZooKeeper for run {run.run_id}, started {now - started:.0f}s ago, last event "
-            f"{now - last_event:.0f}s ago (bound {bound:g}s): a crash of the Dagster host or a kill of the run's process group. "
+            f"Process gone: no liveness node in ZooKeeper for run {run.run_id} for {now - float(missing_since):.0f}s, started "
+            f"{now - started:.0f}s ago, last event {now - last_event:.0f}s ago (bound {bound:g}s): a crash of the Dagster host "
+            f"or a kill of the run's process group. "
             f"Marked failed by the stream's sensor, which requests the batch again; this attempt does not count towards the pause."),
             since)
     return still, ""

@@ -122,6 +122,30 @@ def test_a_run_holding_its_liveness_node_a_run_not_started_and_an_unreachable_zo
         assert status(instance, waiting) == DagsterRunStatus.NOT_STARTED, "the queue owns runs not started"
 
 
+def test_a_silent_run_whose_liveness_node_was_gone_only_for_a_while_is_not_failed(planned):
+    # A ZooKeeper session expiry deletes a live run's node; a run waiting on ZooKeeper or Spark meanwhile (no events)
+    # creates it again once its client reconnects, after the sensor could already see it gone (soak run 12: the 6 runs
+    # failed as orphans were all alive). Only a node missing at every tick for the bound marks the run failed.
+    gone = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
+    with DagsterInstance.ephemeral() as instance:
+        run = add_run(instance, DagsterRunStatus.STARTED)
+        back = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S, alive=[run.run_id])
+        time.sleep(BOUND_S + 0.5)  # silent past the bound from here on
+
+        assert tick(instance, planned, gone).skip_message == "clicks batch 1 is in flight", "first seen without its node"
+        time.sleep(BOUND_S / 2)
+        assert tick(instance, planned, back).skip_message == "clicks batch 1 is in flight", "its node is back"
+        time.sleep(BOUND_S / 2 + 0.2)
+        assert tick(instance, planned, gone).skip_message == "clicks batch 1 is in flight", "gone again, since just now"
+        assert status(instance, run) == DagsterRunStatus.STARTED
+
+        time.sleep(BOUND_S + 0.2)
+        (request,) = tick(instance, planned, gone).run_requests  # missing at every tick for the bound: gone
+        assert status(instance, run) == DagsterRunStatus.FAILURE and request.run_key == f"{PLAN.run_key}#attempt2"
+        failure = instance.get_records_for_run(run.run_id, limit=1, ascending=False).records[0].event_log_entry
+        assert f"no liveness node in ZooKeeper for run {run.run_id} for " in failure.dagster_event.message
+
+
 def test_orphaned_attempts_never_pause_the_stream_but_real_failures_still_do(planned):
     with DagsterInstance.ephemeral() as instance:
         for _ in range(3):
