@@ -83,6 +83,9 @@ def build_session(config: dict[str, str], shared: bool = True) -> SparkSession:
 def connect_builder(remote: str):
     """A Spark Connect session builder on `remote` (sc://...) whose channel reconnects within
     RECONNECT_BACKOFF_MS of the server coming back (CHANNEL_OPTIONS)."""
+    # What pyspark's own builder.remote() does: pyspark.sql.functions and others dispatch on this flag, and without it
+    # build Column objects for a classic session (an AssertionError in F.col under a Connect session).
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     channel = DefaultChannelBuilder(remote)
     for key, value in CHANNEL_OPTIONS.items():
         channel.setChannelOption(key, value)

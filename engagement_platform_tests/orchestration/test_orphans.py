@@ -229,7 +229,8 @@ def test_the_retry_of_an_orphaned_run_reports_how_long_the_batch_was_stranded(pl
 
 def test_a_liveness_node_held_by_a_live_session_keeps_the_run_in_flight_and_goes_with_the_session(stack, lake_root):
     """Another kazoo session registers the run (as the run's process does in setup); while it lives the
-    sensor waits; once the session ends (the process died) the run is failed and its batch requested."""
+    sensor waits; once the session ends (the process died) and ticks have found the node gone for the bound,
+    the run is failed and its batch requested."""
     CheckpointStore(DeltaLake(lake_root)).record_plan(PLAN)
     coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), orphan_after_s=BOUND_S)
     with DagsterInstance.ephemeral() as instance:
@@ -245,6 +246,8 @@ def test_a_liveness_node_held_by_a_live_session_keeps_the_run_in_flight_and_goes
         finally:
             process.close()  # the run's process ends: ZooKeeper deletes its node with the session
         assert run.run_id not in coordinator.live_runs()
+        assert tick(instance, lake_root, coordinator).skip_message == "clicks batch 1 is in flight", "seen without its node from now"
+        time.sleep(BOUND_S + 0.5)
         (request,) = tick(instance, lake_root, coordinator).run_requests
         assert status(instance, run) == DagsterRunStatus.FAILURE and request.run_key == f"{PLAN.run_key}#attempt2"
 
