@@ -12,8 +12,8 @@ a run without a node and without a sign of life (its start, its last event) for 
 failed through the instance, with a message saying why, and tagged ORPHANED_TAG. The second condition spares a
 live run that lost its node for a while: a ZooKeeper session expiry deletes it, and a run that was waiting on
 ZooKeeper or Spark meanwhile (silent) creates it again only once its client has reconnected, seconds after the
-sensor's own client could already see it gone (soak runs 12-14: 17 of the 21 runs failed as orphans were alive). The sensor
-then requests the batch again as after any failed attempt. Orphaned attempts do
+sensor's own client could already see it gone (soak runs 12-14: 17 of the 21 runs failed as orphans were
+alive). The sensor then requests the batch again as after any failed attempt. Orphaned attempts do
 not count towards MAX_ATTEMPTS: the batch is not at fault. QUEUED and NOT_STARTED runs belong to the queue
 and are never judged; with ZooKeeper unreachable nothing is judged either.
 
@@ -77,16 +77,17 @@ def reap_orphans(instance: DagsterInstance, runs: Sequence[DagsterRun],
             still.append(run)
             continue
         if not missing_since:
-            instance.add_run_tags(run.run_id, {MISSING_SINCE_TAG: f"{now:.3f}"})
             missing_since = f"{now:.3f}"
+            instance.add_run_tags(run.run_id, {MISSING_SINCE_TAG: missing_since})
+        missing_s = now - float(missing_since)
         started = record.start_time or _launched_at(instance, run.run_id) or record.create_timestamp.timestamp()
         last_event = _last_event_at(instance, run.run_id) or started
-        if now - max(started, last_event) < bound or now - float(missing_since) < bound:
+        if now - max(started, last_event) < bound or missing_s < bound:
             still.append(run)
             continue
         since = min(started, float(run.tags.get(STRANDED_SINCE_TAG, started)))
         mark_orphaned(instance, record.dagster_run, (
-            f"Process gone: no liveness node in ZooKeeper for run {run.run_id} for {now - float(missing_since):.0f}s, started "
+            f"Process gone: no liveness node in ZooKeeper for run {run.run_id} for {missing_s:.0f}s, started "
             f"{now - started:.0f}s ago, last event {now - last_event:.0f}s ago (bound {bound:g}s): a crash of the Dagster host "
             f"or a kill of the run's process group. "
             f"Marked failed by the stream's sensor, which requests the batch again; this attempt does not count towards the pause."),

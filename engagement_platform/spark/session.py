@@ -71,13 +71,7 @@ def build_session(config: dict[str, str], shared: bool = True) -> SparkSession:
     for key, value in config.items():
         if key != "spark.remote":  # the channel builder has it
             builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    try:
-        return _configured(spark)
-    except Exception:
-        if remote is not None:
-            close_quietly(spark)  # its server refused or is away: left open, the client held the process at exit
-        raise
+    return _configured(builder.getOrCreate())
 
 
 def connect_builder(remote: str):
@@ -93,15 +87,23 @@ def connect_builder(remote: str):
 
 
 def _configured(spark: SparkSession) -> SparkSession:
-    """The session settings every run relies on (the first call is the client's first RPC)."""
-    if isinstance(spark, ConnectSession):
+    """The session settings every run relies on (the first call is the client's first RPC). A Connect client
+    whose server refused it or is away is closed before the error goes on: nobody holds it, and left open it
+    kept its process from exiting."""
+    remote = isinstance(spark, ConnectSession)
+    if remote:
         spark.client.set_retry_policies([DefaultPolicy(**CALL_RETRIES)])
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
-    # whole batch on one such record.
-    spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
-    for source in (KafkaOffsetsDataSource, LandingLinesDataSource, LandingDocumentDataSource):
-        register_data_source(spark, source)
+    try:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+        # JSON allows a repeated key and parsers keep the last; Spark's default (EXCEPTION) would fail a
+        # whole batch on one such record.
+        spark.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
+        for source in (KafkaOffsetsDataSource, LandingLinesDataSource, LandingDocumentDataSource):
+            register_data_source(spark, source)
+    except Exception:  # pyspark's Connect errors do not share a narrower base class
+        if remote:
+            close_quietly(spark)
+        raise
     return spark
 
 
@@ -186,8 +188,7 @@ def connect_shared(remote: str) -> SparkSession:
     try:
         _SHARED[remote] = _configured(spark)
         return spark
-    except Exception as e:  # pyspark's Connect errors do not share a narrower base class
-        close_quietly(spark)  # refused, or the server away: nobody holds this client
+    except Exception as e:  # pyspark's Connect errors do not share a narrower base class (_configured closed the client)
         if _CLOSED not in str(e):
             raise
         raise SharedSessionClosed(
