@@ -9,6 +9,7 @@ field empty, and then it takes the value settings.py reads at run time.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Optional
@@ -91,6 +92,9 @@ class KafkaResource(ConfigurableResource):
 
 
 ACTIVITY_LOCK = "engagement_activity"
+# After ZooKeeper did not answer, a sensor's questions give up at once for this long: a tick ends well within it,
+# and a caller that outlives it (one waiting for ZooKeeper to come back) asks ZooKeeper again.
+ASK_AGAIN_AFTER_S = 10.0
 
 
 class JobConfig(Config):
@@ -159,6 +163,7 @@ class CoordinatorResource(ConfigurableResource):
     retention: JobConfig = JobConfig(job_name="retention", predecessors=["ingestion", "mutation", "retention"])
 
     _coordinator: Coordinator | None = PrivateAttr(default=None)
+    _unreachable: tuple[float, str] | None = PrivateAttr(default=None)  # (monotonic time, why) a session could not be opened
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -196,6 +201,7 @@ class CoordinatorResource(ConfigurableResource):
         try:
             self.coordinator().start(self.connect_timeout_s)
         except CoordinationGaveUp as e:
+            self._unreachable = (time.monotonic(), str(e))
             if context.log:
                 context.log.warning(f"{e}; the batch will give up at acquire")
         run = context.dagster_run
@@ -232,14 +238,34 @@ class CoordinatorResource(ConfigurableResource):
         run has a node); CoordinationGaveUp when ZooKeeper is unreachable (nothing can be said then)."""
         if not self.is_enabled:
             return None
+        try:
+            with self._asking() as zk:
+                return zk.live_runs()
+        except (KazooException, KazooTimeoutError) as e:
+            raise CoordinationGaveUp(f"ZooKeeper unreachable: {str(e) or type(e).__name__}") from e
+
+    @contextmanager
+    def _asking(self) -> Iterator[Coordinator]:
+        """The session a sensor's questions (live_runs, lock_wait, predecessor_wait) are asked on: the one setup
+        opened for this evaluation while it is connected, else one of their own, closed after. For ASK_AGAIN_AFTER_S
+        after a session could not be opened, questions give up at once (CoordinationGaveUp) instead of each waiting
+        `connect_timeout_s` again: three such waits made a tick take 16-20 s while ZooKeeper restarted (soak run 15),
+        and a tick on a healthy ZooKeeper opened three sessions."""
+        if self._unreachable is not None and time.monotonic() - self._unreachable[0] < ASK_AGAIN_AFTER_S:
+            raise CoordinationGaveUp(self._unreachable[1])
+        if self._coordinator is not None and self._coordinator.client.connected:
+            yield self._coordinator
+            return
         settings = load_settings()
         probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s,
                             settings.zookeeper_auth)
         try:
-            probe.start(self.connect_timeout_s)
-            return probe.live_runs()
-        except (KazooException, KazooTimeoutError) as e:
-            raise CoordinationGaveUp(f"ZooKeeper unreachable: {str(e) or type(e).__name__}") from e
+            try:
+                probe.start(self.connect_timeout_s)
+            except CoordinationGaveUp as e:
+                self._unreachable = (time.monotonic(), str(e))
+                raise
+            yield probe
         finally:
             probe.close()
 
@@ -260,28 +286,23 @@ class CoordinatorResource(ConfigurableResource):
     def _turn_wait(self, stream: str, batch_id: int, lock_name: str | None, predecessor: bool) -> str | None:
         if not self.is_enabled:
             return None
-        settings = load_settings()
         job = self.job_spec(stream, lock_name)
-        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s,
-                            settings.zookeeper_auth)
         try:
-            probe.start(self.connect_timeout_s)
-            holder = probe.holder(job.lock_name)  # the first contender holds the lock
-            if holder is not None:
-                return f"lock {job.lock_name} held by {holder_owner(holder)}"
-            if not predecessor:
-                return None
-            current, registered_at = probe.registration(job.lock_name)
-            owner, bound = f"{stream}/{batch_id}", job.max_predecessor_wait_s
-            if allowed(current, job.job_name, owner, job.predecessors):
-                return None
-            age = probe.seconds_since(registered_at) if is_bounded(bound) and registered_at is not None else None
-            if allowed(current, job.job_name, owner, job.predecessors, age, bound):
-                return None
+            with self._asking() as zk:
+                holder = zk.holder(job.lock_name)  # the first contender holds the lock
+                if holder is not None:
+                    return f"lock {job.lock_name} held by {holder_owner(holder)}"
+                if not predecessor:
+                    return None
+                current, registered_at = zk.registration(job.lock_name)
+                owner, bound = f"{stream}/{batch_id}", job.max_predecessor_wait_s
+                if allowed(current, job.job_name, owner, job.predecessors):
+                    return None
+                age = zk.seconds_since(registered_at) if is_bounded(bound) and registered_at is not None else None
+                if allowed(current, job.job_name, owner, job.predecessors, age, bound):
+                    return None
         except (CoordinationGaveUp, KazooException, KazooTimeoutError) as e:
             return f"ZooKeeper unreachable: {str(e) or type(e).__name__}"
-        finally:
-            probe.close()
         return (f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only "
                 f"{sorted(job.predecessors)}{wait_ends(age, bound)}")
 

@@ -10,6 +10,7 @@ the end, so other tests' ZooKeeper is never touched.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -18,7 +19,7 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
+from dagster import AssetKey, DagsterInstance, SensorResult, SkipReason, build_resources, build_sensor_context, materialize
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
@@ -27,6 +28,7 @@ from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_M
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
 from engagement_platform.lake.delta import TableSpec
+from engagement_platform import resources as resources_module
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.batch import CommitStep, active_lease, commit_batch, fenced
 from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
@@ -601,6 +603,56 @@ def test_the_sensor_question_reports_the_lock_holder_until_it_releases(coordinat
     assert coordinator.predecessor_wait("mutation", 1) == f"lock {LOCK} held by ingestion/4"
     holder.unlock(held)
     assert coordinator.lock_wait("mutation", 1) is None and coordinator.predecessor_wait("mutation", 1) is None
+
+
+class CountedSessions(Coordinator):
+    """The real Coordinator, counting the sessions it is asked to open (ZooKeeper answers or not as it is)."""
+    started: list[str] = []
+
+    def start(self, timeout_s: float = 5.0) -> None:
+        CountedSessions.started.append(self.hosts)
+        super().start(timeout_s)
+
+
+@pytest.mark.parametrize("zookeeper", ["up", "away"])
+def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(zookeeper, coordinators, stack, root, tmp_path, monkeypatch):
+    """A tick asks whether the lock is free and which runs are alive. It asks on the session its resource opened
+    at setup, not on one more session per question; and once ZooKeeper did not answer, later questions of the
+    tick give up at once instead of each waiting out the connect timeout again (soak run 15: 16-20 s ticks while
+    ZooKeeper restarted, every other sensor waiting behind them)."""
+    monkeypatch.setattr(resources_module, "Coordinator", CountedSessions)
+    monkeypatch.setattr(CountedSessions, "started", [])
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        away = f"127.0.0.1:{s.getsockname()[1]}"
+    hosts = stack["ZOOKEEPER_HOSTS"] if zookeeper == "up" else away
+    holder = coordinators()
+    held = holder.lock(LOCK, "ingestion/4", timeout_s=2)
+    try:
+        coordinator = CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=hosts, root=root, enabled=True,
+                                          session_timeout_s=SESSION_S, connect_timeout_s=1.0)
+        with build_resources({"coordinator": coordinator}) as built:  # setup and teardown, as for a sensor's tick
+            answers = [built.coordinator.lock_wait("mutation", 1), built.coordinator.predecessor_wait("mutation", 1)]
+            if zookeeper == "up":
+                assert answers == [f"lock {LOCK} held by ingestion/4"] * 2
+                assert holder.register_run("run-1", {"run_id": "run-1"})
+                assert "run-1" in built.coordinator.live_runs()
+            else:
+                assert all(a.startswith(f"ZooKeeper unreachable: ZooKeeper {away} unreachable within 1s") for a in answers), answers
+                with pytest.raises(CoordinationGaveUp, match="unreachable"):
+                    built.coordinator.live_runs()
+    finally:
+        holder.unlock(held)
+    assert CountedSessions.started == [hosts]
+    without_setup = CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=hosts, root=root, enabled=True,
+                                        session_timeout_s=SESSION_S, connect_timeout_s=1.0)
+    # A resource without setup (orphans.liveness_probe's) opens a session per question.
+    expected = None if zookeeper == "up" else f"ZooKeeper unreachable: ZooKeeper {away} unreachable within 1s"
+    assert without_setup.lock_wait("mutation", 1) == expected and without_setup.predecessor_wait("mutation", 1) == expected
+    assert len(CountedSessions.started) == (3 if zookeeper == "up" else 2)
+    monkeypatch.setattr(resources_module, "ASK_AGAIN_AFTER_S", 0.0)  # later than that, ZooKeeper is asked again
+    without_setup.lock_wait("mutation", 1)
+    assert len(CountedSessions.started) == (4 if zookeeper == "up" else 3)
 
 
 CLICKS_LOCK = "demo_clicks_table"
