@@ -55,7 +55,7 @@ def environment(state: Path, args) -> dict[str, str]:
             "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}", "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
             "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}", "SPARK_LOCAL_IP": "127.0.0.1",
             "EP_ORPHAN_AFTER_SECONDS": "20",  # a killed run is retried after 20 s rather than a minute
-            "EP_RETENTION_INTERVAL_SECONDS": "5",  # the default is daily; the sensor's own 60 s interval paces it then
+            "EP_RETENTION_INTERVAL_SECONDS": "60",  # the default is daily; here a batch a minute at most (the others: --batch-wait)
             # a batch per stream every --batch-wait seconds: a run per sensor tick would not fit 2 cores
             "EP_BATCH_MIN_RECORDS": "1000000", "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait),
             # a request whose late target never comes expires within the catch-up window (default 72 h); the

@@ -35,7 +35,10 @@ RETENTION = build_kafka_stream(KafkaStreamDefinition(
     job_description="Apply one planned slice of TTL / GDPR requests: org retention and subject erasure, with an audit row each.",
     sensor_description="Plans the next slice of engagement.gdpr (retention and erasure requests) once per "
                        "EP_RETENTION_INTERVAL_SECONDS (default daily, read at run time) after the previous batch was planned.",
-    minimum_interval_seconds=60,
+    # The cadence gate, not the sensor's interval, paces planning. A tick that finds the activity lock held (an
+    # ingestion or mutation batch) skips, and so does one while a failed batch waits for its retry: at 60 s each
+    # such tick cost a minute (soak run 16: a retention batch due at once waited 190 s behind two skipped ticks).
+    minimum_interval_seconds=10,
     tick_gate=not_due_yet,
 ))
 engagement_gdpr_topic = RETENTION.topic_asset
