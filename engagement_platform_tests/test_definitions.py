@@ -84,9 +84,9 @@ def test_the_instance_evaluates_sensors_on_threads_of_their_own(tmp_path):
 
 
 def test_every_kafka_stream_sensor_ticks_within_seconds_whatever_its_cadence():
-    """A stream's tick skips while its lock is held or its failed batch awaits a retry, and the next chance is
-    the next tick: the retention stream ticked every 60 s and a batch due at once waited 190 s behind two skipped
-    ticks (soak run 16). Its cadence (EP_RETENTION_INTERVAL_SECONDS, daily by default) is its tick gate's."""
+    """A stream's tick skips while its lock is held, and a failed batch is retried by a later tick: the retention
+    stream ticked every 60 s, and a batch due at 1,132 s was planned at 1,257 s, two ticks having found the lock
+    held (soak run 16). Its cadence (EP_RETENTION_INTERVAL_SECONDS, daily by default) is its tick gate's."""
     streams = {"engagement_ingestion_sensor", "engagement_mutation_sensor", "engagement_retention_sensor",
                "profile_cdc_dumper_sensor", "profile_erasure_sensor"}
     intervals = {s.name: s.minimum_interval_seconds for s in defs.get_repository_def().sensor_defs if s.name in streams}

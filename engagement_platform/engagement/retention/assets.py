@@ -36,8 +36,8 @@ RETENTION = build_kafka_stream(KafkaStreamDefinition(
     sensor_description="Plans the next slice of engagement.gdpr (retention and erasure requests) once per "
                        "EP_RETENTION_INTERVAL_SECONDS (default daily, read at run time) after the previous batch was planned.",
     # The cadence gate, not the sensor's interval, paces planning. A tick that finds the activity lock held (an
-    # ingestion or mutation batch) skips, and so does one while a failed batch waits for its retry: at 60 s each
-    # such tick cost a minute (soak run 16: a retention batch due at once waited 190 s behind two skipped ticks).
+    # ingestion or mutation batch) skips, and a failed batch is retried only by a later tick: at 60 s, each cost up
+    # to a minute (soak run 16: a batch due at 1,132 s was planned at 1,257 s, two ticks having found the lock held).
     minimum_interval_seconds=10,
     tick_gate=not_due_yet,
 ))
