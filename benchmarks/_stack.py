@@ -21,7 +21,9 @@ def bench_stack(name: str, servers: tuple[str, ...] = ("kafka", "spark")):
     subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop"], env=env, check=False, capture_output=True)
     subprocess.run(["rm", "-rf", str(state)], check=True)
     t0 = time.perf_counter()
-    subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "start", *servers], env=env, check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(REPO / "scripts/stack.sh"), "start", *servers], env=env, check=True, capture_output=True
+    )
     started = time.perf_counter() - t0
     settings = {
         "EP_STATE_DIR": str(state),
@@ -75,7 +77,9 @@ def restart_spark(master: str) -> None:
     env = {**os.environ, **PORTS, "SPARK_MASTER": master}
     env.pop("SPARK_REMOTE", None)
     for action in ("stop", "start"):
-        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), action, "spark"], env=env, check=True, capture_output=True)
+        subprocess.run(
+            ["bash", str(REPO / "scripts/stack.sh"), action, "spark"], env=env, check=True, capture_output=True
+        )
 
 
 def machine_busy_seconds() -> float:
@@ -102,8 +106,14 @@ def s3_lake(bucket: str = "lake"):
     (the bucket's URI, the storage options)."""
     env = {**os.environ, **PORTS, "EP_S3_PORT": S3_PORT, "EP_LAKE_BUCKET": bucket}
     subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "start", "s3"], env=env, check=True, capture_output=True)
-    options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
-               "AWS_SECRET_ACCESS_KEY": "test", "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+    options = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{S3_PORT}",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_CONDITIONAL_PUT": "etag",
+    }
     os.environ.update(options)
     pid = int((Path(os.environ.get("EP_STATE_DIR", REPO / ".state")) / "pids" / "s3.pid").read_text().split()[0])
     options["cpu_seconds"] = lambda: process_cpu_seconds(pid)  # what the endpoint itself spends (popped by callers)
@@ -112,7 +122,9 @@ def s3_lake(bucket: str = "lake"):
     finally:
         for name in list(options):
             os.environ.pop(name, None)
-        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop", "s3"], env=env, check=False, capture_output=True)
+        subprocess.run(
+            ["bash", str(REPO / "scripts/stack.sh"), "stop", "s3"], env=env, check=False, capture_output=True
+        )
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -128,7 +140,9 @@ def upload_lake(local: Path, uri: str, options: dict) -> float:
 
     t = time.perf_counter()
     fs, base = filesystem(uri, options)
-    pafs.copy_files(str(local), base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs, use_threads=True)
+    pafs.copy_files(
+        str(local), base, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs, use_threads=True
+    )
     return time.perf_counter() - t
 
 

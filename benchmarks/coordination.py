@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: the benchmarks package
 from _stack import bench_stack, machine  # noqa: E402
 
-from engagement_platform.streams.coordinator import Coordinator, JobSpec  # noqa: E402
 from benchmarks.three_streams.simulation import StreamConfig, Workload, run_simulation  # noqa: E402
+from engagement_platform.streams.coordinator import Coordinator, JobSpec  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -41,7 +41,13 @@ def handshake_latency(hosts: str, rounds: int) -> dict[str, list[float]]:
     coord = Coordinator(hosts, root=f"/bench/coordination/{uuid.uuid4().hex}")
     coord.start()
     job = JobSpec("engagement_activity", "ingestion", frozenset({"ingestion"}))
-    steps: dict[str, list[float]] = {"lock": [], "register": [], "fencing check": [], "unlock": [], "lock+register+unlock": []}
+    steps: dict[str, list[float]] = {
+        "lock": [],
+        "register": [],
+        "fencing check": [],
+        "unlock": [],
+        "lock+register+unlock": [],
+    }
     try:
         for i in range(rounds + 50):  # the first 50 warm the session and the server's caches
             t0 = time.perf_counter()
@@ -54,8 +60,13 @@ def handshake_latency(hosts: str, rounds: int) -> dict[str, list[float]]:
             coord.unlock(lease)
             t4 = time.perf_counter()
             if i >= 50:
-                for name, ms in (("lock", t1 - t0), ("register", t2 - t1), ("fencing check", t3 - t2), ("unlock", t4 - t3),
-                                 ("lock+register+unlock", (t4 - t0) - (t3 - t2))):
+                for name, ms in (
+                    ("lock", t1 - t0),
+                    ("register", t2 - t1),
+                    ("fencing check", t3 - t2),
+                    ("unlock", t4 - t3),
+                    ("lock+register+unlock", (t4 - t0) - (t3 - t2)),
+                ):
                     steps[name].append(ms * 1000)
     finally:
         coord.close()
@@ -85,7 +96,9 @@ def main() -> None:
     parser.add_argument("--mutation", type=int, default=15)
     parser.add_argument("--retention", type=int, default=5)
     parser.add_argument("--orgs", type=int, default=8)
-    parser.add_argument("--seed-rows", type=int, default=2000, help="seed rows per org (what mutation and retention rewrite)")
+    parser.add_argument(
+        "--seed-rows", type=int, default=2000, help="seed rows per org (what mutation and retention rewrite)"
+    )
     parser.add_argument("--rows-per-ingest", type=int, default=2000)
     args = parser.parse_args()
 
@@ -106,19 +119,25 @@ def main() -> None:
             factory = (lambda: Coordinator(hosts, root)) if mode == "coordinated" else None
             with tempfile.TemporaryDirectory(dir=env["EP_STATE_DIR"]) as d:
                 results[mode] = run_simulation(d, w, factory)
-        print(f"three streams, fixed workload: {args.orgs} orgs x {args.seed_rows} seed rows; ingestion {args.ingestion} x "
-              f"{args.rows_per_ingest} rows, mutation {args.mutation} MERGEs, retention {args.retention} deletes; rules {dict((k, sorted(v)) for k, v in w.rules.items())}")
+        print(
+            f"three streams, fixed workload: {args.orgs} orgs x {args.seed_rows} seed rows; ingestion {args.ingestion} x "
+            f"{args.rows_per_ingest} rows, mutation {args.mutation} MERGEs, retention {args.retention} deletes; rules {dict((k, sorted(v)) for k, v in w.rules.items())}"
+        )
         for mode, r in results.items():
             s = r.summary()
             attempts = sum(w.outcome in ("committed", "conflict") for w in r.windows)
-            print(f"  {mode:13s} {s['elapsed_s']:6.2f} s  {s['batches_per_s']:6.2f} batches/s  {s['rows_per_s']:9.1f} rows/s  "
-                  f"rows {s['rows_committed']}  attempts {attempts}  conflicts {s['conflicts']} "
-                  f"(by stream {_by_stream(r, 'conflict')})  give-ups {s['gave_up']}  idle {s['idle']}  overlaps {s['overlaps']}  "
-                  f"order violations {s['order_violations']}  content exact {s['content_matches']}  exactly once {s['exactly_once']}")
+            print(
+                f"  {mode:13s} {s['elapsed_s']:6.2f} s  {s['batches_per_s']:6.2f} batches/s  {s['rows_per_s']:9.1f} rows/s  "
+                f"rows {s['rows_committed']}  attempts {attempts}  conflicts {s['conflicts']} "
+                f"(by stream {_by_stream(r, 'conflict')})  give-ups {s['gave_up']}  idle {s['idle']}  overlaps {s['overlaps']}  "
+                f"order violations {s['order_violations']}  content exact {s['content_matches']}  exactly once {s['exactly_once']}"
+            )
             assert s["content_matches"] and s["exactly_once"], mode
         on, off = results["coordinated"], results["uncoordinated"]
-        print(f"ratio coordinated / uncoordinated: batches/s {on.summary()['batches_per_s'] / off.summary()['batches_per_s']:.2f}, "
-              f"wall time {on.elapsed_s / off.elapsed_s:.2f}")
+        print(
+            f"ratio coordinated / uncoordinated: batches/s {on.summary()['batches_per_s'] / off.summary()['batches_per_s']:.2f}, "
+            f"wall time {on.elapsed_s / off.elapsed_s:.2f}"
+        )
         print(f"load average at end {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
 
 

@@ -60,10 +60,18 @@ def platform_rss(state_dir: str) -> dict[int, float]:
 
 CLK = os.sysconf("SC_CLK_TCK")
 # Process classes by command line, first match wins: where the machine's CPU goes.
-CLASSES = (("noida-db", "broker (local noida-db)"), ("zookeeper", "zookeeper"), ("pyspark.daemon", "spark python workers"),
-           ("java", "spark connect jvm"), ("spawn_main", "dagster runs"), ("execute_run", "dagster runs"),
-           ("api grpc", "dagster code server"), ("_daemon", "dagster daemon"), ("webserver", "dagster webserver"),
-           ("demo-", "demo producers"))
+CLASSES = (
+    ("noida-db", "broker (local noida-db)"),
+    ("zookeeper", "zookeeper"),
+    ("pyspark.daemon", "spark python workers"),
+    ("java", "spark connect jvm"),
+    ("spawn_main", "dagster runs"),
+    ("execute_run", "dagster runs"),
+    ("api grpc", "dagster code server"),
+    ("_daemon", "dagster daemon"),
+    ("webserver", "dagster webserver"),
+    ("demo-", "demo producers"),
+)
 
 
 def process_cpu(pids) -> dict[int, tuple[str, float]]:
@@ -143,7 +151,11 @@ def dagster_outcome(dagster_home: Path, stopped_at: float) -> dict:
         by_run = Counter(f"{r.job_name}: {r.status.value}" for r in runs)
         ended = {r.dagster_run.run_id: r.end_time for r in instance.get_run_records()}
         failed = [r for r in runs if r.status.value in ("FAILURE", "CANCELED")]
-        failed_runs = [f"{r.job_name} {r.run_id} {r.tags.get('dagster/partition', '')}" for r in failed if (ended.get(r.run_id) or 0) < stopped_at]
+        failed_runs = [
+            f"{r.job_name} {r.run_id} {r.tags.get('dagster/partition', '')}"
+            for r in failed
+            if (ended.get(r.run_id) or 0) < stopped_at
+        ]
         interrupted = [f"{r.job_name} {r.run_id}" for r in failed if (ended.get(r.run_id) or 0) >= stopped_at]
         ticks: Counter = Counter()
         failed_ticks = []
@@ -153,8 +165,14 @@ def dagster_outcome(dagster_home: Path, stopped_at: float) -> dict:
                 if tick.status.value == "FAILURE":
                     failed_ticks.append(f"{state.instigator_name}: {(tick.error.message if tick.error else '')[:300]}")
         breakdown = run_breakdown(instance, [r for r in runs if r.status.value == "SUCCESS"])
-    return {"runs": dict(sorted(by_run.items())), "failed_runs": failed_runs, "ticks": dict(sorted(ticks.items())),
-            "failed_ticks": failed_ticks, "breakdown": breakdown, "interrupted_by_stop": interrupted}
+    return {
+        "runs": dict(sorted(by_run.items())),
+        "failed_runs": failed_runs,
+        "ticks": dict(sorted(ticks.items())),
+        "failed_ticks": failed_ticks,
+        "breakdown": breakdown,
+        "interrupted_by_stop": interrupted,
+    }
 
 
 def run_breakdown(instance, runs) -> dict[str, dict[str, float]]:
@@ -176,25 +194,35 @@ def run_breakdown(instance, runs) -> dict[str, dict[str, float]]:
             if kind == "ASSET_MATERIALIZATION":
                 for key, value in event.dagster_event.event_specific_data.materialization.metadata.items():
                     if key.startswith("seconds_") and isinstance(value.value, (int, float)):
-                        phases[key[len("seconds_"):]] = phases.get(key[len("seconds_"):], 0.0) + float(value.value)
-        if not {"PIPELINE_ENQUEUED", "PIPELINE_STARTING", "STEP_START", "STEP_SUCCESS_LAST", "PIPELINE_SUCCESS"} <= at.keys():
+                        phases[key[len("seconds_") :]] = phases.get(key[len("seconds_") :], 0.0) + float(value.value)
+        if (
+            not {"PIPELINE_ENQUEUED", "PIPELINE_STARTING", "STEP_START", "STEP_SUCCESS_LAST", "PIPELINE_SUCCESS"}
+            <= at.keys()
+        ):
             continue
         step = at["STEP_SUCCESS_LAST"] - at["STEP_START"]
-        row = {"queued": at["PIPELINE_STARTING"] - at["PIPELINE_ENQUEUED"],
-               "process_start_imports_setup": at["STEP_START"] - at["PIPELINE_STARTING"],
-               "step": step, **{f"step.{k}": v for k, v in phases.items()},
-               "step.other (checks, events, pins)": max(step - sum(phases.values()), 0.0),
-               "run_end": at["PIPELINE_SUCCESS"] - at["STEP_SUCCESS_LAST"]}
+        row = {
+            "queued": at["PIPELINE_STARTING"] - at["PIPELINE_ENQUEUED"],
+            "process_start_imports_setup": at["STEP_START"] - at["PIPELINE_STARTING"],
+            "step": step,
+            **{f"step.{k}": v for k, v in phases.items()},
+            "step.other (checks, events, pins)": max(step - sum(phases.values()), 0.0),
+            "run_end": at["PIPELINE_SUCCESS"] - at["STEP_SUCCESS_LAST"],
+        }
         for key, value in row.items():
             parts.setdefault(run.job_name, {}).setdefault(key, []).append(value)
-    return {job: {"runs": len(rows["step"]), **{k: round(statistics.median(v), 2) for k, v in rows.items()}}
-            for job, rows in sorted(parts.items())}
+    return {
+        job: {"runs": len(rows["step"]), **{k: round(statistics.median(v), 2) for k, v in rows.items()}}
+        for job, rows in sorted(parts.items())
+    }
 
 
 def fresh_import_seconds() -> float:
     """A new Python process importing the platform's definitions: what every run pays before Dagster starts it."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import engagement_platform.definitions"], cwd=REPO, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", "import engagement_platform.definitions"], cwd=REPO, check=True, capture_output=True
+    )
     return time.perf_counter() - start
 
 
@@ -218,7 +246,9 @@ def main() -> int:
     parser.add_argument("--sample-seconds", type=float, default=10.0)
     parser.add_argument("--port", type=int, default=int(os.environ.get("EP_DAGSTER_PORT", "3000")))
     parser.add_argument("--state-dir", default=str(REPO / ".state" / "demo-health"))
-    parser.add_argument("--screenshots", action="store_true", help="run scripts/screenshots.py against the demo at the end")
+    parser.add_argument(
+        "--screenshots", action="store_true", help="run scripts/screenshots.py against the demo at the end"
+    )
     parser.add_argument("--max-load", type=float, default=2.0)
     parser.add_argument("--max-rss-growth", type=float, default=0.10)
     args = parser.parse_args()
@@ -229,26 +259,44 @@ def main() -> int:
     print(f"machine: {machine()}; load average before: {load_average()}")
     import_seconds = fresh_import_seconds()
     log = open(Path("/tmp") / f"demo-health-{os.getpid()}.log", "w")
-    platform = subprocess.Popen(["bash", str(REPO / "scripts/run_platform.sh")], cwd=REPO, env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    platform = subprocess.Popen(
+        ["bash", str(REPO / "scripts/run_platform.sh")],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     samples: list[dict] = []
     try:
         print(f"UI answered after {wait_for_ui(args.port, platform):.0f} s (install, stack, Dagster); log {log.name}")
-        lag_env = {**env, "EP_LAKE_ROOT": env.get("EP_LAKE_ROOT") or f"{state}/lake",
-                   "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{os.environ.get('EP_KAFKA_PORT', '19092')}"}
+        lag_env = {
+            **env,
+            "EP_LAKE_ROOT": env.get("EP_LAKE_ROOT") or f"{state}/lake",
+            "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{os.environ.get('EP_KAFKA_PORT', '19092')}",
+        }
         start = time.monotonic()
         while (elapsed := time.monotonic() - start) < args.minutes * 60:
             if platform.poll() is not None:
                 raise SystemExit(f"run_platform.sh exited with {platform.returncode} during the run")
             rss = platform_rss(state)
-            sample = {"t": round(elapsed), "load1": load_average()[0], "rss_mb": round(sum(rss.values())), "processes": len(rss),
-                      "lag": stream_lags(lag_env)}
+            sample = {
+                "t": round(elapsed),
+                "load1": load_average()[0],
+                "rss_mb": round(sum(rss.values())),
+                "processes": len(rss),
+                "lag": stream_lags(lag_env),
+            }
             print(json.dumps(sample), flush=True)
             samples.append({**sample, "pids": rss, "cpu": process_cpu(rss), "machine_busy": machine_busy_seconds()})
             time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - start - elapsed)))
         at_end = load_average()
         if args.screenshots:  # after the measured window, before the stop: the README's pictures of this very run
-            subprocess.run([sys.executable, str(REPO / "scripts" / "screenshots.py"), "--url", f"http://127.0.0.1:{args.port}"], cwd=REPO, check=False)
+            subprocess.run(
+                [sys.executable, str(REPO / "scripts" / "screenshots.py"), "--url", f"http://127.0.0.1:{args.port}"],
+                cwd=REPO,
+                check=False,
+            )
         stopped_at = time.time()  # runs the stop interrupts are not failures of the demo
     finally:
         if platform.poll() is None:
@@ -268,7 +316,10 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
     # flight: the bound compares the median total of the first and last third after warm-up, and, separately,
     # the processes alive for the whole window (servers, Dagster, producers: where a leak would show).
     third = max(len(after) // 3, 1)
-    first, last = statistics.median(s["rss_mb"] for s in after[:third]), statistics.median(s["rss_mb"] for s in after[-third:])
+    first, last = (
+        statistics.median(s["rss_mb"] for s in after[:third]),
+        statistics.median(s["rss_mb"] for s in after[-third:]),
+    )
     growth = (last - first) / first
     resident = set(after[0]["pids"]) & set(samples[-1]["pids"])
     resident_first = sum(after[0]["pids"][p] for p in resident)
@@ -278,15 +329,19 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
     lag = {k: {"max": max(s["lag"].get(k, 0) for s in after), "last": samples[-1]["lag"].get(k)} for k in streams}
     checks = {
         f"load average (1 min) after warm-up: mean {statistics.mean(loads):.2f}, max {max(loads):.2f}; at the end "
-        f"5 min {at_end[1]:.2f}, 15 min {at_end[2]:.2f} (bound {args.max_load})": at_end[1] < args.max_load and statistics.mean(loads) < args.max_load,
+        f"5 min {at_end[1]:.2f}, 15 min {at_end[2]:.2f} (bound {args.max_load})": at_end[1] < args.max_load
+        and statistics.mean(loads) < args.max_load,
         f"platform RSS, median total: {first:.0f} MB in the first third after warm-up, {last:.0f} MB in the last ({growth:+.1%}; "
-        f"samples {min(s['rss_mb'] for s in after)}-{max(s['rss_mb'] for s in after)} MB; bound {args.max_rss_growth:.0%})": growth <= args.max_rss_growth,
+        f"samples {min(s['rss_mb'] for s in after)}-{max(s['rss_mb'] for s in after)} MB; bound {args.max_rss_growth:.0%})": growth
+        <= args.max_rss_growth,
         f"RSS of the {len(resident)} processes alive the whole window: {resident_first:.0f} -> {resident_last:.0f} MB "
         f"({resident_growth:+.1%}; bound {args.max_rss_growth:.0%})": resident_growth <= args.max_rss_growth,
         f"failed runs: {len(outcome['failed_runs'])}": not outcome["failed_runs"],
         f"failed sensor ticks: {len(outcome['failed_ticks'])}": not outcome["failed_ticks"],
     }
-    print(f"\n{args.minutes:g} minutes of demo, {len(samples)} samples ({len(after)} after {args.warmup_minutes:g} min of warm-up)")
+    print(
+        f"\n{args.minutes:g} minutes of demo, {len(samples)} samples ({len(after)} after {args.warmup_minutes:g} min of warm-up)"
+    )
     for line, ok in checks.items():
         print(f"  {'ok  ' if ok else 'FAIL'} {line}")
     window = after[-1]["t"] - after[0]["t"] or 1
@@ -298,11 +353,15 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
     busy = after[-1]["machine_busy"] - after[0]["machine_busy"]
     for kind, seconds in classes.items():
         print(f"    {kind}: {seconds:.0f} CPU s = {seconds / window:.2f} cores")
-    print(f"    not seen by a sample (short-lived: run workers, CLI calls): {busy - sum(classes.values()):.0f} CPU s = "
-          f"{(busy - sum(classes.values())) / window:.2f} cores; the machine in all: {busy / window:.2f} cores busy")
+    print(
+        f"    not seen by a sample (short-lived: run workers, CLI calls): {busy - sum(classes.values()):.0f} CPU s = "
+        f"{(busy - sum(classes.values())) / window:.2f} cores; the machine in all: {busy / window:.2f} cores busy"
+    )
     print("  stream lag in messages (max after warm-up / last):", json.dumps(lag))
     print("  runs:", json.dumps(outcome["runs"], indent=1))
-    print(f"  a fresh process importing the definitions: {outcome['import_seconds']:.2f} s (before the run, idle stack)")
+    print(
+        f"  a fresh process importing the definitions: {outcome['import_seconds']:.2f} s (before the run, idle stack)"
+    )
     print("  median seconds per part of a successful run, by job:")
     for job, parts in outcome["breakdown"].items():
         print(f"    {job}: " + ", ".join(f"{k} {v}" for k, v in parts.items()))

@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stack import bench_stack, machine, s3_lake, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
+from _stack import (  # noqa: E402
+    bench_stack,
+    machine,
+    machine_busy_seconds,
+    own_cpu_seconds,
+    restart_spark,
+    s3_lake,
+    wait_for_broker_idle,
+)
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
 from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
@@ -47,7 +55,9 @@ class IngestRun:
     machine_cpu: float
 
 
-def ingest_all(spark, env: dict, marks: dict, per_partition: int, lake_dir: str, storage_options: dict | None = None) -> IngestRun:
+def ingest_all(
+    spark, env: dict, marks: dict, per_partition: int, lake_dir: str, storage_options: dict | None = None
+) -> IngestRun:
     """Every planned batch of the topic into a fresh lake (a folder of the bench state, or an object-store
     URI), as the sensor-launched runs do."""
     lake = DeltaLake(lake_dir if "://" in lake_dir else str(Path(env["EP_STATE_DIR"]) / lake_dir), storage_options)
@@ -65,7 +75,9 @@ def ingest_all(spark, env: dict, marks: dict, per_partition: int, lake_dir: str,
             phases[k] = phases.get(k, 0.0) + v
     seconds = time.perf_counter() - t
     driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
-    return IngestRun(batches, appended, rejected, len(lake.file_stats("engagement_activity")), seconds, phases, driver, busy)
+    return IngestRun(
+        batches, appended, rejected, len(lake.file_stats("engagement_activity")), seconds, phases, driver, busy
+    )
 
 
 def main() -> None:
@@ -75,8 +87,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--orgs", type=int, default=1000)
     parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
-    parser.add_argument("--lake", choices=["local", "s3"], default="local",
-                        help="s3: the same events again into a lake on a local S3 endpoint (moto), compared with local disk")
+    parser.add_argument(
+        "--lake",
+        choices=["local", "s3"],
+        default="local",
+        help="s3: the same events again into a lake on a local S3 endpoint (moto), compared with local disk",
+    )
     args = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -124,24 +140,42 @@ def main() -> None:
             one.stop()
     print(f"machine: {machine()}")
     print(f"load average before: {load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}")
-    print(f"input: {total:,} events ({avg_bytes:.0f} B avg) on {args.partitions} partitions, {args.orgs} orgs; batches of <= {args.per_partition:,}/partition")
+    print(
+        f"input: {total:,} events ({avg_bytes:.0f} B avg) on {args.partitions} partitions, {args.orgs} orgs; batches of <= {args.per_partition:,}/partition"
+    )
     print(f"stack start (ZooKeeper not needed; broker + Spark Connect server JVM): {env['stack_start_seconds']:.1f} s")
-    print(f"produce: {produce_s:.1f} s ({total / produce_s:,.0f} events/s); then {settle_s:.0f} s until the broker finished persisting")
+    print(
+        f"produce: {produce_s:.1f} s ({total / produce_s:,.0f} events/s); then {settle_s:.0f} s until the broker finished persisting"
+    )
     print(f"spark connect session + first job: {connect_s:.2f} s")
-    print(f"ingest: {run.batches} batches, {run.appended:,} appended, {run.rejected:,} quarantined, {run.files} data files")
-    print(f"ingest: {run.seconds:.1f} s first read -> last commit = {total / run.seconds:,.0f} events/s "
-          "(" + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items()) + ")")
-    print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the ingest "
-          f"= {run.driver_cpu / run.machine_cpu:.0%}")
+    print(
+        f"ingest: {run.batches} batches, {run.appended:,} appended, {run.rejected:,} quarantined, {run.files} data files"
+    )
+    print(
+        f"ingest: {run.seconds:.1f} s first read -> last commit = {total / run.seconds:,.0f} events/s "
+        "(" + ", ".join(f"{k} {v:.1f} s" for k, v in run.phases.items()) + ")"
+    )
+    print(
+        f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the ingest "
+        f"= {run.driver_cpu / run.machine_cpu:.0%}"
+    )
     if scaled is not None:
-        print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
-              f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})")
+        print(
+            f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
+            f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})"
+        )
     if on_s3 is not None:
-        print(f"lake on S3 (moto_server on 127.0.0.1): {on_s3.seconds:.1f} s = {total / on_s3.seconds:,.0f} events/s, "
-              f"{on_s3.batches} batches, {on_s3.files} data files; ratio to local disk in this run: {run.seconds / on_s3.seconds:.2f} "
-              "(" + ", ".join(f"{k} {v:.1f} s" for k, v in on_s3.phases.items()) + f"); the S3 endpoint itself used {endpoint_s:.1f} CPU s "
-              f"of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%})")
-    print(f"baseline (confluent-kafka exact-range read only, no parse/write): {baseline_s:.1f} s = {total / baseline_s:,.0f} events/s")
+        print(
+            f"lake on S3 (moto_server on 127.0.0.1): {on_s3.seconds:.1f} s = {total / on_s3.seconds:,.0f} events/s, "
+            f"{on_s3.batches} batches, {on_s3.files} data files; ratio to local disk in this run: {run.seconds / on_s3.seconds:.2f} "
+            "("
+            + ", ".join(f"{k} {v:.1f} s" for k, v in on_s3.phases.items())
+            + f"); the S3 endpoint itself used {endpoint_s:.1f} CPU s "
+            f"of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%})"
+        )
+    print(
+        f"baseline (confluent-kafka exact-range read only, no parse/write): {baseline_s:.1f} s = {total / baseline_s:,.0f} events/s"
+    )
     print(f"ratio ingest/baseline throughput: {baseline_s / run.seconds:.2f}")
     assert run.appended + run.rejected == total, "every event is appended or quarantined"
 

@@ -32,26 +32,33 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _stack import bench_stack, machine  # noqa: E402
-
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+from _stack import bench_stack, machine  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline  # noqa: E402
-from engagement_platform.landing.apply import file_plan, run_file_batch, target_spec  # noqa: E402
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result  # noqa: E402
 from engagement_platform.ingest.sources import read_file, read_lines_file  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec  # noqa: E402
+from engagement_platform.landing.apply import file_plan, run_file_batch, target_spec  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402
 
-LEVELS = {"B": "bronze", "S": "silver", "G": "gold", "P": "platinum", "bronze": "bronze", "silver": "silver", "gold": "gold"}
+LEVELS = {
+    "B": "bronze",
+    "S": "silver",
+    "G": "gold",
+    "P": "platinum",
+    "bronze": "bronze",
+    "silver": "silver",
+    "gold": "gold",
+}
 GOOD_LEVELS = ["B", "S", "G", "bronze", "silver", "gold", "Gold", "b"]
 EMAIL_REGEX = r"^[^@\s]+@[^@\s]+\.[a-z]+$"
 POINTS_MAX = 1_000_000
@@ -92,16 +99,58 @@ error_rate: {{max_error_rate: 0.10, severity: warn}}
 
 # Faults, one per bad row: stage -> [(kind, the error_code the framework must report)].
 FAULTS = {
-    "parse": [("too_few_fields", "malformed_record"), ("too_many_fields", "malformed_record"),
-              ("unterminated_quote", "malformed_record")],
-    "convert": [("bad_date", "wrong_type"), ("unmapped_level", "unmapped_value"),
-                ("non_numeric_id", "wrong_type"), ("non_numeric_points", "wrong_type")],
-    "validate": [("level_not_in_enum", "not_in_enum"), ("points_out_of_range", "out_of_range"),
-                 ("birth_date_too_early", "out_of_range"), ("email_pattern", "pattern_mismatch"),
-                 ("email_missing", "missing_required"), ("id_missing", "missing_required")],
+    "parse": [
+        ("too_few_fields", "malformed_record"),
+        ("too_many_fields", "malformed_record"),
+        ("unterminated_quote", "malformed_record"),
+    ],
+    "convert": [
+        ("bad_date", "wrong_type"),
+        ("unmapped_level", "unmapped_value"),
+        ("non_numeric_id", "wrong_type"),
+        ("non_numeric_points", "wrong_type"),
+    ],
+    "validate": [
+        ("level_not_in_enum", "not_in_enum"),
+        ("points_out_of_range", "out_of_range"),
+        ("birth_date_too_early", "out_of_range"),
+        ("email_pattern", "pattern_mismatch"),
+        ("email_missing", "missing_required"),
+        ("id_missing", "missing_required"),
+    ],
 }
-FIRST = ["Ann", "Bob", "Carla", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jon", "Kira", "Liam", "Mary Ann", "Noor", "Oscar", "Pia"]
-LAST = ["Smith", "Garcia", "O'Neil", "Nguyen", "Muller", "Rossi", "Kowalski", "Haddad", "Okafor", "Lindqvist", "Tanaka", "Silva"]
+FIRST = [
+    "Ann",
+    "Bob",
+    "Carla",
+    "Dev",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hugo",
+    "Ines",
+    "Jon",
+    "Kira",
+    "Liam",
+    "Mary Ann",
+    "Noor",
+    "Oscar",
+    "Pia",
+]
+LAST = [
+    "Smith",
+    "Garcia",
+    "O'Neil",
+    "Nguyen",
+    "Muller",
+    "Rossi",
+    "Kowalski",
+    "Haddad",
+    "Okafor",
+    "Lindqvist",
+    "Tanaka",
+    "Silva",
+]
 DOMAINS = ["example.com", "mail.example.org", "shop.test", "rewards.example.net"]
 
 
@@ -137,7 +186,14 @@ def generate(folder: Path, rows: int, bad_ratio: float, seed: int, name: str) ->
         born = epoch + timedelta(days=rng.randrange(65 * 365))
         bday = born.strftime("%m/%d/%Y") if rng.random() < 0.7 else born.isoformat()
         email = f"{first.split()[0].lower()}.{last.lower()}{i % 997}@{rng.choice(DOMAINS)}"
-        fields = [str(10_000_000 + i), name_field, bday, rng.choice(GOOD_LEVELS), email, str(rng.randrange(POINTS_MAX + 1))]
+        fields = [
+            str(10_000_000 + i),
+            name_field,
+            bday,
+            rng.choice(GOOD_LEVELS),
+            email,
+            str(rng.randrange(POINTS_MAX + 1)),
+        ]
         if i in bad_at:
             stage = stages[k % 3]
             k += 1
@@ -204,7 +260,9 @@ def framework_batch(spark, lake, store, config: PipelineConfig, path: Path, batc
 
 
 def quarantined(lake: DeltaLake, config: PipelineConfig, batch_id: int) -> pa.Table:
-    return lake.read(config.target.quarantine_table, filters=[("batch_id", "=", batch_id)], columns=["row_id", "stage", "error_code"])
+    return lake.read(
+        config.target.quarantine_table, filters=[("batch_id", "=", batch_id)], columns=["row_id", "stage", "error_code"]
+    )
 
 
 def distinct_rows(q: pa.Table) -> dict[str, int]:
@@ -220,21 +278,32 @@ def distinct_rows(q: pa.Table) -> dict[str, int]:
 
 def failfast_frame(spark: SparkSession, path: Path) -> DataFrame:
     """The classic job: Spark's CSV reader in FAILFAST mode, ANSI casts, raise_error on any bad value."""
-    df = (spark.read.schema("id string, name string, bday string, level string, email string, points string")
-          .options(header="true", sep=",", mode="FAILFAST").csv(str(path)))
+    df = (
+        spark.read.schema("id string, name string, bday string, level string, email string, points string")
+        .options(header="true", sep=",", mode="FAILFAST")
+        .csv(str(path))
+    )
 
     def fail(what: str, value) -> F.Column:
         return F.raise_error(F.format_string(f"id %s: {what} '%s'", F.col("id"), value))
 
     parts = F.split(F.trim("name"), " ", 2)
-    born = F.coalesce(F.try_to_timestamp("bday", F.lit("MM/dd/yyyy")), F.try_to_timestamp("bday", F.lit("yyyy-MM-dd"))).cast("date")
-    level = F.try_element_at(F.create_map(*[F.lit(x) for kv in ((k.lower(), v) for k, v in LEVELS.items()) for x in kv]), F.lower("level"))
+    born = F.coalesce(
+        F.try_to_timestamp("bday", F.lit("MM/dd/yyyy")), F.try_to_timestamp("bday", F.lit("yyyy-MM-dd"))
+    ).cast("date")
+    level = F.try_element_at(
+        F.create_map(*[F.lit(x) for kv in ((k.lower(), v) for k, v in LEVELS.items()) for x in kv]), F.lower("level")
+    )
     converted = df.select(
         F.col("id").cast("long").alias("member_id"),  # ANSI cast: raises CAST_INVALID_INPUT
         F.when(F.col("name").isNull(), fail("no name", F.col("name"))).otherwise(F.get(parts, 0)).alias("first_name"),
         F.get(parts, 1).alias("last_name"),
-        F.when(F.col("bday").isNotNull() & born.isNull(), fail("bad birthday", F.col("bday"))).otherwise(born).alias("birth_date"),
-        F.when(F.col("level").isNotNull() & level.isNull(), fail("unmapped level", F.col("level"))).otherwise(level).alias("rewards_level"),
+        F.when(F.col("bday").isNotNull() & born.isNull(), fail("bad birthday", F.col("bday")))
+        .otherwise(born)
+        .alias("birth_date"),
+        F.when(F.col("level").isNotNull() & level.isNull(), fail("unmapped level", F.col("level")))
+        .otherwise(level)
+        .alias("rewards_level"),
         F.col("email"),
         F.col("points").cast("int").alias("points"),  # ANSI cast
         F.col("id").alias("_id"),
@@ -248,8 +317,12 @@ def failfast_frame(spark: SparkSession, path: Path) -> DataFrame:
         (~F.regexp_like("email", F.lit(EMAIL_REGEX)), "email does not match", F.col("email")),
         (F.col("birth_date") < F.lit(BIRTH_MIN).cast("date"), "birth date out of range", F.col("birth_date")),
     ]
-    guard = F.coalesce(*[F.when(bad, F.raise_error(F.format_string(f"id %s: {what} '%s'", F.col("_id"), value.cast("string"))))
-                         for bad, what, value in checks])
+    guard = F.coalesce(
+        *[
+            F.when(bad, F.raise_error(F.format_string(f"id %s: {what} '%s'", F.col("_id"), value.cast("string"))))
+            for bad, what, value in checks
+        ]
+    )
     return converted.where(guard.isNull()).drop("_id")
 
 
@@ -258,9 +331,10 @@ def failfast_batch(spark, lake: DeltaLake, spec: TableSpec, path: Path, batch_id
     t0 = time.perf_counter()
     rows = failfast_frame(spark, path).toArrow()
     t1 = time.perf_counter()
-    at = datetime.now(timezone.utc)
-    rows = rows.append_column("batch_id", pa.array([batch_id] * rows.num_rows, pa.int64())) \
-               .append_column("ingested_at", pa.array([at] * rows.num_rows, pa.timestamp("us", tz="UTC")))
+    at = datetime.now(UTC)
+    rows = rows.append_column("batch_id", pa.array([batch_id] * rows.num_rows, pa.int64())).append_column(
+        "ingested_at", pa.array([at] * rows.num_rows, pa.timestamp("us", tz="UTC"))
+    )
     lake.append(spec, rows, BatchTxn("bench.failfast", batch_id))
     t2 = time.perf_counter()
     return rows.num_rows, t2 - t0, {"compute": t1 - t0, "commit": t2 - t1}
@@ -290,13 +364,16 @@ def profile(spark, config: PipelineConfig, path: Path) -> list[tuple[str, float]
     out = [
         ("landing_lines read (Python data source), no-op sink", noop(lines)),
         ("+ from_csv parse and parse errors", noop(read_lines_file(spark, source, str(path)))),
-        ("+ converters, conform, validators (whole transform)", noop(pipeline.transform(read_file(spark, source, str(path))))),
+        (
+            "+ converters, conform, validators (whole transform)",
+            noop(pipeline.transform(read_file(spark, source, str(path)))),
+        ),
     ]
     t = time.perf_counter()
     result = pipeline.transform(read_file(spark, source, str(path))).toArrow()
     out.append(("whole transform + toArrow to the driver", time.perf_counter() - t))
     t = time.perf_counter()
-    split_result(result, pipeline.target_columns, QuarantineContext(config.name, 99, str(path), datetime.now(timezone.utc)))
+    split_result(result, pipeline.target_columns, QuarantineContext(config.name, 99, str(path), datetime.now(UTC)))
     out.append(("split_result on the driver (Arrow)", time.perf_counter() - t))
     out.append((f"  (Arrow result: {result.num_rows:,} rows, {result.nbytes / 2**20:.0f} MiB)", float("nan")))
     return out
@@ -313,13 +390,20 @@ def main() -> None:
     parser.add_argument("--warmup-rows", type=int, default=100_000)
     parser.add_argument("--profile", action="store_true", help="also time the framework's stages one by one")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder (CSV files, pipeline YAML)")
-    parser.add_argument("--remote", help="use this running Spark Connect server (sc://...) instead of starting the bench stack")
-    parser.add_argument("--compile-huge-methods", action="store_true",
-                        help="start the bench Spark server with -XX:-DontCompileHugeMethods (JIT-compile generated methods over 8,000 bytes)")
+    parser.add_argument(
+        "--remote", help="use this running Spark Connect server (sc://...) instead of starting the bench stack"
+    )
+    parser.add_argument(
+        "--compile-huge-methods",
+        action="store_true",
+        help="start the bench Spark server with -XX:-DontCompileHugeMethods (JIT-compile generated methods over 8,000 bytes)",
+    )
     args = parser.parse_args()
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)  # the fail-fast job's expected failure
     if args.compile_huge_methods:
-        os.environ["JDK_JAVA_OPTIONS"] = "-XX:-DontCompileHugeMethods"  # inherited by the server that bench_stack starts
+        os.environ["JDK_JAVA_OPTIONS"] = (
+            "-XX:-DontCompileHugeMethods"  # inherited by the server that bench_stack starts
+        )
 
     load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-plugins-"))
@@ -360,8 +444,11 @@ def main() -> None:
             again, again_s = framework_batch(spark, lake, store, config, data.dirty, 3)
 
             # fail-fast baseline: warm-up on the small clean file, the dirty file (fails), the clean file
-            ff_spec = TableSpec(name="bench_rewards_members_failfast", schema=target_spec(config).schema,
-                                description="Benchmark: rows written by the fail-fast baseline.")
+            ff_spec = TableSpec(
+                name="bench_rewards_members_failfast",
+                schema=target_spec(config).schema,
+                description="Benchmark: rows written by the fail-fast baseline.",
+            )
             ansi = spark.conf.get("spark.sql.ansi.enabled")
             spark.conf.set("spark.sql.ansi.enabled", "true")
             try:
@@ -395,14 +482,18 @@ def main() -> None:
     clean_rate = clean_result.records_read / clean_s
     phases = ", ".join(f"{k} {v:.2f} s" for k, v in result.seconds.items())
     print(f"machine: {machine()}; load average (1 min) {load_before:.2f} at start, {os.getloadavg()[0]:.2f} at the end")
-    print(f"input: {data.rows:,} CSV rows ({data.bytes / 2**20:.0f} MiB, {data.bytes / data.rows:.0f} B/row, seed {args.seed}), "
-          f"{data.rows - data.good:,} bad ({(data.rows - data.good) / data.rows:.1%}): "
-          + ", ".join(f"{s} {n:,}" for s, n in data.bad_by_stage.items()))
+    print(
+        f"input: {data.rows:,} CSV rows ({data.bytes / 2**20:.0f} MiB, {data.bytes / data.rows:.0f} B/row, seed {args.seed}), "
+        f"{data.rows - data.good:,} bad ({(data.rows - data.good) / data.rows:.1%}): "
+        + ", ".join(f"{s} {n:,}" for s, n in data.bad_by_stage.items())
+    )
     print("  bad rows by fault: " + ", ".join(f"{k} {n:,}" for k, n in sorted(data.bad_by_kind.items())))
-    print(f"  generated in {generate_s:.1f} s; pipeline YAML {yaml_path.name}: {len(config.converters)} converters "
-          f"({', '.join(r.plugin for r in config.converters)}) + the automatic conform; {len(config.validators)} validators "
-          f"({', '.join(r.plugin for r in config.validators)}) + {len(from_schema)} from target-schema constraints "
-          f"= {len(pipeline.validators)} validators running, {checks} column checks")
+    print(
+        f"  generated in {generate_s:.1f} s; pipeline YAML {yaml_path.name}: {len(config.converters)} converters "
+        f"({', '.join(r.plugin for r in config.converters)}) + the automatic conform; {len(config.validators)} validators "
+        f"({', '.join(r.plugin for r in config.validators)}) + {len(from_schema)} from target-schema constraints "
+        f"= {len(pipeline.validators)} validators running, {checks} column checks"
+    )
     if stack is not None:
         jvm = "with -XX:-DontCompileHugeMethods" if args.compile_huge_methods else "stack defaults"
         print(f"stack start (Spark Connect server only, {jvm}): {env['stack_start_seconds']:.1f} s")
@@ -410,42 +501,69 @@ def main() -> None:
     print(f"warm-up: {warm.rows:,} rows in {warm_s:.2f} s")
     print(f"framework, dirty file (run_file_batch end to end): {seconds:.2f} s = {rate:,.0f} rows/s")
     print(f"  phases: {phases}")
-    print(f"  rows read {result.records_read:,} = written {result.rows_written:,} + quarantined rows {q['total']:,} "
-          f"({result.errors:,} error rows in the quarantine table); distinct quarantined rows per stage: "
-          + ", ".join(f"{s} {q[s]:,}" for s in FAULTS))
+    print(
+        f"  rows read {result.records_read:,} = written {result.rows_written:,} + quarantined rows {q['total']:,} "
+        f"({result.errors:,} error rows in the quarantine table); distinct quarantined rows per stage: "
+        + ", ".join(f"{s} {q[s]:,}" for s in FAULTS)
+    )
     print("  errors by code: " + ", ".join(f"{k} {n:,}" for k, n in sorted(result.errors_by_code.items())))
-    print(f"framework, dirty file again (steady state, as batch 3): {again_s:.2f} s = {again.records_read / again_s:,.0f} rows/s "
-          f"(phases: {', '.join(f'{k} {v:.2f} s' for k, v in again.seconds.items())})")
-    print(f"framework, clean file ({data.good:,} good rows only): {clean_s:.2f} s = {clean_rate:,.0f} rows/s "
-          f"(phases: {', '.join(f'{k} {v:.2f} s' for k, v in clean_result.seconds.items())})")
-    print("fail-fast baseline = Spark CSV reader mode FAILFAST -> the same conversions as ANSI casts / raise_error -> "
-          "the same checks as raise_error -> toArrow -> one delta-rs commit (no row ids, raw bytes or quarantine)")
+    print(
+        f"framework, dirty file again (steady state, as batch 3): {again_s:.2f} s = {again.records_read / again_s:,.0f} rows/s "
+        f"(phases: {', '.join(f'{k} {v:.2f} s' for k, v in again.seconds.items())})"
+    )
+    print(
+        f"framework, clean file ({data.good:,} good rows only): {clean_s:.2f} s = {clean_rate:,.0f} rows/s "
+        f"(phases: {', '.join(f'{k} {v:.2f} s' for k, v in clean_result.seconds.items())})"
+    )
+    print(
+        "fail-fast baseline = Spark CSV reader mode FAILFAST -> the same conversions as ANSI casts / raise_error -> "
+        "the same checks as raise_error -> toArrow -> one delta-rs commit (no row ids, raw bytes or quarantine)"
+    )
     first_bad = f"line {data.first_bad[0]:,} ({data.first_bad[1]})" if data.first_bad else "none"
-    print(f"  dirty file: failed after {ff_dirty_s:.2f} s, {ff_written_dirty:,} rows written; first bad row of the file: {first_bad}; error (from whichever of the parallel tasks hit a bad row first): "
-          f"{ff_dirty[0]}: {ff_dirty[1]}")
-    print(f"  clean file: {ff_rows:,} rows in {ff_s:.2f} s = {ff_rate:,.0f} rows/s "
-          f"(compute {ff_phases['compute']:.2f} s, commit {ff_phases['commit']:.2f} s)")
+    print(
+        f"  dirty file: failed after {ff_dirty_s:.2f} s, {ff_written_dirty:,} rows written; first bad row of the file: {first_bad}; error (from whichever of the parallel tasks hit a bad row first): "
+        f"{ff_dirty[0]}: {ff_dirty[1]}"
+    )
+    print(
+        f"  clean file: {ff_rows:,} rows in {ff_s:.2f} s = {ff_rate:,.0f} rows/s "
+        f"(compute {ff_phases['compute']:.2f} s, commit {ff_phases['commit']:.2f} s)"
+    )
     if profiled:
         print("profile of the framework's stages on the dirty file (each run separately):")
         for label, s in profiled:
             print(f"  {label}" + ("" if s != s else f": {s:.2f} s"))
     again_rate = again.records_read / again_s
     print("---- summary")
-    print(f"framework end to end on {data.rows:,} rows with {(data.rows - data.good) / data.rows:.1%} bad: {rate:,.0f} rows/s "
-          f"(first run of the file after the warm-up; {again_rate:,.0f} rows/s steady state) - target >= 50,000 rows/s: "
-          f"{'met' if rate >= 50_000 else 'NOT met'}")
-    stopped = (f"stops at the first bad row after {ff_dirty_s:.2f} s, loading {ff_written_dirty:,} rows" if ff_dirty[0] != "did not fail"
-               else f"did not fail (no bad rows), {ff_dirty_s:.2f} s")
+    print(
+        f"framework end to end on {data.rows:,} rows with {(data.rows - data.good) / data.rows:.1%} bad: {rate:,.0f} rows/s "
+        f"(first run of the file after the warm-up; {again_rate:,.0f} rows/s steady state) - target >= 50,000 rows/s: "
+        f"{'met' if rate >= 50_000 else 'NOT met'}"
+    )
+    stopped = (
+        f"stops at the first bad row after {ff_dirty_s:.2f} s, loading {ff_written_dirty:,} rows"
+        if ff_dirty[0] != "did not fail"
+        else f"did not fail (no bad rows), {ff_dirty_s:.2f} s"
+    )
     print(f"fail-fast baseline on the clean subset: {ff_rate:,.0f} rows/s; on the dirty file it {stopped}")
-    print(f"ratio framework / fail-fast rows/s: {rate / ff_rate:.2f} (dirty file, first run) / {again_rate / ff_rate:.2f} (steady state) "
-          f"vs the baseline on the clean subset; {clean_rate / ff_rate:.2f} like for like (both on the clean subset)")
+    print(
+        f"ratio framework / fail-fast rows/s: {rate / ff_rate:.2f} (dirty file, first run) / {again_rate / ff_rate:.2f} (steady state) "
+        f"vs the baseline on the clean subset; {clean_rate / ff_rate:.2f} like for like (both on the clean subset)"
+    )
 
     assert result.records_read == data.rows, "every line of the file is read"
-    assert result.records_read == result.rows_written + q["total"], "rows read = rows written + distinct quarantined rows"
+    assert result.records_read == result.rows_written + q["total"], (
+        "rows read = rows written + distinct quarantined rows"
+    )
     assert result.rows_written == data.good, "exactly the generator's good rows are written"
-    assert all(q[s] == data.bad_by_stage.get(s, 0) for s in FAULTS), "each stage quarantines exactly the rows broken for it"
+    assert all(q[s] == data.bad_by_stage.get(s, 0) for s in FAULTS), (
+        "each stage quarantines exactly the rows broken for it"
+    )
     assert result.errors_by_code == data.codes, "each error code is reported exactly for the rows broken that way"
-    assert (again.records_read, again.rows_written, again.errors_by_code) == (result.records_read, result.rows_written, result.errors_by_code)
+    assert (again.records_read, again.rows_written, again.errors_by_code) == (
+        result.records_read,
+        result.rows_written,
+        result.errors_by_code,
+    )
     assert clean_result.rows_written == data.good and clean_result.rows_rejected == 0
     assert ff_rows == data.good and ff_written_dirty == (0 if data.first_bad else data.good)
 

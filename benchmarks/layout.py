@@ -65,7 +65,10 @@ def batch_rows(rng: np.random.Generator, batch: int, appends: int, rows: int, or
 
 def queries(rng: np.random.Generator, orgs: list[str], count: int) -> list[tuple[str, date, date]]:
     starts = rng.integers(0, DAYS - QUERY_DAYS, count)
-    return [(orgs[i % len(orgs)], D0 + timedelta(days=int(s)), D0 + timedelta(days=int(s) + QUERY_DAYS - 1)) for i, s in enumerate(starts)]
+    return [
+        (orgs[i % len(orgs)], D0 + timedelta(days=int(s)), D0 + timedelta(days=int(s) + QUERY_DAYS - 1))
+        for i, s in enumerate(starts)
+    ]
 
 
 def scan(lake: DeltaLake, qs: list[tuple[str, date, date]]) -> dict:
@@ -92,9 +95,11 @@ def scan(lake: DeltaLake, qs: list[tuple[str, date, date]]) -> dict:
 def describe(layout: pa.Table) -> str:
     files = pc.sum(layout["files"]).as_py()
     total = pc.sum(layout["total_bytes"]).as_py()
-    return (f"{files:,} files ({files / layout.num_rows:.1f}/org), mean {total / files / 2**10:,.1f} KiB, "
-            f"overlap mean {pc.mean(layout['overlap_ratio']).as_py():.3f} max {pc.max(layout['overlap_ratio']).as_py():.3f}, "
-            f"depth mean {pc.mean(layout['max_depth']).as_py():.1f} max {pc.max(layout['max_depth']).as_py()}")
+    return (
+        f"{files:,} files ({files / layout.num_rows:.1f}/org), mean {total / files / 2**10:,.1f} KiB, "
+        f"overlap mean {pc.mean(layout['overlap_ratio']).as_py():.3f} max {pc.max(layout['overlap_ratio']).as_py():.3f}, "
+        f"depth mean {pc.mean(layout['max_depth']).as_py():.1f} max {pc.max(layout['max_depth']).as_py()}"
+    )
 
 
 def main() -> None:
@@ -116,7 +121,11 @@ def main() -> None:
 
     t = time.perf_counter()
     for batch in range(args.appends):
-        lake.append(ENGAGEMENT_ACTIVITY, batch_rows(rng, batch, args.appends, per_append, orgs), BatchTxn("bench.ingestion", batch + 1))
+        lake.append(
+            ENGAGEMENT_ACTIVITY,
+            batch_rows(rng, batch, args.appends, per_append, orgs),
+            BatchTxn("bench.ingestion", batch + 1),
+        )
     write_s = time.perf_counter() - t
     fragmented = state / "fragmented"
     shutil.copytree(state / "lake", fragmented)
@@ -143,26 +152,45 @@ def main() -> None:
             upkeep(copy, ENGAGEMENT_ACTIVITY, target_file_bytes=small)
         small_runs[kind] = (time.perf_counter() - t, partition_layout(copy, ENGAGEMENT_ACTIVITY.name), scan(copy, qs))
 
-    assert scan_before["rows"] == scan_after["rows"] == small_runs["compact"][2]["rows"] == small_runs["z-order"][2]["rows"]
+    assert (
+        scan_before["rows"]
+        == scan_after["rows"]
+        == small_runs["compact"][2]["rows"]
+        == small_runs["z-order"][2]["rows"]
+    )
     sec = result["seconds"]
     print(f"machine: {machine()}")
-    print(f"input: {args.rows:,} rows, {args.orgs} orgs, {args.appends} appends of {per_append:,} rows over {DAYS} days "
-          f"(40% late, ~21 days mean lag); written in {write_s:.1f} s")
+    print(
+        f"input: {args.rows:,} rows, {args.orgs} orgs, {args.appends} appends of {per_append:,} rows over {DAYS} days "
+        f"(40% late, ~21 days mean lag); written in {write_s:.1f} s"
+    )
     print(f"before:  {describe(layout_before)}")
-    print(f"upkeep (target {args.target_mb:g} MiB): {sec['layout'] + sec['optimize'] + sec['vacuum']:.1f} s "
-          f"(layout {sec['layout']:.2f} s, z-order {len(result['partitions_compacted'])} orgs {sec['optimize']:.1f} s, "
-          f"vacuum {result['files_vacuumed']:,} files {sec['vacuum']:.1f} s), conflicts {len(result['partitions_conflicted'])}, unsettled {len(result['partitions_unsettled'])}")
+    print(
+        f"upkeep (target {args.target_mb:g} MiB): {sec['layout'] + sec['optimize'] + sec['vacuum']:.1f} s "
+        f"(layout {sec['layout']:.2f} s, z-order {len(result['partitions_compacted'])} orgs {sec['optimize']:.1f} s, "
+        f"vacuum {result['files_vacuumed']:,} files {sec['vacuum']:.1f} s), conflicts {len(result['partitions_conflicted'])}, unsettled {len(result['partitions_unsettled'])}"
+    )
     print(f"after:   {describe(result['layout_after'])}")
-    print(f"second upkeep run: {len(again['partitions_compacted'])} orgs rewritten, "
-          f"{sum(again['seconds'].values()):.2f} s")
+    print(
+        f"second upkeep run: {len(again['partitions_compacted'])} orgs rewritten, "
+        f"{sum(again['seconds'].values()):.2f} s"
+    )
     print(f"query ({args.queries} x one org, {QUERY_DAYS}-day range; delta-rs partition + min/max pruning):")
-    print(f"  before: {scan_before['files']:.1f} files ({scan_before['mb']:.2f} MiB in them), {scan_before['ms']:.1f} ms per query")
-    print(f"  after:  {scan_after['files']:.1f} files ({scan_after['mb']:.2f} MiB in them), {scan_after['ms']:.1f} ms per query")
-    print(f"  files scanned before/after: {scan_before['files'] / scan_after['files']:.1f}x, "
-          f"bytes {scan_before['mb'] / scan_after['mb']:.1f}x, time {scan_before['ms'] / scan_after['ms']:.1f}x")
+    print(
+        f"  before: {scan_before['files']:.1f} files ({scan_before['mb']:.2f} MiB in them), {scan_before['ms']:.1f} ms per query"
+    )
+    print(
+        f"  after:  {scan_after['files']:.1f} files ({scan_after['mb']:.2f} MiB in them), {scan_after['ms']:.1f} ms per query"
+    )
+    print(
+        f"  files scanned before/after: {scan_before['files'] / scan_after['files']:.1f}x, "
+        f"bytes {scan_before['mb'] / scan_after['mb']:.1f}x, time {scan_before['ms'] / scan_after['ms']:.1f}x"
+    )
     print(f"small target {args.small_target_kb} KiB (several files per org):")
     for kind, (seconds, layout, s) in small_runs.items():
-        print(f"  {kind:8s} {seconds:5.1f} s -> {describe(layout)}; query reads {s['files']:.1f} files, {s['mb']:.2f} MiB, {s['ms']:.1f} ms")
+        print(
+            f"  {kind:8s} {seconds:5.1f} s -> {describe(layout)}; query reads {s['files']:.1f} files, {s['mb']:.2f} MiB, {s['ms']:.1f} ms"
+        )
     for copy in ("fragmented", "small-compact", "small-z-order"):
         shutil.rmtree(state / copy)
 

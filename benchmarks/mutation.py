@@ -28,10 +28,10 @@ import argparse
 import json
 import os
 import random
-import threading
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -42,7 +42,17 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _stack  # noqa: E402
-from _stack import REPO, bench_stack, machine, s3_lake, upload_lake, machine_busy_seconds, own_cpu_seconds, restart_spark, wait_for_broker_idle  # noqa: E402
+from _stack import (  # noqa: E402
+    REPO,
+    bench_stack,
+    machine,
+    machine_busy_seconds,
+    own_cpu_seconds,
+    restart_spark,
+    s3_lake,
+    upload_lake,
+    wait_for_broker_idle,
+)
 
 from engagement_platform.engagement.mutation.apply import STREAM, apply_mutation_batch  # noqa: E402
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
@@ -66,7 +76,12 @@ def org_name(i: int) -> str:
 def pools(rows_per_org: int) -> dict[str, int]:
     """Ids per org: every id in [0, pool) holds at least one row (about 2 rows per lead, 1.5 per contact)."""
     lead_rows = int(rows_per_org * LEAD_SHARE)
-    return {"lead": max(1, lead_rows // 2), "contact": max(1, (rows_per_org - lead_rows) * 2 // 3), "account": 300, "user": 50}
+    return {
+        "lead": max(1, lead_rows // 2),
+        "contact": max(1, (rows_per_org - lead_rows) * 2 // 3),
+        "account": 300,
+        "user": 50,
+    }
 
 
 def lead(k: int) -> str:
@@ -97,7 +112,9 @@ def org_rows(rng: np.random.Generator, org: int, n: int, p: dict[str, int]) -> p
     ids = [engagement(org, j) for j in range(n)]
     leads = [lead(k) if k >= 0 else None for k in lead_k.tolist()]
     contacts = [contact(k) if k >= 0 else None for k in contact_k.tolist()]
-    accounts = [f"001{k:07d}" if c is not None else None for k, c in zip(rng.integers(0, p["account"], n).tolist(), contacts)]
+    accounts = [
+        f"001{k:07d}" if c is not None else None for k, c in zip(rng.integers(0, p["account"], n).tolist(), contacts)
+    ]
     cols = {
         "org_id": pa.array([org_name(org)] * n),
         "engagement_id": pa.array(ids),
@@ -180,8 +197,12 @@ def org_requests(rng: random.Random, org: int, count: int, per_org: int, p: dict
 
     def record() -> dict:
         day = D0 + timedelta(days=rng.randrange(DAYS))
-        return {"subject": f"updated {rng.randrange(10**6)}", "contact_id": any_contact(), "engagement_date": day.isoformat(),
-                "call_outcome": "connected"}
+        return {
+            "subject": f"updated {rng.randrange(10**6)}",
+            "contact_id": any_contact(),
+            "engagement_date": day.isoformat(),
+            "call_outcome": "connected",
+        }
 
     while len(out) < count:
         before = len(out)
@@ -221,7 +242,13 @@ def org_requests(rng: random.Random, org: int, count: int, per_org: int, p: dict
             add("merge", field="contact_id", from_ids=[c], to_id=d)
             add("delete", field="contact_id", id=d)
         elif k < 0.995:  # targets that do not exist (yet): held back as pending
-            add("convert", from_field="lead_id", from_id=f"00QMISSING{rng.randrange(10**6)}", to_field="contact_id", to_id=new_contact())
+            add(
+                "convert",
+                from_field="lead_id",
+                from_id=f"00QMISSING{rng.randrange(10**6)}",
+                to_field="contact_id",
+                to_id=new_contact(),
+            )
         else:
             add("update", engagement_id=f"EMISSING{org:05d}{rng.randrange(10**6)}", record=record())
         if len(out) - before > 1:
@@ -268,7 +295,9 @@ def apply_naively(lake: DeltaLake, request: dict) -> None:
         where.append(f"engagement_id = {sql_literal(request['engagement_id'])}")
         record = request["record"]
         updates = {name: "NULL" for name in ("lead_id", "account_id", "user_id")}
-        updates.update({k: f"CAST('{v}' AS DATE)" if k == "engagement_date" else sql_literal(v) for k, v in record.items()})
+        updates.update(
+            {k: f"CAST('{v}' AS DATE)" if k == "engagement_date" else sql_literal(v) for k, v in record.items()}
+        )
         table.update(updates=updates, predicate=" AND ".join(where))
 
 
@@ -319,7 +348,16 @@ def apply_all(spark, env: dict, lake: DeltaLake, marks: dict, per_partition: int
     driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
     sampler.done.set()
     sampler.join()
-    return MutationRun(results, seconds, driver, busy, load_before, Path("/proc/loadavg").read_text().split()[:3], start_rss, sampler.peak)
+    return MutationRun(
+        results,
+        seconds,
+        driver,
+        busy,
+        load_before,
+        Path("/proc/loadavg").read_text().split()[:3],
+        start_rss,
+        sampler.peak,
+    )
 
 
 # ---- main -----------------------------------------------------------------------------------------
@@ -336,9 +374,15 @@ def main() -> None:
     parser.add_argument("--baseline-sample", type=int, default=200)
     parser.add_argument("--seed", type=int, default=4)
     parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
-    parser.add_argument("--lake", choices=["local", "s3"], default="local",
-                        help="s3: the same requests again on a copy of the table on a local S3 endpoint (moto), compared with local disk")
-    parser.add_argument("--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports")
+    parser.add_argument(
+        "--lake",
+        choices=["local", "s3"],
+        default="local",
+        help="s3: the same requests again on a copy of the table on a local S3 endpoint (moto), compared with local disk",
+    )
+    parser.add_argument(
+        "--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports"
+    )
     args = parser.parse_args()
     if args.ports:
         _stack.PORTS.update(zip(("EP_ZK_PORT", "EP_KAFKA_PORT", "EP_SPARK_CONNECT_PORT"), args.ports.split(",")))
@@ -422,37 +466,63 @@ def main() -> None:
         for k, v in r.seconds.items():
             phases[k] = phases.get(k, 0.0) + v
     rewritten = sum(int(r.commit_metrics.get("files_removed") or 0) for r in results)
-    print(f"machine: {machine()}; load average before/after the run: {' '.join(run.load_before)} / {' '.join(run.load_after)}")
-    print(f"table: {args.rows:,} rows, {args.orgs} orgs, {DAYS} days, {files_total:,} files ({args.files_per_org}/org, disjoint date ranges); "
-          + (f"built in {table_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}"))
-    print(f"requests: {total:,} ({', '.join(f'{k} {v:,}' for k, v in sorted(ops.items()))}); "
-          f"{chained:,} in chains ({chained / in_requests:.0%}); generated in {generate_s:.1f} s")
-    print(f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
-          f"Spark Connect session + first job {connect_s:.2f} s")
+    print(
+        f"machine: {machine()}; load average before/after the run: {' '.join(run.load_before)} / {' '.join(run.load_after)}"
+    )
+    print(
+        f"table: {args.rows:,} rows, {args.orgs} orgs, {DAYS} days, {files_total:,} files ({args.files_per_org}/org, disjoint date ranges); "
+        + (f"built in {table_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}")
+    )
+    print(
+        f"requests: {total:,} ({', '.join(f'{k} {v:,}' for k, v in sorted(ops.items()))}); "
+        f"{chained:,} in chains ({chained / in_requests:.0%}); generated in {generate_s:.1f} s"
+    )
+    print(
+        f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
+        f"Spark Connect session + first job {connect_s:.2f} s"
+    )
     print(f"run: {len(results)} batch(es), {run_s:.1f} s first read -> last commit = {rps:,.0f} requests/s")
     print("phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
-    print(f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the run "
-          f"= {run.driver_cpu / run.machine_cpu:.0%}; driver RSS {run.rss_start_mb:,.0f} MB at the start, peak {run.rss_peak_mb:,.0f} MB during the run")
+    print(
+        f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the run "
+        f"= {run.driver_cpu / run.machine_cpu:.0%}; driver RSS {run.rss_start_mb:,.0f} MB at the start, peak {run.rss_peak_mb:,.0f} MB during the run"
+    )
     for r in results:
-        print(f"  batch {r.plan.batch_id}: {r.requests_in:,} requests, read/validate {r.seconds.get('read_validate', 0):.1f} s, "
-              f"executors {r.seconds.get('executors', 0):.1f} s, commits {r.seconds.get('commits', 0):.1f} s")
+        print(
+            f"  batch {r.plan.batch_id}: {r.requests_in:,} requests, read/validate {r.seconds.get('read_validate', 0):.1f} s, "
+            f"executors {r.seconds.get('executors', 0):.1f} s, commits {r.seconds.get('commits', 0):.1f} s"
+        )
     if scaled is not None:
-        print(f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run_s:.1f} s: speedup {scaled.seconds / run_s:.2f}x "
-              f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%}; load before {' '.join(scaled.load_before)})")
-    print(f"requests in {sum_('requests_in'):,}, applied {sum_('requests_applied'):,}, malformed {sum_('requests_malformed'):,}, "
-          f"pending added {sum_('pending_added'):,}, quarantined {sum_('quarantined_errors'):,}")
-    print(f"actions after reduction {sum_('actions'):,}: reduction ratio {sum_('requests_applied') / max(sum_('actions'), 1):.2f}")
-    print(f"rows scanned {sum_('rows_scanned'):,}, updated {sum_('rows_updated'):,}, replaced {sum_('rows_replaced'):,}, deleted {sum_('rows_deleted'):,}")
-    print(f"files read {sum_('files_read'):,} / {files_total:,}; executors rewrote {rewritten:,} / {files_total:,} files "
-          f"({rewritten / files_total:.0%}); commits: " + ", ".join(f"{r.plan.batch_id}:{r.commit_how}" for r in results))
+        print(
+            f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run_s:.1f} s: speedup {scaled.seconds / run_s:.2f}x "
+            f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%}; load before {' '.join(scaled.load_before)})"
+        )
+    print(
+        f"requests in {sum_('requests_in'):,}, applied {sum_('requests_applied'):,}, malformed {sum_('requests_malformed'):,}, "
+        f"pending added {sum_('pending_added'):,}, quarantined {sum_('quarantined_errors'):,}"
+    )
+    print(
+        f"actions after reduction {sum_('actions'):,}: reduction ratio {sum_('requests_applied') / max(sum_('actions'), 1):.2f}"
+    )
+    print(
+        f"rows scanned {sum_('rows_scanned'):,}, updated {sum_('rows_updated'):,}, replaced {sum_('rows_replaced'):,}, deleted {sum_('rows_deleted'):,}"
+    )
+    print(
+        f"files read {sum_('files_read'):,} / {files_total:,}; executors rewrote {rewritten:,} / {files_total:,} files "
+        f"({rewritten / files_total:.0%}); commits: " + ", ".join(f"{r.plan.batch_id}:{r.commit_how}" for r in results)
+    )
     if on_s3 is not None:
-        print(f"lake on S3 (moto_server on 127.0.0.1; table uploaded in {upload_s:.1f} s, not timed): {on_s3.seconds:.1f} s = "
-              f"{total / on_s3.seconds:,.0f} requests/s; ratio to local disk in this run: {run_s / on_s3.seconds:.2f} "
-              f"(load before/after {' '.join(on_s3.load_before)} / {' '.join(on_s3.load_after)}); the S3 endpoint itself used "
-              f"{endpoint_s:.1f} CPU s of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%}), "
-              f"the platform's driver {on_s3.driver_cpu:.1f} s")
-    print(f"baseline: {len(sample)} requests one at a time (one delta-rs update/delete each) in {baseline_s:.1f} s = {naive_rps:,.1f} requests/s, "
-          f"scaled to {total:,}: {total / naive_rps / 3600:.1f} h")
+        print(
+            f"lake on S3 (moto_server on 127.0.0.1; table uploaded in {upload_s:.1f} s, not timed): {on_s3.seconds:.1f} s = "
+            f"{total / on_s3.seconds:,.0f} requests/s; ratio to local disk in this run: {run_s / on_s3.seconds:.2f} "
+            f"(load before/after {' '.join(on_s3.load_before)} / {' '.join(on_s3.load_after)}); the S3 endpoint itself used "
+            f"{endpoint_s:.1f} CPU s of the {on_s3.machine_cpu:.1f} the machine spent ({endpoint_s / on_s3.machine_cpu:.0%}), "
+            f"the platform's driver {on_s3.driver_cpu:.1f} s"
+        )
+    print(
+        f"baseline: {len(sample)} requests one at a time (one delta-rs update/delete each) in {baseline_s:.1f} s = {naive_rps:,.1f} requests/s, "
+        f"scaled to {total:,}: {total / naive_rps / 3600:.1f} h"
+    )
     print(f"ratio stream / one-at-a-time: {rps / naive_rps:,.0f}x")
 
 

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -52,8 +52,8 @@ from engagement_platform.streams.kafka import KafkaClient  # noqa: E402
 from engagement_platform.streams.planning import plan_next_batch  # noqa: E402
 
 TOPIC = "profile.cdc"
-T_RAW = datetime(2026, 1, 4, tzinfo=timezone.utc)
-T0 = datetime(2026, 1, 5, 10, 0, tzinfo=timezone.utc)
+T_RAW = datetime(2026, 1, 4, tzinfo=UTC)
+T0 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 COUNTRIES = ["DE", "FR", "US", "IT", "ES", "NL", "PL", "SE", "JP", "BR"]
 CITIES = ["Berlin", "Paris", "Austin", "Rome", "Madrid", "Utrecht", "Gdansk", "Malmo", "Osaka", "Recife"]
 
@@ -86,22 +86,48 @@ def raw_rows(t: str, profiles: int, now: datetime) -> pa.Table:
     emails = [f"{i}@{t}.example" for i in ids]
     countries = [COUNTRIES[k % 10] for k in range(profiles)]
     updated = [T_RAW + timedelta(seconds=k) for k in range(profiles)]
-    fields = [orjson.dumps({"email": e, "country": c, "updated_at": u.strftime("%Y-%m-%dT%H:%M:%SZ"), "score": k % 97,
-                            "tags": ["a", "b"] if k % 3 else ["c"], "city": CITIES[k % 10], "name": f"Name {k}"}).decode()
-              for k, (e, c, u) in enumerate(zip(emails, countries, updated))]
+    fields = [
+        orjson.dumps(
+            {
+                "email": e,
+                "country": c,
+                "updated_at": u.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "score": k % 97,
+                "tags": ["a", "b"] if k % 3 else ["c"],
+                "city": CITIES[k % 10],
+                "name": f"Name {k}",
+            }
+        ).decode()
+        for k, (e, c, u) in enumerate(zip(emails, countries, updated))
+    ]
     n = profiles
-    return pa.table({
-        "tenant": [t] * n, "primary_id": ids, "record_type": ["person"] * n, "linked_ids": linked, "related_ids": related,
-        "component_id": component, "cdc_seq": list(range(1, n + 1)), "cdc_ts": updated, "deleted": [False] * n,
-        "fields": fields, "email": emails, "country": countries, "updated_at": updated, "batch_id": [0] * n, "processed_at": [now] * n,
-    }, schema=RAW_SCHEMA)
+    return pa.table(
+        {
+            "tenant": [t] * n,
+            "primary_id": ids,
+            "record_type": ["person"] * n,
+            "linked_ids": linked,
+            "related_ids": related,
+            "component_id": component,
+            "cdc_seq": list(range(1, n + 1)),
+            "cdc_ts": updated,
+            "deleted": [False] * n,
+            "fields": fields,
+            "email": emails,
+            "country": countries,
+            "updated_at": updated,
+            "batch_id": [0] * n,
+            "processed_at": [now] * n,
+        },
+        schema=RAW_SCHEMA,
+    )
 
 
 def build_raw_tables(root: Path, tenants: int, profiles: int) -> None:
     tmp = root.with_name(root.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     lake = DeltaLake(str(tmp))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     for i in range(tenants):
         t = tenant(i)
         lake.append(raw_table_spec(t), raw_rows(t, profiles, now), BatchTxn("bench.backfill", 1))
@@ -125,8 +151,15 @@ BAD_KINDS = ("not_json", "no_tenant", "bad_tenant", "bad_op", "fields_not_object
 
 
 def bad_record(rng: random.Random, t: str, kind: str, seq: int) -> bytes:
-    base = {"tenant": t, "primary_id": pid(rng.randrange(1000)), "record_type": "person", "op": "upsert",
-            "cdc_seq": seq, "cdc_ts": T0.strftime("%Y-%m-%dT%H:%M:%SZ"), "fields": {"email": "x@y.z"}}
+    base = {
+        "tenant": t,
+        "primary_id": pid(rng.randrange(1000)),
+        "record_type": "person",
+        "op": "upsert",
+        "cdc_seq": seq,
+        "cdc_ts": T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "fields": {"email": "x@y.z"},
+    }
     if kind == "not_json":
         return b'{"tenant": "' + t.encode() + b'", "primary_id": '
     if kind == "no_tenant":
@@ -142,8 +175,9 @@ def bad_record(rng: random.Random, t: str, kind: str, seq: int) -> bytes:
     return orjson.dumps(base)
 
 
-def tenant_records(rng: random.Random, t: str, count: int, profiles: int, seq0: int, ts0: datetime, span_s: float,
-                   bad_share: float) -> tuple[list[tuple[bytes, bytes]], int]:
+def tenant_records(
+    rng: random.Random, t: str, count: int, profiles: int, seq0: int, ts0: datetime, span_s: float, bad_share: float
+) -> tuple[list[tuple[bytes, bytes]], int]:
     """`count` messages of one tenant in delivery order, and how many of them are bad."""
     pool = profiles + profiles // 4  # 20% of the picks are ids the raw table does not have yet
     out: list[tuple[bytes, bytes]] = []
@@ -161,7 +195,14 @@ def tenant_records(rng: random.Random, t: str, count: int, profiles: int, seq0: 
         p = pid(k)
         if rng.random() < 0.02:  # late: older than the stored row's sequence
             seq = rng.randrange(1, profiles + 1)
-        rec: dict = {"tenant": t, "primary_id": p, "record_type": "person", "op": "upsert", "cdc_seq": seq, "cdc_ts": ts}
+        rec: dict = {
+            "tenant": t,
+            "primary_id": p,
+            "record_type": "person",
+            "op": "upsert",
+            "cdc_seq": seq,
+            "cdc_ts": ts,
+        }
         x = rng.random()
         if x < 0.04:
             rec["op"] = "delete"
@@ -196,8 +237,17 @@ def tenant_records(rng: random.Random, t: str, count: int, profiles: int, seq0: 
     return out, bad
 
 
-def round_records(seed: int, tenants: int, count: int, profiles: int, seq0: int, ts0: datetime, span_s: float,
-                  bad_share: float, chunk: int = 100_000):
+def round_records(
+    seed: int,
+    tenants: int,
+    count: int,
+    profiles: int,
+    seq0: int,
+    ts0: datetime,
+    span_s: float,
+    bad_share: float,
+    chunk: int = 100_000,
+):
     """Every tenant's records, interleaved round-robin (tenants change concurrently), as lists of about
     `chunk` messages (the whole round at once would not fit next to the stack on a 24 GiB machine).
     Yields (messages, bad records in them)."""
@@ -212,7 +262,16 @@ def round_records(seed: int, tenants: int, count: int, profiles: int, seq0: int,
             n = min(step, counts[i] - done[i])
             if n <= 0:
                 continue
-            msgs, b = tenant_records(rng, tenant(i), n, profiles, seq0 + done[i], ts0 + timedelta(seconds=span_each * done[i] / step), span_each, bad_share)
+            msgs, b = tenant_records(
+                rng,
+                tenant(i),
+                n,
+                profiles,
+                seq0 + done[i],
+                ts0 + timedelta(seconds=span_each * done[i] / step),
+                span_each,
+                bad_share,
+            )
             lists.append(msgs)
             bad += b
             done[i] += n
@@ -245,24 +304,39 @@ def run_round(spark, lake: DeltaLake, store: CheckpointStore, bootstrap: str, ma
         merge_phases = {k: v for k, v in first.seconds.items() if k != "commit"}
         merge_phases["commit"] = sum(r.seconds.get("commit", 0.0) for r in results.values())
     return {
-        "stage_s": t1 - t0, "merge_s": t2 - t1, "slices": len(staged), "tenants": len(results),
-        "read": sum(s.records_read for s in staged), "staged": sum(s.rows_staged for s in staged),
+        "stage_s": t1 - t0,
+        "merge_s": t2 - t1,
+        "slices": len(staged),
+        "tenants": len(results),
+        "read": sum(s.records_read for s in staged),
+        "staged": sum(s.rows_staged for s in staged),
         "quarantined": sum(s.records_quarantined for s in staged),
-        "changes": sum(r.changes_read for r in results.values()), "upserted": sum(r.rows_upserted for r in results.values()),
-        "deleted": sum(r.rows_deleted for r in results.values()), "relinked": sum(r.rows_relinked for r in results.values()),
-        "stage_phases": stage_phases, "merge_phases": merge_phases,
+        "changes": sum(r.changes_read for r in results.values()),
+        "upserted": sum(r.rows_upserted for r in results.values()),
+        "deleted": sum(r.rows_deleted for r in results.values()),
+        "relinked": sum(r.rows_relinked for r in results.values()),
+        "stage_phases": stage_phases,
+        "merge_phases": merge_phases,
     }
 
 
 def report(name: str, r: dict, produced: int, bad: int, load: tuple[str, str]) -> None:
     total = r["stage_s"] + r["merge_s"]
-    ok = r["read"] == produced == r["staged"] + r["quarantined"] and r["quarantined"] == bad and r["changes"] == r["staged"]
+    ok = (
+        r["read"] == produced == r["staged"] + r["quarantined"]
+        and r["quarantined"] == bad
+        and r["changes"] == r["staged"]
+    )
     print(f"[{name}] load {load[0]} -> {load[1]}; {r['slices']} slice(s), {r['tenants']} tenants")
-    print(f"[{name}] staged {r['staged']:,} + quarantined {r['quarantined']:,} = {r['read']:,} read of {produced:,} produced "
-          f"({bad:,} bad generated); merged {r['changes']:,} changes: {r['upserted']:,} upserted, {r['deleted']:,} deleted, "
-          f"{r['relinked']:,} relinked; counts {'OK' if ok else 'MISMATCH'}")
-    print(f"[{name}] stage {r['stage_s']:.2f} s = {r['read'] / r['stage_s']:,.0f} records/s; merge {r['merge_s']:.2f} s = "
-          f"{r['changes'] / r['merge_s']:,.0f} changes/s; end to end {total:.2f} s = {r['read'] / total:,.0f} records/s")
+    print(
+        f"[{name}] staged {r['staged']:,} + quarantined {r['quarantined']:,} = {r['read']:,} read of {produced:,} produced "
+        f"({bad:,} bad generated); merged {r['changes']:,} changes: {r['upserted']:,} upserted, {r['deleted']:,} deleted, "
+        f"{r['relinked']:,} relinked; counts {'OK' if ok else 'MISMATCH'}"
+    )
+    print(
+        f"[{name}] stage {r['stage_s']:.2f} s = {r['read'] / r['stage_s']:,.0f} records/s; merge {r['merge_s']:.2f} s = "
+        f"{r['changes'] / r['merge_s']:,.0f} changes/s; end to end {total:.2f} s = {r['read'] / total:,.0f} records/s"
+    )
     print(f"[{name}] stage phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["stage_phases"].items()))
     print(f"[{name}] merge phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in r["merge_phases"].items()))
     if not ok:
@@ -309,11 +383,41 @@ def main() -> None:
 
     seq = 1_000_000
     rounds_in = [
-        ("warm-up", args.warmup_records, lambda: round_records(args.seed, args.tenants, args.warmup_records, args.profiles, seq, T0, 60, args.bad_share)),
-        ("batch", args.batch_records, lambda: round_records(args.seed + 1, args.tenants, args.batch_records, args.profiles, seq + 10_000_000,
-                                                           T0 + timedelta(minutes=1), 900, args.bad_share)),
-        ("big", 0 if args.skip_big else args.records, lambda: round_records(args.seed + 2, args.tenants, args.records, args.profiles,
-                                                                            seq + 20_000_000, T0 + timedelta(minutes=20), 9000, args.bad_share)),
+        (
+            "warm-up",
+            args.warmup_records,
+            lambda: round_records(
+                args.seed, args.tenants, args.warmup_records, args.profiles, seq, T0, 60, args.bad_share
+            ),
+        ),
+        (
+            "batch",
+            args.batch_records,
+            lambda: round_records(
+                args.seed + 1,
+                args.tenants,
+                args.batch_records,
+                args.profiles,
+                seq + 10_000_000,
+                T0 + timedelta(minutes=1),
+                900,
+                args.bad_share,
+            ),
+        ),
+        (
+            "big",
+            0 if args.skip_big else args.records,
+            lambda: round_records(
+                args.seed + 2,
+                args.tenants,
+                args.records,
+                args.profiles,
+                seq + 20_000_000,
+                T0 + timedelta(minutes=20),
+                9000,
+                args.bad_share,
+            ),
+        ),
     ]
 
     with ExitStack() as stack:
@@ -354,9 +458,11 @@ def main() -> None:
         connect_s = time.perf_counter() - t
         try:
             rounds = {}
-            for name, m, produced, bad in (("warm-up", marks[0], args.warmup_records, warm_bad),
-                                           ("batch", marks[1], args.batch_records, batch_bad),
-                                           ("big", marks[2], args.records, big_bad)):
+            for name, m, produced, bad in (
+                ("warm-up", marks[0], args.warmup_records, warm_bad),
+                ("batch", marks[1], args.batch_records, batch_bad),
+                ("big", marks[2], args.records, big_bad),
+            ):
                 if name == "big" and args.skip_big:
                     continue
                 before = loadavg()
@@ -381,21 +487,29 @@ def main() -> None:
             spark.stop()  # before the stack stops: a client left open kept the process alive at exit
 
     print(f"machine: {machine()}")
-    print(f"raw tables: {args.tenants} tenants x {args.profiles:,} profiles = {args.tenants * args.profiles:,} rows; "
-          + (f"built in {build_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}"))
-    print(f"records: warm-up {args.warmup_records:,}, batch {args.batch_records:,}, big {0 if args.skip_big else args.records:,} "
-          f"(mean {mean_bytes:.0f} B, {args.bad_share:.1%} bad); generated in {generate_s:.1f} s; {args.partitions} partitions")
-    print(f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
-          f"Spark Connect session + first job {connect_s:.2f} s; slice bound {args.per_partition:,}/partition")
+    print(
+        f"raw tables: {args.tenants} tenants x {args.profiles:,} profiles = {args.tenants * args.profiles:,} rows; "
+        + (f"built in {build_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}")
+    )
+    print(
+        f"records: warm-up {args.warmup_records:,}, batch {args.batch_records:,}, big {0 if args.skip_big else args.records:,} "
+        f"(mean {mean_bytes:.0f} B, {args.bad_share:.1%} bad); generated in {generate_s:.1f} s; {args.partitions} partitions"
+    )
+    print(
+        f"stack start {env['stack_start_seconds']:.1f} s; produce {produce_s:.1f} s, then {settle_s:.0f} s until the broker was idle; "
+        f"Spark Connect session + first job {connect_s:.2f} s; slice bound {args.per_partition:,}/partition"
+    )
     for name, (r, produced, bad, load) in rounds.items():
         report(name, r, produced, bad, load)
     if baseline:
         sample, baseline_s, changes, load = baseline
         r = rounds["batch"][0]
         scaled = baseline_s / len(sample) * r["tenants"]
-        print(f"baseline (load {load[0]} -> {load[1]}): process_tenant one tenant at a time, {len(sample)} tenants "
-              f"({changes:,} changes) in {baseline_s:.2f} s = {baseline_s / len(sample):.2f} s/tenant, scaled to "
-              f"{r['tenants']} tenants: {scaled:.1f} s; batch round merge {r['merge_s']:.2f} s: ratio {scaled / r['merge_s']:.1f}x")
+        print(
+            f"baseline (load {load[0]} -> {load[1]}): process_tenant one tenant at a time, {len(sample)} tenants "
+            f"({changes:,} changes) in {baseline_s:.2f} s = {baseline_s / len(sample):.2f} s/tenant, scaled to "
+            f"{r['tenants']} tenants: {scaled:.1f} s; batch round merge {r['merge_s']:.2f} s: ratio {scaled / r['merge_s']:.1f}x"
+        )
 
 
 def run_round_split(spark, lake, store, bootstrap, marks, per_partition, state: Path) -> dict:
@@ -413,8 +527,14 @@ def run_round_split(spark, lake, store, bootstrap, marks, per_partition, state: 
     for s in slices:
         for k, v in s.seconds.items():
             stage_phases[k] = stage_phases.get(k, 0.0) + v
-    r.update(stage_s=staged_only["stage_s"], slices=len(slices), read=sum(s.records_read for s in slices),
-             staged=sum(s.rows_staged for s in slices), quarantined=sum(s.records_quarantined for s in slices), stage_phases=stage_phases)
+    r.update(
+        stage_s=staged_only["stage_s"],
+        slices=len(slices),
+        read=sum(s.records_read for s in slices),
+        staged=sum(s.rows_staged for s in slices),
+        quarantined=sum(s.records_quarantined for s in slices),
+        stage_phases=stage_phases,
+    )
     return r
 
 

@@ -30,7 +30,7 @@ import random
 import shutil
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import orjson
@@ -45,8 +45,8 @@ from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake  # noqa: E402
 from engagement_platform.profiles.segments.apply import evaluate_tenants, plan_evaluations, segments_app_id  # noqa: E402
 from engagement_platform.profiles.segments.definitions import parse_segment  # noqa: E402
-from engagement_platform.profiles.segments.task import PHASES  # noqa: E402
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS  # noqa: E402
+from engagement_platform.profiles.segments.task import PHASES  # noqa: E402
 from engagement_platform.profiles.tables import RAW_SCHEMA, raw_table_name, raw_table_spec  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402
 from engagement_platform.streams.pin import AS_OF  # noqa: E402
@@ -71,7 +71,11 @@ def tenant(i: int) -> str:
 def payload(rng: random.Random, record_type: str) -> dict:
     out: dict = {"product": rng.choice(PRODUCTS), "score": rng.randrange(100), "device": {"os": rng.choice(OSES)}}
     if record_type in ("person", "signup"):
-        out |= {"plan": rng.choice(PLANS), "newsletter": rng.random() < 0.4, "tags": rng.sample(["a", "b", "c", "d"], rng.randint(0, 2))}
+        out |= {
+            "plan": rng.choice(PLANS),
+            "newsletter": rng.random() < 0.4,
+            "tags": rng.sample(["a", "b", "c", "d"], rng.randint(0, 2)),
+        }
     if record_type == "cart_add":
         out["cart"] = {"product": rng.choice(PRODUCTS), "qty": rng.randint(1, 5)}
     if record_type == "purchase":
@@ -89,11 +93,25 @@ def raw_rows(t: str, profiles: int, now: datetime, seed: int) -> pa.Table:
         for pid, offset in zip(ids, offsets):
             record_type = rng.choices(TYPES, TYPE_WEIGHTS)[0]
             ts = now - timedelta(seconds=offset, microseconds=rng.randrange(1_000_000))
-            rows.append({"tenant": t, "primary_id": pid, "record_type": record_type, "linked_ids": [i for i in ids if i != pid][:1],
-                         "related_ids": ids, "component_id": ids[0], "cdc_seq": k + 1, "cdc_ts": ts, "deleted": False,
-                         "fields": orjson.dumps(payload(rng, record_type)).decode(),
-                         "email": f"{pid}@{t}.example" if rng.random() < 0.8 else None,
-                         "country": rng.choice(COUNTRIES) if rng.random() < 0.9 else None, "updated_at": ts, "batch_id": 0, "processed_at": now})
+            rows.append(
+                {
+                    "tenant": t,
+                    "primary_id": pid,
+                    "record_type": record_type,
+                    "linked_ids": [i for i in ids if i != pid][:1],
+                    "related_ids": ids,
+                    "component_id": ids[0],
+                    "cdc_seq": k + 1,
+                    "cdc_ts": ts,
+                    "deleted": False,
+                    "fields": orjson.dumps(payload(rng, record_type)).decode(),
+                    "email": f"{pid}@{t}.example" if rng.random() < 0.8 else None,
+                    "country": rng.choice(COUNTRIES) if rng.random() < 0.9 else None,
+                    "updated_at": ts,
+                    "batch_id": 0,
+                    "processed_at": now,
+                }
+            )
             k += 1
     return pa.Table.from_pylist(rows, schema=RAW_SCHEMA)
 
@@ -105,21 +123,87 @@ def segment_definitions(count: int, seed: int) -> list[dict]:
         return {"path": path, "op": op, **({} if value is None else {"value": value})}
 
     templates = [
-        lambda: {"all": [{"exists": {"where": {"all": [cmp("record_type", "=", "trial"), cmp("fields.product", "=", rng.choice(PRODUCTS))]}, "within": "7d"}},
-                         {"exists": {"where": cmp("fields.cart.product", "=", rng.choice(PRODUCTS))}},
-                         {"not": {"exists": {"where": cmp("record_type", "=", "purchase")}}}]},
-        lambda: {"all": [{"profile": cmp("country", "=", rng.choice(COUNTRIES))}, {"exists": {"where": cmp("record_type", "=", rng.choice(TYPES)), "within": rng.choice(WINDOWS)}}]},
-        lambda: {"count": {"where": cmp("record_type", "=", "page_view"), "within": rng.choice(WINDOWS), "op": ">=", "value": rng.randint(1, 3)}},
-        lambda: {"max": {"where": cmp("record_type", "=", "purchase"), "path": "fields.amount", "within": rng.choice(["7d", "30d"]), "op": ">", "value": rng.choice([50, 100.5, 250, 400])}},
+        lambda: {
+            "all": [
+                {
+                    "exists": {
+                        "where": {
+                            "all": [cmp("record_type", "=", "trial"), cmp("fields.product", "=", rng.choice(PRODUCTS))]
+                        },
+                        "within": "7d",
+                    }
+                },
+                {"exists": {"where": cmp("fields.cart.product", "=", rng.choice(PRODUCTS))}},
+                {"not": {"exists": {"where": cmp("record_type", "=", "purchase")}}},
+            ]
+        },
+        lambda: {
+            "all": [
+                {"profile": cmp("country", "=", rng.choice(COUNTRIES))},
+                {"exists": {"where": cmp("record_type", "=", rng.choice(TYPES)), "within": rng.choice(WINDOWS)}},
+            ]
+        },
+        lambda: {
+            "count": {
+                "where": cmp("record_type", "=", "page_view"),
+                "within": rng.choice(WINDOWS),
+                "op": ">=",
+                "value": rng.randint(1, 3),
+            }
+        },
+        lambda: {
+            "max": {
+                "where": cmp("record_type", "=", "purchase"),
+                "path": "fields.amount",
+                "within": rng.choice(["7d", "30d"]),
+                "op": ">",
+                "value": rng.choice([50, 100.5, 250, 400]),
+            }
+        },
         lambda: {"all": [{"ids": {"op": ">=", "value": rng.randint(2, 4)}}, {"has_type": rng.choice(TYPES)}]},
-        lambda: {"all": [{"profile": cmp("fields.plan", "=", rng.choice(PLANS))}, {"not": {"exists": {"where": cmp("record_type", "=", "purchase"), "within": rng.choice(WINDOWS)}}}]},
+        lambda: {
+            "all": [
+                {"profile": cmp("fields.plan", "=", rng.choice(PLANS))},
+                {"not": {"exists": {"where": cmp("record_type", "=", "purchase"), "within": rng.choice(WINDOWS)}}},
+            ]
+        },
         lambda: {"min": {"path": "fields.score", "op": "<", "value": rng.randint(1, 30)}},
-        lambda: {"any": [{"profile": cmp("country", "in", rng.sample(COUNTRIES, 2))}, {"exists": {"where": cmp("fields.device.os", "=", rng.choice(OSES)), "within": "1d"}}]},
-        lambda: {"all": [{"exists": {"where": {"any": [cmp("fields.product", "in", rng.sample(PRODUCTS, 3)), cmp("fields.cart.product", "=", rng.choice(PRODUCTS))]}}},
-                         {"profile": cmp("fields.newsletter", "=", True)}, {"not": {"profile": cmp("email", "exists")}}]},
-        lambda: {"count": {"where": {"all": [cmp("record_type", "=", "cart_add"), cmp("fields.cart.qty", ">=", rng.randint(2, 5))]}, "op": ">=", "value": 1}},
+        lambda: {
+            "any": [
+                {"profile": cmp("country", "in", rng.sample(COUNTRIES, 2))},
+                {"exists": {"where": cmp("fields.device.os", "=", rng.choice(OSES)), "within": "1d"}},
+            ]
+        },
+        lambda: {
+            "all": [
+                {
+                    "exists": {
+                        "where": {
+                            "any": [
+                                cmp("fields.product", "in", rng.sample(PRODUCTS, 3)),
+                                cmp("fields.cart.product", "=", rng.choice(PRODUCTS)),
+                            ]
+                        }
+                    }
+                },
+                {"profile": cmp("fields.newsletter", "=", True)},
+                {"not": {"profile": cmp("email", "exists")}},
+            ]
+        },
+        lambda: {
+            "count": {
+                "where": {
+                    "all": [cmp("record_type", "=", "cart_add"), cmp("fields.cart.qty", ">=", rng.randint(2, 5))]
+                },
+                "op": ">=",
+                "value": 1,
+            }
+        },
     ]
-    return [{"name": f"seg_{i:04d}", "description": f"benchmark segment {i}", "where": templates[i % len(templates)]()} for i in range(count)]
+    return [
+        {"name": f"seg_{i:04d}", "description": f"benchmark segment {i}", "where": templates[i % len(templates)]()}
+        for i in range(count)
+    ]
 
 
 def build_lake(root: Path, tenants: int, profiles: int, now: datetime, seed: int) -> int:
@@ -147,10 +231,22 @@ def change_one_percent(lake: DeltaLake, tenants: int, seed: int, now: datetime) 
             if r["component_id"] in seen:
                 continue
             seen.add(r["component_id"])
-            updates.append({**r, "cdc_seq": r["cdc_seq"] + 10_000_000, "cdc_ts": now, "updated_at": now, "batch_id": 1,
-                            "fields": orjson.dumps(payload(rng, r["record_type"])).decode()})
-        lake.merge(raw_table_spec(t), pa.Table.from_pylist(updates, schema=RAW_SCHEMA), "t.primary_id = s.primary_id",
-                   BatchTxn("bench.change", 1)).when_matched_update_all().execute()
+            updates.append(
+                {
+                    **r,
+                    "cdc_seq": r["cdc_seq"] + 10_000_000,
+                    "cdc_ts": now,
+                    "updated_at": now,
+                    "batch_id": 1,
+                    "fields": orjson.dumps(payload(rng, r["record_type"])).decode(),
+                }
+            )
+        lake.merge(
+            raw_table_spec(t),
+            pa.Table.from_pylist(updates, schema=RAW_SCHEMA),
+            "t.primary_id = s.primary_id",
+            BatchTxn("bench.change", 1),
+        ).when_matched_update_all().execute()
         changed += len(updates)
     return changed
 
@@ -183,7 +279,7 @@ def main() -> None:
 
     with bench_stack("segments", servers=("spark",)) as env:
         root = Path(env["EP_LAKE_ROOT"])
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         t = time.perf_counter()
         identities = build_lake(root, args.tenants, args.profiles, now, args.seed)
         build_s = time.perf_counter() - t
@@ -195,24 +291,37 @@ def main() -> None:
             load_full = [loadavg()]
             full_s, full = run_all(spark, lake, store, args.tenants, segments)
             load_full.append(loadavg())
-            changed = change_one_percent(lake, args.tenants, args.seed, datetime.now(timezone.utc))
+            changed = change_one_percent(lake, args.tenants, args.seed, datetime.now(UTC))
             load_inc = [loadavg()]
             inc_s, inc = run_all(spark, lake, store, args.tenants, segments)
             load_inc.append(loadavg())
 
             sample = random.Random(args.seed).sample(segments, min(args.baseline_segments, len(segments)))
             files = [f for i in range(args.tenants) for f in lake.table(raw_table_name(tenant(i))).file_uris()]
-            evaluated_at = {r.tenant: datetime.fromisoformat(lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, segments_app_id(r.tenant),
-                                                                            r.plan.batch_id)[AS_OF]) for r in inc}
+            evaluated_at = {
+                r.tenant: datetime.fromisoformat(
+                    lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, segments_app_id(r.tenant), r.plan.batch_id)[AS_OF]
+                )
+                for r in inc
+            }
             committed = lake.read(PROFILE_SEGMENTS.name, filters=[("segment", "in", [s.name for s in sample] or ["-"])])
             load_base = [loadavg()]
             t = time.perf_counter()
             mismatches = []
             raw = spark.read.parquet(*files)
-            times = spark.createDataFrame([(t, at.timestamp()) for t, at in evaluated_at.items()], "tenant string, now_s double")
+            times = spark.createDataFrame(
+                [(t, at.timestamp()) for t, at in evaluated_at.items()], "tenant string, now_s double"
+            )
             for s in sample:
                 got = {(r["tenant"], r["identity"]) for r in segment_query(raw, times, s).collect()}
-                expected = set(zip(*(committed.filter(pc.equal(committed["segment"], s.name))[c].to_pylist() for c in ("tenant", "identity"))))
+                expected = set(
+                    zip(
+                        *(
+                            committed.filter(pc.equal(committed["segment"], s.name))[c].to_pylist()
+                            for c in ("tenant", "identity")
+                        )
+                    )
+                )
                 if got != expected:
                     mismatches.append((s.name, len(got), len(expected), len(got ^ expected)))
             base_s = time.perf_counter() - t
@@ -223,21 +332,29 @@ def main() -> None:
     scaled = base_s / max(len(sample), 1) * len(segments)
     members = sum(r.members for r in full)
     print(f"machine: {machine()}")
-    print(f"input: {args.tenants} tenants x {args.profiles:,} profiles = {args.tenants * args.profiles:,} rows, {identities:,} identities; "
-          f"{len(segments)} segments; built in {build_s:.1f} s")
-    print(f"full (load {load_full[0]} -> {load_full[1]}): {full_s:.2f} s; {members:,} memberships; "
-          f"{len(segments) * identities / full_s:,.0f} identity-segment evaluations/s; "
-          f"prepare {full[0].seconds.get('prepare', 0):.2f} s, Spark job {full[0].seconds.get('evaluate', 0):.2f} s"
-          f", commits {full[0].seconds.get('commit', 0):.2f} s; task time summed: {task_phases(full)}; "
-          f"{members / identities / len(segments):.1%} of identities per segment on average")
-    print(f"incremental after {changed:,} identities changed ({changed / identities:.1%}) (load {load_inc[0]} -> {load_inc[1]}): "
-          f"{inc_s:.2f} s = {inc_s / full_s:.1%} of full; modes {sorted({r.mode for r in inc})}; identities evaluated "
-          f"{sum(r.identities_evaluated for r in inc):,}; entered {sum(r.entered for r in inc):,}, exited {sum(r.exited for r in inc):,}; "
-          f"prepare {inc[0].seconds.get('prepare', 0):.2f} s, Spark job {inc[0].seconds.get('evaluate', 0):.2f} s, commits {inc[0].seconds.get('commit', 0):.2f} s; "
-          f"task time summed: {task_phases(inc)}")
-    print(f"baseline (load {load_base[0]} -> {load_base[1]}): {len(sample)} segments one Spark SQL query each in {base_s:.2f} s "
-          f"-> {scaled:.1f} s scaled to {len(segments)}; ratio {scaled / full_s:.1f}x; membership "
-          + ("identical" if not mismatches else f"DIFFERS: {mismatches}"))
+    print(
+        f"input: {args.tenants} tenants x {args.profiles:,} profiles = {args.tenants * args.profiles:,} rows, {identities:,} identities; "
+        f"{len(segments)} segments; built in {build_s:.1f} s"
+    )
+    print(
+        f"full (load {load_full[0]} -> {load_full[1]}): {full_s:.2f} s; {members:,} memberships; "
+        f"{len(segments) * identities / full_s:,.0f} identity-segment evaluations/s; "
+        f"prepare {full[0].seconds.get('prepare', 0):.2f} s, Spark job {full[0].seconds.get('evaluate', 0):.2f} s"
+        f", commits {full[0].seconds.get('commit', 0):.2f} s; task time summed: {task_phases(full)}; "
+        f"{members / identities / len(segments):.1%} of identities per segment on average"
+    )
+    print(
+        f"incremental after {changed:,} identities changed ({changed / identities:.1%}) (load {load_inc[0]} -> {load_inc[1]}): "
+        f"{inc_s:.2f} s = {inc_s / full_s:.1%} of full; modes {sorted({r.mode for r in inc})}; identities evaluated "
+        f"{sum(r.identities_evaluated for r in inc):,}; entered {sum(r.entered for r in inc):,}, exited {sum(r.exited for r in inc):,}; "
+        f"prepare {inc[0].seconds.get('prepare', 0):.2f} s, Spark job {inc[0].seconds.get('evaluate', 0):.2f} s, commits {inc[0].seconds.get('commit', 0):.2f} s; "
+        f"task time summed: {task_phases(inc)}"
+    )
+    print(
+        f"baseline (load {load_base[0]} -> {load_base[1]}): {len(sample)} segments one Spark SQL query each in {base_s:.2f} s "
+        f"-> {scaled:.1f} s scaled to {len(segments)}; ratio {scaled / full_s:.1f}x; membership "
+        + ("identical" if not mismatches else f"DIFFERS: {mismatches}")
+    )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from engagement_platform.profiles.segments.columns import TIME_PATHS, time_us
-from engagement_platform.profiles.segments.definitions import Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment
+from engagement_platform.profiles.segments.definitions import (
+    Aggregate,
+    AllOf,
+    AnyOf,
+    Cmp,
+    HasType,
+    Ids,
+    Not,
+    Profile,
+    Segment,
+)
 from engagement_platform.profiles.segments.evaluate import kind_of
 
 NUMBER_TYPES = "('BIGINT', 'INT', 'SMALLINT', 'TINYINT', 'DOUBLE', 'FLOAT')"
@@ -45,7 +55,10 @@ class Value:
             self.present = f"({node} IS NOT NULL AND NOT is_variant_null({node}))"
             self.by_kind = {
                 "str": (f"{kind} = 'STRING'", f"try_variant_get(v, {quoted}, 'string')"),
-                "number": (f"({kind} IN {NUMBER_TYPES} OR {kind} LIKE 'DECIMAL%')", f"try_variant_get(v, {quoted}, 'double')"),
+                "number": (
+                    f"({kind} IN {NUMBER_TYPES} OR {kind} LIKE 'DECIMAL%')",
+                    f"try_variant_get(v, {quoted}, 'double')",
+                ),
                 "bool": (f"{kind} = 'BOOLEAN'", f"try_variant_get(v, {quoted}, 'boolean')"),
             }
         elif path in TIME_PATHS:
@@ -114,7 +127,10 @@ def identity(node) -> str:
 
 def segment_query(raw: DataFrame, times: DataFrame, segment: Segment) -> DataFrame:
     """(tenant, identity) of every identity in the segment; `times` holds each tenant's evaluation time (now_s)."""
-    rows = (raw.where("NOT coalesce(deleted, false)").join(times, "tenant")
-            .selectExpr("*", "try_parse_json(fields) AS v", "unix_micros(cdc_ts) / 1e6 AS ts_s"))
+    rows = (
+        raw.where("NOT coalesce(deleted, false)")
+        .join(times, "tenant")
+        .selectExpr("*", "try_parse_json(fields) AS v", "unix_micros(cdc_ts) / 1e6 AS ts_s")
+    )
     inside = rows.groupBy("tenant", "component_id").agg(F.expr(identity(segment.where)).alias("inside"))
     return inside.where("inside").select("tenant", F.col("component_id").alias("identity"))

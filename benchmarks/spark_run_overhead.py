@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import bench_stack, machine  # noqa: E402
 
-CHILD = r'''
+CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 mode, what = sys.argv[1], sys.argv[2]
@@ -46,13 +46,15 @@ else:
     result = materialize([tiny], resources={"spark": SparkResource(spark_config=config or session_config("", "local[2]"))})
     assert result.success and result.output_for_node("tiny") == 499500
     print(json.dumps({"seconds": time.perf_counter() - t_import, "with_imports": time.perf_counter() - t0}))
-'''
+"""
 
 
 def run_child(mode: str, what: str, remote: str) -> dict:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     t = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", CHILD, mode, what, remote], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, mode, what, remote], env=env, capture_output=True, text=True, check=True
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["process"] = time.perf_counter() - t
     return result
@@ -68,7 +70,10 @@ def main() -> None:
         for what in ("session", "dagster"):
             for mode in ("classic", "connect"):
                 runs = [run_child(mode, what, remote) for _ in range(args.repeats)]
-                rows[(what, mode)] = (statistics.median(r["seconds"] for r in runs), statistics.median(r["process"] for r in runs))
+                rows[(what, mode)] = (
+                    statistics.median(r["seconds"] for r in runs),
+                    statistics.median(r["process"] for r in runs),
+                )
     print(f"machine: {machine()}")
     print(f"Spark Connect server start (once, with the stack): {env['stack_start_seconds']:.1f} s")
     print(f"medians of {args.repeats} fresh processes each")

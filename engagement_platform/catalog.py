@@ -16,10 +16,11 @@ from engagement_platform.engagement.mutation.apply import SPEC as MUTATION
 from engagement_platform.engagement.retention.apply import SPEC as RETENTION
 from engagement_platform.ingest.config import PipelineConfig, load_pipelines
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.landing.apply import run_file_batch, stream_name as landing_stream
+from engagement_platform.landing.apply import run_file_batch
+from engagement_platform.landing.apply import stream_name as landing_stream
 from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
-from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
 from engagement_platform.profiles.erasure.apply import SPEC as PROFILE_ERASURE
+from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_stream
 from engagement_platform.profiles.segments.definitions import load_segments
 from engagement_platform.profiles.staging.apply import SPEC as PROFILE_CDC
@@ -27,9 +28,22 @@ from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, BatchResult, StreamSpec
 
-SPECS: dict[str, StreamSpec] = {spec.name: spec for spec in (INGESTION, MUTATION, RETENTION, PROFILE_CDC, PROFILE_ERASURE)}
-PROCESSOR, BACKFILL, SEGMENTS, LANDING = "profile_processor", "profile_backfill", "profile_segments", "ingest"  # <family>/<tenant or pipeline>
-STREAM_NAMES = (*SPECS, f"{PROCESSOR}/<tenant>", f"{BACKFILL}/<tenant>", f"{SEGMENTS}/<tenant>", f"{LANDING}/<pipeline>")
+SPECS: dict[str, StreamSpec] = {
+    spec.name: spec for spec in (INGESTION, MUTATION, RETENTION, PROFILE_CDC, PROFILE_ERASURE)
+}
+PROCESSOR, BACKFILL, SEGMENTS, LANDING = (
+    "profile_processor",
+    "profile_backfill",
+    "profile_segments",
+    "ingest",
+)  # <family>/<tenant or pipeline>
+STREAM_NAMES = (
+    *SPECS,
+    f"{PROCESSOR}/<tenant>",
+    f"{BACKFILL}/<tenant>",
+    f"{SEGMENTS}/<tenant>",
+    f"{LANDING}/<pipeline>",
+)
 
 BatchRun = Callable[[BatchContext], BatchResult | None]  # None: the processor found nothing staged
 
@@ -38,8 +52,13 @@ class BatchRequestError(ValueError):
     """Arguments that name no batch run-batch can run (unknown stream, no such plan, a missing option)."""
 
 
-def batch_run(stream: str, checkpoints: CheckpointStore, batch_id: int | None = None, path: str | None = None,
-              until: str | None = None) -> BatchRun:
+def batch_run(
+    stream: str,
+    checkpoints: CheckpointStore,
+    batch_id: int | None = None,
+    path: str | None = None,
+    until: str | None = None,
+) -> BatchRun:
     """How to run one batch of `stream` by hand, resolved and checked before anything runs."""
     if stream in SPECS:
         spec = SPECS[stream]
@@ -54,8 +73,19 @@ def batch_run(stream: str, checkpoints: CheckpointStore, batch_id: int | None = 
 
         def evaluate(ctx: BatchContext):
             plan = plan_evaluation(ctx.lake, ctx.checkpoints, key)
-            return None if plan is None else evaluate_tenant(ctx.spark, ctx.lake, ctx.checkpoints, key, plan,
-                                                             load_segments(load_settings().profiles.segments_dir, key))
+            return (
+                None
+                if plan is None
+                else evaluate_tenant(
+                    ctx.spark,
+                    ctx.lake,
+                    ctx.checkpoints,
+                    key,
+                    plan,
+                    load_segments(load_settings().profiles.segments_dir, key),
+                )
+            )
+
         return evaluate
     if family == BACKFILL and key:
         if not (path and until):
@@ -93,8 +123,12 @@ def check_resumed(checkpoints: CheckpointStore, stream: str, batch_id: int | Non
     latest, done = checkpoints.latest(stream)
     if latest is not None and not done and latest.batch_id == batch_id:
         return
-    state = "nothing planned yet" if latest is None else f"batch {latest.batch_id} is {'done' if done else 'unfinished'}"
-    raise BatchRequestError(f"{stream} batch {batch_id} is not an unfinished batch ({state}); run without --batch-id to plan the next one")
+    state = (
+        "nothing planned yet" if latest is None else f"batch {latest.batch_id} is {'done' if done else 'unfinished'}"
+    )
+    raise BatchRequestError(
+        f"{stream} batch {batch_id} is not an unfinished batch ({state}); run without --batch-id to plan the next one"
+    )
 
 
 def landing_pipeline(stream: str) -> PipelineConfig | None:

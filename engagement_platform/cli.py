@@ -1,15 +1,15 @@
 """Command line: topics, demo traffic, one batch outside Dagster, and reads for downstream consumers.
 
-    engagement-platform create-topics
-    engagement-platform demo-produce --rate 200
-    engagement-platform demo-landing --files 2 --rows 5000
-    engagement-platform changes --org 00D000001 --since -1
-    engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
-    engagement-platform run-batch --stream mutation --batch-id 3
-    engagement-platform run-batch --stream profile_processor/tenant01
-    engagement-platform run-batch --stream ingest/rewards_members --batch-id 1
-    engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
-    engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
+engagement-platform create-topics
+engagement-platform demo-produce --rate 200
+engagement-platform demo-landing --files 2 --rows 5000
+engagement-platform changes --org 00D000001 --since -1
+engagement-platform read --org 00D000001 --from 2026-01-01 --to 2026-01-31
+engagement-platform run-batch --stream mutation --batch-id 3
+engagement-platform run-batch --stream profile_processor/tenant01
+engagement-platform run-batch --stream ingest/rewards_members --batch-id 1
+engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
+engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
 """
 
 from __future__ import annotations
@@ -18,18 +18,29 @@ import argparse
 import json
 import sys
 import time
-from datetime import date
+from datetime import UTC, date
 
 from engagement_platform.settings import load_settings
 
-PARTITIONS = {"activities": 3, "mutations": 3, "gdpr": 1, "profile_cdc": 3, "profile_erasure": 1}  # per topic, when the CLI creates it
+PARTITIONS = {
+    "activities": 3,
+    "mutations": 3,
+    "gdpr": 1,
+    "profile_cdc": 3,
+    "profile_erasure": 1,
+}  # per topic, when the CLI creates it
 
 
 def configured_topics() -> dict[str, int]:
     """Topic name -> partitions, named as the streams read them at run time (EP_*_TOPIC overrides included)."""
     settings = load_settings()
-    names = {"activities": settings.ingestion.topic, "mutations": settings.mutation.topic, "gdpr": settings.retention.topic,
-             "profile_cdc": settings.profiles.cdc_topic, "profile_erasure": settings.profiles.erasure_topic}
+    names = {
+        "activities": settings.ingestion.topic,
+        "mutations": settings.mutation.topic,
+        "gdpr": settings.retention.topic,
+        "profile_cdc": settings.profiles.cdc_topic,
+        "profile_erasure": settings.profiles.erasure_topic,
+    }
     return {names[stream]: partitions for stream, partitions in PARTITIONS.items()}
 
 
@@ -54,14 +65,18 @@ def create_topics(args) -> None:
     # Topic retention is the operator's in production; a laptop demo producing for hours needs a bound.
     # Retention deletes whole log segments only, so segments roll at a fifth of it (Kafka's default rolls weekly).
     retention_ms = int(args.retention_minutes * 60_000)
-    config = {"retention.ms": str(retention_ms), "segment.ms": str(max(retention_ms // 5, 1000))} if args.retention_minutes else None
+    config = (
+        {"retention.ms": str(retention_ms), "segment.ms": str(max(retention_ms // 5, 1000))}
+        if args.retention_minutes
+        else None
+    )
     KafkaClient(load_settings().kafka_bootstrap_servers).create_topics(topics, config=config)
     kept = f", messages kept {args.retention_minutes:g} min" if args.retention_minutes else ""
     print("topics ready:", ", ".join(f"{t} ({n} partitions)" for t, n in topics.items()) + kept)
 
 
 def demo_produce(args) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
     from engagement_platform.streams.kafka import KafkaClient, ReplacingProducer
@@ -71,7 +86,9 @@ def demo_produce(args) -> None:
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
     gdpr = GdprGenerator(seed=args.seed + 2)
-    producer = ReplacingProducer(KafkaClient(settings.kafka_bootstrap_servers).producer)  # survives a broker that forgot it
+    producer = ReplacingProducer(
+        KafkaClient(settings.kafka_bootstrap_servers).producer
+    )  # survives a broker that forgot it
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
     try:
@@ -83,11 +100,13 @@ def demo_produce(args) -> None:
                 mutator.observe(json.loads(value))
                 gdpr.observe(json.loads(value))
             if args.mutations_every and sent % args.mutations_every == 0:
-                request = mutator.request(datetime.now(timezone.utc))
+                request = mutator.request(datetime.now(UTC))
                 if request:
-                    producer.produce(mutations_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
+                    producer.produce(
+                        mutations_topic, key=request["org_id"].encode(), value=json.dumps(request).encode()
+                    )
             if args.gdpr_every and sent % args.gdpr_every == 0:
-                request = gdpr.request(datetime.now(timezone.utc))
+                request = gdpr.request(datetime.now(UTC))
                 if request:
                     producer.produce(gdpr_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
             producer.poll(0)
@@ -108,8 +127,18 @@ def changes(args) -> None:
 
     result = changes_since(_lake(), ENGAGEMENT_NOTIFICATIONS, args.table, args.org, args.since)
     rows = result.rows.slice(0, args.limit).to_pylist() if result.rows.num_columns else []
-    json.dump({"org_id": args.org, "checkpoint": result.checkpoint, "table_versions": result.table_versions,
-               "row_count": result.rows.num_rows, "rows": rows}, sys.stdout, default=str, indent=1)
+    json.dump(
+        {
+            "org_id": args.org,
+            "checkpoint": result.checkpoint,
+            "table_versions": result.table_versions,
+            "row_count": result.rows.num_rows,
+            "rows": rows,
+        },
+        sys.stdout,
+        default=str,
+        indent=1,
+    )
     print()
 
 
@@ -142,15 +171,22 @@ def run_batch(args) -> None:
 
 
 def demo_landing(args) -> None:
-    from engagement_platform.landing.demo import write_members_file
     from engagement_platform.lake.file_writes import join
+    from engagement_platform.landing.demo import write_members_file
 
     settings = load_settings()
     folder = join(settings.landing_root, "rewards_members")
     for n in range(args.files):
         seed = args.seed + n
-        path = write_members_file(folder, f"members-{seed}.csv", args.rows, seed, args.bad_ratio, first_id=seed * args.rows,
-                                  storage_options=settings.storage_options)
+        path = write_members_file(
+            folder,
+            f"members-{seed}.csv",
+            args.rows,
+            seed,
+            args.bad_ratio,
+            first_id=seed * args.rows,
+            storage_options=settings.storage_options,
+        )
         print(f"landed {path} ({args.rows} rows)")
 
 
@@ -162,7 +198,9 @@ def demo_profile_cdc(args) -> None:
         print(f"snapshot export for the backfill: {write_snapshot_export(args.snapshot_dir)}", flush=True)
     topic = load_settings().profiles.cdc_topic
     gen = ProfileCdcGenerator(seed=args.seed, tenants=args.tenants)
-    producer = ReplacingProducer(KafkaClient(load_settings().kafka_bootstrap_servers).producer)  # survives a broker that forgot it
+    producer = ReplacingProducer(
+        KafkaClient(load_settings().kafka_bootstrap_servers).producer
+    )  # survives a broker that forgot it
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s profile CDC changes to {topic} (Ctrl-C stops)", flush=True)
     try:
@@ -190,7 +228,11 @@ def profile_backfill(args) -> None:
     settings = load_settings()
     lake = _lake()
     spark = _spark()
-    zk = Coordinator(settings.zookeeper_hosts, settings.zookeeper_root, auth=settings.zookeeper_auth) if settings.coordinator_enabled else None
+    zk = (
+        Coordinator(settings.zookeeper_hosts, settings.zookeeper_root, auth=settings.zookeeper_auth)
+        if settings.coordinator_enabled
+        else None
+    )
     try:
         with tenant_lock(zk, args.tenant, f"{backfill_stream(args.tenant)}/cli"):
             result = backfill_tenant(spark, lake, CheckpointStore(lake), args.tenant, args.path, args.until)
@@ -204,7 +246,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("create-topics", help="create the platform's Kafka topics")
-    p.add_argument("--retention-minutes", type=float, default=0, help="topic retention.ms in minutes (0: the broker's default)")
+    p.add_argument(
+        "--retention-minutes", type=float, default=0, help="topic retention.ms in minutes (0: the broker's default)"
+    )
     p.set_defaults(fn=create_topics)
 
     p = sub.add_parser("demo-produce", help="stream realistic engagement activities")
@@ -213,8 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--orgs", type=int, default=20)
     p.add_argument("--bad-ratio", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=int(time.time()))
-    p.add_argument("--mutations-every", type=int, default=50, help="one ID mutation request per this many activities (0: none)")
-    p.add_argument("--gdpr-every", type=int, default=2000, help="one retention/erasure request per this many activities (0: none)")
+    p.add_argument(
+        "--mutations-every", type=int, default=50, help="one ID mutation request per this many activities (0: none)"
+    )
+    p.add_argument(
+        "--gdpr-every", type=int, default=2000, help="one retention/erasure request per this many activities (0: none)"
+    )
     p.set_defaults(fn=demo_produce)
 
     p = sub.add_parser("demo-landing", help="land demo CSV files for the rewards_members ingest pipeline")
@@ -226,7 +274,9 @@ def main(argv: list[str] | None = None) -> None:
 
     p = sub.add_parser("changes", help="rows of one org changed since a notification checkpoint")
     p.add_argument("--org", required=True)
-    p.add_argument("--since", type=int, default=-1, help="checkpoint returned by the previous call (-1: from the start)")
+    p.add_argument(
+        "--since", type=int, default=-1, help="checkpoint returned by the previous call (-1: from the start)"
+    )
     p.add_argument("--table", default="engagement_activity")
     p.add_argument("--limit", type=int, default=100, help="rows to print (the count covers all)")
     p.set_defaults(fn=changes)
@@ -240,9 +290,17 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(fn=read)
 
     p = sub.add_parser("run-batch", help="run one planned batch of any stream outside Dagster (recovery, crash tests)")
-    p.add_argument("--stream", required=True, help="ingestion, mutation, retention, profile_cdc, profile_processor/<tenant>, "
-                   "profile_backfill/<tenant> or ingest/<pipeline>")
-    p.add_argument("--batch-id", type=int, help="the planned batch (profile_processor, profile_backfill: the unfinished batch to resume)")
+    p.add_argument(
+        "--stream",
+        required=True,
+        help="ingestion, mutation, retention, profile_cdc, profile_processor/<tenant>, "
+        "profile_backfill/<tenant> or ingest/<pipeline>",
+    )
+    p.add_argument(
+        "--batch-id",
+        type=int,
+        help="the planned batch (profile_processor, profile_backfill: the unfinished batch to resume)",
+    )
     p.add_argument("--path", help="profile_backfill: folder of JSON lines / Parquet files, or one file")
     p.add_argument("--until", help="profile_backfill: ISO time boundary, later rows are left to CDC")
     p.set_defaults(fn=run_batch)
@@ -252,10 +310,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--count", type=int, default=0, help="stop after this many (0: run until Ctrl-C)")
     p.add_argument("--tenants", type=int, default=3)
     p.add_argument("--seed", type=int, default=int(time.time()))
-    p.add_argument("--snapshot-dir", default="", help="first write a snapshot export of tenant01 here (for profile-backfill)")
+    p.add_argument(
+        "--snapshot-dir", default="", help="first write a snapshot export of tenant01 here (for profile-backfill)"
+    )
     p.set_defaults(fn=demo_profile_cdc)
 
-    p = sub.add_parser("profile-backfill", help="load a snapshot export into a tenant's raw table (under the tenant lock)")
+    p = sub.add_parser(
+        "profile-backfill", help="load a snapshot export into a tenant's raw table (under the tenant lock)"
+    )
     p.add_argument("--tenant", required=True)
     p.add_argument("--path", required=True, help="folder of JSON lines / Parquet files, or one file")
     p.add_argument("--until", required=True, help="ISO time boundary: later rows are left to CDC")

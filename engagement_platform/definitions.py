@@ -27,9 +27,20 @@ from engagement_platform.settings import load_settings
 
 defs = Definitions(
     **combine(
-        INGESTION, MUTATION, RETENTION, ENGAGEMENT_TABLES, UPKEEP, METRICS,  # the engagement activity lake and a consumer
-        *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)), LANDING_UPKEEP,  # landing-file pipelines
-        PROFILE_CDC, PROCESSOR, BACKFILL, PROFILE_TABLES, ERASURE, SEGMENTS,  # the unified-profile CDC lake
+        INGESTION,
+        MUTATION,
+        RETENTION,
+        ENGAGEMENT_TABLES,
+        UPKEEP,
+        METRICS,  # the engagement activity lake and a consumer
+        *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)),
+        LANDING_UPKEEP,  # landing-file pipelines
+        PROFILE_CDC,
+        PROCESSOR,
+        BACKFILL,
+        PROFILE_TABLES,
+        ERASURE,
+        SEGMENTS,  # the unified-profile CDC lake
     ),
     resources=platform_resources(),
 )

@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Optional
+from typing import Any
 
 from dagster import Config, ConfigurableResource, EnvVar, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
@@ -149,21 +149,25 @@ class CoordinatorResource(ConfigurableResource):
     lake: LakeResource
     hosts: str = ""  # "" = ZOOKEEPER_HOSTS
     root: str = ""  # "" = EP_ZK_ROOT
-    enabled: Optional[bool] = None  # None = EP_COORDINATOR
+    enabled: bool | None = None  # None = EP_COORDINATOR
     session_timeout_s: float = 10.0
     reconnect_wait_s: float = 60.0  # a lease check's wait for a suspended session to come back (a ZooKeeper restart)
-    ride_out_faults_s: float = 120.0  # a stream run tries its batch again after passing faults for this long (0: fail at once)
+    ride_out_faults_s: float = (
+        120.0  # a stream run tries its batch again after passing faults for this long (0: fail at once)
+    )
     connect_timeout_s: float = 5.0
     lock_timeout_s: float = 30.0  # one round of waiting for the lock (the tenant locks of profiles: the whole wait)
     max_lock_wait_s: float = 600.0  # a stream run's whole wait for the lock before it gives up
-    max_predecessor_wait_s: Optional[float] = None  # None = EP_MAX_PREDECESSOR_WAIT_SECONDS
-    orphan_after_s: Optional[float] = None  # None = EP_ORPHAN_AFTER_SECONDS
+    max_predecessor_wait_s: float | None = None  # None = EP_MAX_PREDECESSOR_WAIT_SECONDS
+    orphan_after_s: float | None = None  # None = EP_ORPHAN_AFTER_SECONDS
     ingestion: JobConfig = JobConfig(job_name="ingestion", predecessors=["ingestion", "mutation", "retention"])
     mutation: JobConfig = JobConfig(job_name="mutation", predecessors=["ingestion", "mutation"])
     retention: JobConfig = JobConfig(job_name="retention", predecessors=["ingestion", "mutation", "retention"])
 
     _coordinator: Coordinator | None = PrivateAttr(default=None)
-    _unreachable: tuple[float, str] | None = PrivateAttr(default=None)  # (monotonic time, why) a session could not be opened
+    _unreachable: tuple[float, str] | None = PrivateAttr(
+        default=None
+    )  # (monotonic time, why) a session could not be opened
 
     @property
     def checkpoints(self) -> CheckpointStore:
@@ -175,7 +179,11 @@ class CoordinatorResource(ConfigurableResource):
 
     @property
     def predecessor_wait_bound_s(self) -> float:
-        return load_settings().max_predecessor_wait_seconds if self.max_predecessor_wait_s is None else self.max_predecessor_wait_s
+        return (
+            load_settings().max_predecessor_wait_seconds
+            if self.max_predecessor_wait_s is None
+            else self.max_predecessor_wait_s
+        )
 
     @property
     def orphan_bound_s(self) -> float:
@@ -191,8 +199,13 @@ class CoordinatorResource(ConfigurableResource):
     def coordinator(self) -> Coordinator:
         if self._coordinator is None:
             settings = load_settings()
-            self._coordinator = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root,
-                                            self.session_timeout_s, settings.zookeeper_auth, self.reconnect_wait_s)
+            self._coordinator = Coordinator(
+                self.hosts or settings.zookeeper_hosts,
+                self.root or settings.zookeeper_root,
+                self.session_timeout_s,
+                settings.zookeeper_auth,
+                self.reconnect_wait_s,
+            )
         return self._coordinator
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
@@ -217,7 +230,9 @@ class CoordinatorResource(ConfigurableResource):
             self._coordinator.close()
             self._coordinator = None
 
-    def register_run(self, run_id: str, labels: dict[str, str], log: Any = None, connect_in_background: bool = False) -> bool:
+    def register_run(
+        self, run_id: str, labels: dict[str, str], log: Any = None, connect_in_background: bool = False
+    ) -> bool:
         """Hold the run's liveness node on this resource's session until `close` (see the class docstring).
         `connect_in_background`: open the session without waiting (a run that uses no lock). False, with a
         warning, while ZooKeeper is not connected: the node is created once it is."""
@@ -229,8 +244,10 @@ class CoordinatorResource(ConfigurableResource):
             zk.start_in_background()  # after register_run: the node is created as soon as the session connects
             return registered
         if not registered and log is not None:
-            log.warning(f"run {run_id}: no liveness node in ZooKeeper yet (not connected); it is created once the session "
-                        f"connects, and until then a sensor may judge this run gone {self.orphan_bound_s:g}s after its last event")
+            log.warning(
+                f"run {run_id}: no liveness node in ZooKeeper yet (not connected); it is created once the session "
+                f"connects, and until then a sensor may judge this run gone {self.orphan_bound_s:g}s after its last event"
+            )
         return registered
 
     def live_runs(self) -> frozenset[str] | None:
@@ -257,8 +274,12 @@ class CoordinatorResource(ConfigurableResource):
             yield self._coordinator
             return
         settings = load_settings()
-        probe = Coordinator(self.hosts or settings.zookeeper_hosts, self.root or settings.zookeeper_root, self.session_timeout_s,
-                            settings.zookeeper_auth)
+        probe = Coordinator(
+            self.hosts or settings.zookeeper_hosts,
+            self.root or settings.zookeeper_root,
+            self.session_timeout_s,
+            settings.zookeeper_auth,
+        )
         try:
             try:
                 probe.start(self.connect_timeout_s)
@@ -303,26 +324,42 @@ class CoordinatorResource(ConfigurableResource):
                     return None
         except (CoordinationGaveUp, KazooException, KazooTimeoutError) as e:
             return f"ZooKeeper unreachable: {str(e) or type(e).__name__}"
-        return (f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only "
-                f"{sorted(job.predecessors)}{wait_ends(age, bound)}")
+        return (
+            f"last job registered on {job.lock_name} is {current.get('job')!r}, {job.job_name} may follow only "
+            f"{sorted(job.predecessors)}{wait_ends(age, bound)}"
+        )
 
     @contextmanager
-    def batch(self, stream: str, batch_id: int, lock_name: str | None = None,
-              on_lock_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease | None]:
+    def batch(
+        self,
+        stream: str,
+        batch_id: int,
+        lock_name: str | None = None,
+        on_lock_wait: Callable[[LockBusy, float], None] | None = None,
+    ) -> Iterator[Lease | None]:
         """Acquire (lock + register) for one batch, yield the lease, release; None when disabled.
         The owner is the batch ("<stream>/<batch id>"), so a retry of it is its own predecessor.
         The lock is awaited up to `max_lock_wait_s`, with `on_lock_wait(busy, seconds)` after each round."""
         if not self.is_enabled:
             yield None
             return
-        with self.coordinator().batch(self.job_spec(stream, lock_name), f"{stream}/{batch_id}", self.lock_timeout_s,
-                                      self.max_lock_wait_s, on_lock_wait) as lease:
+        with self.coordinator().batch(
+            self.job_spec(stream, lock_name),
+            f"{stream}/{batch_id}",
+            self.lock_timeout_s,
+            self.max_lock_wait_s,
+            on_lock_wait,
+        ) as lease:
             yield lease
 
 
 def run_labels(job_name: str, tags: Mapping[str, str]) -> dict[str, str]:
     """What a liveness node names about its run: the job, the stream and the partition (batch or tenant)."""
-    return {"job": job_name, "stream": tags.get("engagement/stream", ""), "partition": tags.get("dagster/partition", "")}
+    return {
+        "job": job_name,
+        "stream": tags.get("engagement/stream", ""),
+        "partition": tags.get("dagster/partition", ""),
+    }
 
 
 def platform_resources() -> dict[str, ConfigurableResource]:

@@ -91,7 +91,9 @@ class Settings:
     zookeeper_auth: str | None  # EP_ZK_AUTH "user:password": digest auth and ACLs on the coordinator's nodes (a secret)
     coordinator_enabled: bool
     max_predecessor_wait_seconds: float  # EP_MAX_PREDECESSOR_WAIT_SECONDS: bound of the coordinator's predecessor wait
-    orphan_after_seconds: float  # EP_ORPHAN_AFTER_SECONDS: a run with no liveness node this long after its last sign of life is failed
+    orphan_after_seconds: (
+        float  # EP_ORPHAN_AFTER_SECONDS: a run with no liveness node this long after its last sign of life is failed
+    )
     spark_remote: str
     spark_master: str
     spark_session_mode: str  # EP_SPARK_SESSION: shared | per-run
@@ -118,9 +120,17 @@ class Settings:
 # Object-store settings passed to every delta-rs call and to the Spark tasks' pyarrow file systems (the
 # executors do not share the driver's environment). Secrets among them never go into logs or metadata.
 STORAGE_ENV = (
-    "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ALLOW_HTTP",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ALLOW_HTTP",
     "AWS_CONDITIONAL_PUT",  # "etag": safe concurrent commits on S3 without a lock table
-    "AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_ENDPOINT", "AZURE_ALLOW_HTTP",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_ENDPOINT",
+    "AZURE_ALLOW_HTTP",
 )
 
 
@@ -131,8 +141,11 @@ def kafka_config_from(env: Mapping[str, str]) -> dict[str, str]:
     """librdkafka settings for every Kafka client of the platform (sensors, Spark tasks, CLI, demo producers):
     KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL -> {"security.protocol": "SASL_SSL"} (the rest of the name,
     lower case, "_" -> "."). Secrets (sasl.password, ssl key passwords) come the same way and are never logged."""
-    return {name[len(KAFKA_CONFIG_PREFIX):].lower().replace("_", "."): value
-            for name, value in env.items() if name.startswith(KAFKA_CONFIG_PREFIX) and value}
+    return {
+        name[len(KAFKA_CONFIG_PREFIX) :].lower().replace("_", "."): value
+        for name, value in env.items()
+        if name.startswith(KAFKA_CONFIG_PREFIX) and value
+    }
 
 
 def _flag(value: str) -> bool:
@@ -141,8 +154,11 @@ def _flag(value: str) -> bool:
 
 def erasure_settings(env: Mapping[str, str]) -> ErasureSettings:
     secret = env.get("EP_ERASURE_SECRET") or ""
-    return ErasureSettings(secret=(secret or DEV_ERASURE_SECRET).encode(), secret_is_default=not secret,
-                           window_seconds=parse_duration(env.get("EP_ERASURE_WINDOW") or "14d"))
+    return ErasureSettings(
+        secret=(secret or DEV_ERASURE_SECRET).encode(),
+        secret_is_default=not secret,
+        window_seconds=parse_duration(env.get("EP_ERASURE_WINDOW") or "14d"),
+    )
 
 
 def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
@@ -152,8 +168,10 @@ def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
         return limit
     hours = int(env["EP_VACUUM_RETENTION_HOURS"])
     if hours > limit:
-        raise ValueError(f"EP_VACUUM_RETENTION_HOURS={hours} keeps removed files longer than half of EP_ERASURE_WINDOW "
-                         f"({erasure.window_seconds:g} s): erased rows would outlive the window; lower it or widen the window")
+        raise ValueError(
+            f"EP_VACUUM_RETENTION_HOURS={hours} keeps removed files longer than half of EP_ERASURE_WINDOW "
+            f"({erasure.window_seconds:g} s): erased rows would outlive the window; lower it or widen the window"
+        )
     return hours
 
 
@@ -204,6 +222,9 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},
-        batch_cadence_env={name: value for name, value in env.items()
-                           if name.startswith("EP_") and name.endswith(("BATCH_MIN_RECORDS", "BATCH_MAX_WAIT_SECONDS"))},
+        batch_cadence_env={
+            name: value
+            for name, value in env.items()
+            if name.startswith("EP_") and name.endswith(("BATCH_MIN_RECORDS", "BATCH_MAX_WAIT_SECONDS"))
+        },
     )

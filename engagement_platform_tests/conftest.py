@@ -28,7 +28,6 @@ from engagement_platform_tests.support.object_store import s3_endpoint
 from engagement_platform_tests.support.secrets_scan import RUN_SECRETS, files_holding
 from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV, STATE
 
-
 RUN_STARTED = time.time()
 
 

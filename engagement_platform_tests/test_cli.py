@@ -10,10 +10,18 @@ def test_create_topics_creates_the_topics_the_streams_are_configured_to_read(kaf
     suffix = uuid.uuid4().hex[:8]
     names = {f"EP_{stream.upper()}_TOPIC": f"test.cli.{stream}.{suffix}" for stream in PARTITIONS}
     env = {**os.environ, **stack, **names}
-    done = subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "engagement_platform.cli", "create-topics"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
-    created = {names[f"EP_{stream.upper()}_TOPIC"]: len(kafka.partitions(names[f"EP_{stream.upper()}_TOPIC"])) for stream in PARTITIONS}
+    created = {
+        names[f"EP_{stream.upper()}_TOPIC"]: len(kafka.partitions(names[f"EP_{stream.upper()}_TOPIC"]))
+        for stream in PARTITIONS
+    }
     assert created == {names[f"EP_{stream.upper()}_TOPIC"]: n for stream, n in PARTITIONS.items()}
     assert all(name in done.stdout for name in names.values())
 
@@ -31,8 +39,16 @@ def test_create_topics_bounds_retention_on_new_and_existing_topics(kafka, stack)
     earlier run created without it."""
     topic = f"test.cli.activities.{uuid.uuid4().hex[:8]}"
     env = {**os.environ, **stack, "EP_ACTIVITIES_TOPIC": topic}
-    run = lambda *extra: subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics", *extra], env=env,  # noqa: E731
-                                        capture_output=True, text=True, timeout=120)
+
+    def run(*extra):
+        return subprocess.run(
+            [sys.executable, "-m", "engagement_platform.cli", "create-topics", *extra],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
     assert run().returncode == 0
     assert topic_retention_ms(kafka, topic) != str(5 * 60_000)
     done = run("--retention-minutes", "5")

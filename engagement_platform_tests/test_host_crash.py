@@ -26,9 +26,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
-
 import pytest
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION
 from engagement_platform.engagement.ingestion.assets import INGESTION as INGESTION_DEFS
@@ -47,8 +46,11 @@ from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.cdc import encode, record
 from engagement_platform_tests.support.mutations import produce_requests, req
 from engagement_platform_tests.support.stack import REPO
+
 ORPHAN_AFTER_S = 10
-RECOVERY_S = 150  # from the second `dagster dev`'s start to the batch committed (the issue's bound is 2 minutes + start-up)
+RECOVERY_S = (
+    150  # from the second `dagster dev`'s start to the batch committed (the issue's bound is 2 minutes + start-up)
+)
 IN_FLIGHT = {DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
 
 
@@ -60,9 +62,23 @@ def free_port() -> int:
 
 def start_dagster(home: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
     with open(log, "ab") as out:
-        return subprocess.Popen([str(REPO / ".venv" / "bin" / "dagster"), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(free_port())],
-                                cwd=REPO, env={**env, "DAGSTER_HOME": str(home)}, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # its own process group, as `set -m` gives run_platform.sh
+        return subprocess.Popen(
+            [
+                str(REPO / ".venv" / "bin" / "dagster"),
+                "dev",
+                "-w",
+                "workspace.yaml",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(free_port()),
+            ],
+            cwd=REPO,
+            env={**env, "DAGSTER_HOME": str(home)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # its own process group, as `set -m` gives run_platform.sh
 
 
 def descendants(pid: int) -> set[int]:
@@ -150,7 +166,9 @@ ACTIVITY_COLUMNS = ["engagement_id", "org_id", "activity_type", "lead_id"]
 
 
 def requests_logged(lake_root: str) -> Counter:
-    return Counter(DeltaLake(lake_root).read(ENGAGEMENT_MUTATION_REQUESTS.name, columns=["request_id"])["request_id"].to_pylist())
+    return Counter(
+        DeltaLake(lake_root).read(ENGAGEMENT_MUTATION_REQUESTS.name, columns=["request_id"])["request_id"].to_pylist()
+    )
 
 
 def ingested(lake_root: str) -> Counter:
@@ -158,15 +176,42 @@ def ingested(lake_root: str) -> Counter:
     return Counter(tuple(r[c] for c in ACTIVITY_COLUMNS) for r in rows)
 
 
-@pytest.mark.parametrize("stream, pause_after, killed", [
-    (INGESTION, None, "host"),  # killed once its run is STARTED: while it reads and computes
-    (INGESTION, f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}", "host"),  # killed after its data commit, before quarantine and notifications
-    (PROFILE_CDC, f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}", "host"),  # a profile stream, killed after its staging commit
-    (MUTATION, f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}", "host"),  # holding its pool slot, killed after its first commit
-    (MUTATION, f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}", "run"),  # the same, but only the run worker dies
-], ids=["ingestion-computing", "ingestion-committing", "profile-cdc-committing", "mutation-holding-its-pool-slot",
-        "mutation-run-killed-daemon-alive"])
-def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(stack, kafka, topic, lake_root, tmp_path, stream, pause_after, killed):
+@pytest.mark.parametrize(
+    "stream, pause_after, killed",
+    [
+        (INGESTION, None, "host"),  # killed once its run is STARTED: while it reads and computes
+        (
+            INGESTION,
+            f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}",
+            "host",
+        ),  # killed after its data commit, before quarantine and notifications
+        (
+            PROFILE_CDC,
+            f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}",
+            "host",
+        ),  # a profile stream, killed after its staging commit
+        (
+            MUTATION,
+            f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
+            "host",
+        ),  # holding its pool slot, killed after its first commit
+        (
+            MUTATION,
+            f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
+            "run",
+        ),  # the same, but only the run worker dies
+    ],
+    ids=[
+        "ingestion-computing",
+        "ingestion-committing",
+        "profile-cdc-committing",
+        "mutation-holding-its-pool-slot",
+        "mutation-run-killed-daemon-alive",
+    ],
+)
+def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(
+    stack, kafka, topic, lake_root, tmp_path, stream, pause_after, killed
+):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
@@ -174,8 +219,14 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
     # Killing only the run leaves its end to Dagster's run monitoring (the daemon is up): the sensor's orphan
     # bound is pushed past the test so that it cannot free the slot first.
     orphan_after = ORPHAN_AFTER_S if killed == "host" else 10 * RECOVERY_S
-    env = {**os.environ, "EP_ORPHAN_AFTER_SECONDS": str(orphan_after), "EP_LANDING_ROOT": str(tmp_path / "landing"),
-           "EP_PROFILE_CDC_TOPIC": cdc_topic, "EP_MUTATIONS_TOPIC": f"{topic}.mutations", "EP_GDPR_TOPIC": f"{topic}.gdpr"}
+    env = {
+        **os.environ,
+        "EP_ORPHAN_AFTER_SECONDS": str(orphan_after),
+        "EP_LANDING_ROOT": str(tmp_path / "landing"),
+        "EP_PROFILE_CDC_TOPIC": cdc_topic,
+        "EP_MUTATIONS_TOPIC": f"{topic}.mutations",
+        "EP_GDPR_TOPIC": f"{topic}.gdpr",
+    }
     marker = tmp_path / "paused"
     first_env = {**env, PAUSEPOINT_ENV: pause_after, PAUSEPOINT_MARKER_ENV: str(marker)} if pause_after else env
     log = tmp_path / "dagster.log"
@@ -201,11 +252,16 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
     try:
         first = start_dagster(home, first_env, log)
         with DagsterInstance.from_config(str(home)) as instance:
+
             def runs():
                 return instance.get_runs(filters=RunsFilter(job_name=job))
 
-            started = wait_for(f"a {job} run STARTED", lambda: next((r for r in runs() if r.status == DagsterRunStatus.STARTED), None),
-                               240, lambda: log.read_text()[-3000:])
+            started = wait_for(
+                f"a {job} run STARTED",
+                lambda: next((r for r in runs() if r.status == DagsterRunStatus.STARTED), None),
+                240,
+                lambda: log.read_text()[-3000:],
+            )
             if pause_after:
                 wait_for(f"the run paused after {pause_after}", marker.exists, 240, lambda: log.read_text()[-3000:])
                 started = next(r for r in runs() if r.status == DagsterRunStatus.STARTED)
@@ -215,7 +271,9 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
             else:  # the daemon stays up: the dead run's pool slot must be freed for the retry to run
                 kill_run_worker(started.run_id)
             crashed = instance.get_run_by_id(started.run_id)
-            assert crashed.status == DagsterRunStatus.STARTED, f"the crash came too late to strand the run: {crashed.status}"
+            assert crashed.status == DagsterRunStatus.STARTED, (
+                f"the crash came too late to strand the run: {crashed.status}"
+            )
 
             restarted_at = time.monotonic()
             if killed == "host":
@@ -223,22 +281,39 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(s
 
             def committed():
                 plan, done = checkpoints.latest(stream)
-                return (plan is not None and done and plan.ends() == {p: h for p, (_, h) in kafka.watermarks(watched).items()}
-                        and not any(r.status in IN_FLIGHT for r in runs()))
+                return (
+                    plan is not None
+                    and done
+                    and plan.ends() == {p: h for p, (_, h) in kafka.watermarks(watched).items()}
+                    and not any(r.status in IN_FLIGHT for r in runs())
+                )
 
-            wait_for("the stranded batch committed and no run in flight", committed, RECOVERY_S,
-                     lambda: f"runs: {[(r.run_id[:8], r.status.value) for r in runs()]}; log: {log.read_text()[-3000:]}")
+            wait_for(
+                "the stranded batch committed and no run in flight",
+                committed,
+                RECOVERY_S,
+                lambda: f"runs: {[(r.run_id[:8], r.status.value) for r in runs()]}; log: {log.read_text()[-3000:]}",
+            )
             recovered_s = time.monotonic() - restarted_at
 
             orphan = instance.get_run_by_id(started.run_id)
             # a dead run on a live host is ended by Dagster's run monitoring, not tagged orphaned by the sensor
-            assert orphan.status == DagsterRunStatus.FAILURE and orphan.tags.get(ORPHANED_TAG) == ("true" if killed == "host" else None)
+            assert orphan.status == DagsterRunStatus.FAILURE and orphan.tags.get(ORPHANED_TAG) == (
+                "true" if killed == "host" else None
+            )
             assert not [r for r in instance.get_runs(filters=RunsFilter(job_name=job, statuses=list(IN_FLIGHT)))]
-            retries = [r for r in runs() if r.status == DagsterRunStatus.SUCCESS
-                       and r.tags.get("dagster/partition") == crashed.tags["dagster/partition"]]
+            retries = [
+                r
+                for r in runs()
+                if r.status == DagsterRunStatus.SUCCESS
+                and r.tags.get("dagster/partition") == crashed.tags["dagster/partition"]
+            ]
             assert retries, "the batch was retried and the retry succeeded"
-            (materialization,) = [e.asset_materialization for e in instance.get_records_for_run(retries[0].run_id).records
-                                  if e.asset_materialization is not None and e.asset_materialization.asset_key.to_user_string() == asset]
+            (materialization,) = [
+                e.asset_materialization
+                for e in instance.get_records_for_run(retries[0].run_id).records
+                if e.asset_materialization is not None and e.asset_materialization.asset_key.to_user_string() == asset
+            ]
             if killed == "host":
                 stranded = materialization.metadata[STRANDED_METADATA].value
                 assert ORPHAN_AFTER_S <= stranded <= recovered_s + 240, stranded

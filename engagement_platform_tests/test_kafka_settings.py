@@ -25,8 +25,13 @@ PROBE = "ep.probe.not.a.setting"
 
 
 def test_kafka_config_comes_from_prefixed_environment_variables():
-    env = {"KAFKA_CONFIG_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_CONFIG_SASL_MECHANISM": "PLAIN", "KAFKA_CONFIG_SASL_PASSWORD": "p",
-           "KAFKA_CONFIG_EMPTY": "", "OTHER": "x"}
+    env = {
+        "KAFKA_CONFIG_SECURITY_PROTOCOL": "SASL_SSL",
+        "KAFKA_CONFIG_SASL_MECHANISM": "PLAIN",
+        "KAFKA_CONFIG_SASL_PASSWORD": "p",
+        "KAFKA_CONFIG_EMPTY": "",
+        "OTHER": "x",
+    }
     assert kafka_config_from(env) == {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.password": "p"}
 
 
@@ -39,15 +44,22 @@ def test_a_setting_reaches_the_sensor_the_spark_tasks_and_the_cli(stack, kafka, 
         KafkaResource(bootstrap_servers=kafka.bootstrap_servers).client.watermarks(topic)
     with pytest.raises(Exception, match=PROBE):  # the Spark tasks' reader, configured by the driver
         validated_kafka_frame(spark, ingestion_pipeline(topic), kafka.bootstrap_servers, plan).toArrow()
-    cli = subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], env=dict(os.environ),
-                         capture_output=True, text=True, timeout=120)
+    cli = subprocess.run(
+        [sys.executable, "-m", "engagement_platform.cli", "create-topics"],
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert cli.returncode != 0 and PROBE in cli.stderr, cli.stderr[-2000:]
 
 
 def test_a_valid_setting_leaves_ingestion_working(stack, kafka, topic, spark, lake, checkpoints, monkeypatch):
     expected = produce_activities(kafka, topic, 30)
     monkeypatch.setenv("KAFKA_CONFIG_CLIENT_ID", "engagement-platform-test")
-    plan = plan_next_batch(STREAM, topic, None, KafkaResource(bootstrap_servers=kafka.bootstrap_servers).client.watermarks(topic), 1000)
+    plan = plan_next_batch(
+        STREAM, topic, None, KafkaResource(bootstrap_servers=kafka.bootstrap_servers).client.watermarks(topic), 1000
+    )
     assert checkpoints.record_plan(plan)
     result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan)
     assert result.rows_appended == len(expected)

@@ -12,14 +12,20 @@ import uuid
 
 import pytest
 
-from engagement_platform.engagement.ingestion.apply import APP_ID as INGESTION_APP_ID, DATA_FILES, STREAM as INGESTION
+from engagement_platform.engagement.ingestion.apply import APP_ID as INGESTION_APP_ID
+from engagement_platform.engagement.ingestion.apply import DATA_FILES
+from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION
+from engagement_platform.engagement.mutation.apply import APP_ID as MUTATION_APP_ID
 from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
 from engagement_platform.engagement.mutation.validate import request_from_json
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.engagement.tables import (
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_ACTIVITY_CHANGES,
+    ENGAGEMENT_NOTIFICATIONS,
+)
 from engagement_platform.lake.changes import START, changes_since
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.engagement.mutation.apply import APP_ID as MUTATION_APP_ID
 from engagement_platform.lake.file_writes import unreferenced_files, writer_tag
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
@@ -59,8 +65,10 @@ def test_ingestion_and_a_mutation_batch_on_an_object_store_commit_and_read_back(
 
     org = sorted({r["org_id"] for r in records.values()})[0]
     lead = sorted({r["lead_id"] for r in before if r["org_id"] == org and r["lead_id"]})[0]
-    requests = [req("s1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id="003S3"),
-                req("s2", org, 2, "merge", field="contact_id", from_ids=["003S3"], to_id="003S3B")]
+    requests = [
+        req("s1", org, 1, "convert", from_field="lead_id", from_id=lead, to_field="contact_id", to_id="003S3"),
+        req("s2", org, 2, "merge", field="contact_id", from_ids=["003S3"], to_id="003S3B"),
+    ]
     mutations = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutations: 2})
     result = mutate(spark, kafka, lake, checkpoints, mutations, requests)
@@ -75,11 +83,15 @@ def test_ingestion_and_a_mutation_batch_on_an_object_store_commit_and_read_back(
     changed = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, org, START).rows.to_pylist()
     assert {r["engagement_id"] for r in changed if r["_commit_version"] == version} == moved
     tag = writer_tag(MUTATION_APP_ID, result.plan.batch_id)
-    assert [f for f in lake.table(ENGAGEMENT_ACTIVITY.name).file_uris() if tag in f], "the tasks' objects are the table's files"
+    assert [f for f in lake.table(ENGAGEMENT_ACTIVITY.name).file_uris() if tag in f], (
+        "the tasks' objects are the table's files"
+    )
     assert not [p for p in unreferenced_files(lake, ENGAGEMENT_ACTIVITY) if tag in p], "no orphan object"
 
 
-def test_a_crash_after_the_executors_wrote_to_an_object_store_leaves_nothing_visible_and_the_rerun_commits_once(kafka, topic, s3):
+def test_a_crash_after_the_executors_wrote_to_an_object_store_leaves_nothing_visible_and_the_rerun_commits_once(
+    kafka, topic, s3
+):
     root, options = s3
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
@@ -111,12 +123,22 @@ def test_profile_cdc_staged_and_merged_by_spark_tasks_on_an_object_store(spark, 
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
     topic = new_topic(kafka)
-    _, first = stage_and_process(spark, kafka, lake, checkpoints, topic, [
-        record("acme", "1", 1, {"email": "a@x.io", "country": "DE"}),
-        record("acme", "1", 2, {"country": "FR"}),
-        record("acme", "2", 1, {"email": "b@x.io"}),
-    ], "acme")
-    _, second = stage_and_process(spark, kafka, lake, checkpoints, topic, [record("acme", "2", 2, {"city": "Paris"})], "acme")
+    _, first = stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        topic,
+        [
+            record("acme", "1", 1, {"email": "a@x.io", "country": "DE"}),
+            record("acme", "1", 2, {"country": "FR"}),
+            record("acme", "2", 1, {"email": "b@x.io"}),
+        ],
+        "acme",
+    )
+    _, second = stage_and_process(
+        spark, kafka, lake, checkpoints, topic, [record("acme", "2", 2, {"city": "Paris"})], "acme"
+    )
     rows = {r["primary_id"]: json.loads(r["fields"]) for r in read_profiles(lake, "acme").to_pylist()}
     assert rows == {"1": {"email": "a@x.io", "country": "FR"}, "2": {"email": "b@x.io", "city": "Paris"}}
     assert (first.changes_read, second.changes_read) == (3, 1)
@@ -135,7 +157,12 @@ def test_racing_writers_and_vacuum_on_an_object_store(s3):
     root, options = s3
     lake = DeltaLake(root, options)
     uri = lake.uri(SPEC.name)
-    commit_files(lake, SPEC, write_files(uri, SPEC, rows(["a", "a", "b"]), writer_tag("ingest", 1), options), BatchTxn("ingest", 1))
+    commit_files(
+        lake,
+        SPEC,
+        write_files(uri, SPEC, rows(["a", "a", "b"]), writer_tag("ingest", 1), options),
+        BatchTxn("ingest", 1),
+    )
     first, second = lake.table(SPEC.name), lake.table(SPEC.name)  # both read the same version
     first.delete("org_id = 'a'")
     with pytest.raises(CommitFailedError):
@@ -145,7 +172,12 @@ def test_racing_writers_and_vacuum_on_an_object_store(s3):
     fs, path = filesystem(uri, options)
 
     def data_files() -> set[str]:
-        return {i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True)) if i.path.endswith(".parquet") and "_delta_log" not in i.path}
+        return {
+            i.path
+            for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            if i.path.endswith(".parquet") and "_delta_log" not in i.path
+        }
+
     before = data_files()
     vacuumed = lake.table(SPEC.name).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
     assert vacuumed and len(data_files()) == len(before) - len(vacuumed)
@@ -162,11 +194,11 @@ def test_landing_files_under_an_object_store_prefix_are_found_ingested_once_and_
     import pyarrow.fs as pafs
 
     from engagement_platform.ingest.config import load_pipeline
+    from engagement_platform.lake.file_writes import filesystem
     from engagement_platform.landing.apply import file_plan, landing_files, run_file_batch
     from engagement_platform.landing.demo import write_members_file
     from engagement_platform.landing.files import join
     from engagement_platform.landing.retention import expire_landed_files
-    from engagement_platform.lake.file_writes import filesystem
 
     root, options = s3
     landing_root = root.rsplit("/", 1)[0] + "/landing"
@@ -188,12 +220,22 @@ def test_landing_files_under_an_object_store_prefix_are_found_ingested_once_and_
     result = run_file_batch(spark, lake, checkpoints, config, plan)
     again = run_file_batch(spark, lake, checkpoints, config, plan)  # a re-run of the same batch
     target, quarantine = lake.read(config.target.table), lake.read(config.target.quarantine_table)
-    assert result.records_read == 300 and result.rows_written + result.rows_rejected == 300 and 0 < result.rows_rejected < 300
-    assert target.num_rows == result.rows_written and len(set(quarantine["source_offset"].to_pylist())) == result.rows_rejected
+    assert (
+        result.records_read == 300
+        and result.rows_written + result.rows_rejected == 300
+        and 0 < result.rows_rejected < 300
+    )
+    assert (
+        target.num_rows == result.rows_written
+        and len(set(quarantine["source_offset"].to_pylist())) == result.rows_rejected
+    )
     assert set(quarantine["source"].to_pylist()) == {landed} and again.versions == {k: None for k in again.versions}
 
     assert expire_landed_files(landing_root, [config], checkpoints, timedelta(0)) == [landed]
-    assert landing_files(landing_root, config) == [] and fs.get_file_info(f"{base}/members-1.csv").type == pafs.FileType.NotFound
+    assert (
+        landing_files(landing_root, config) == []
+        and fs.get_file_info(f"{base}/members-1.csv").type == pafs.FileType.NotFound
+    )
 
 
 def test_a_whole_json_document_on_an_object_store_is_one_record_per_element(spark, s3, monkeypatch):
@@ -213,14 +255,16 @@ def test_a_whole_json_document_on_an_object_store_is_one_record_per_element(spar
     monkeypatch.setenv("EP_LANDING_ROOT", landing_root)
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
-    config = PipelineConfig.model_validate(yaml.safe_load("""
+    config = PipelineConfig.model_validate(
+        yaml.safe_load("""
 name: orders
 source: {format: json, path: "orders/*.json", columns: {id: string, qty: string}}
 target:
   table: orders
   quarantine_table: quarantine_orders
   columns: {id: {type: long, required: true}, qty: {type: int, min: 1}}
-"""))
+""")
+    )
     elements = [{"id": "1", "qty": "2"}, {"id": "x", "qty": "3"}, {"id": "3", "qty": "0"}, {"id": "4", "qty": "5"}]
     land(join(landing_root, "orders"), "a.json", json.dumps(elements, indent=2).encode(), options)
     land(join(landing_root, "orders"), "b.json", b'[{"id": "9", ', options)
@@ -237,7 +281,10 @@ target:
     by_position = {(r["source"].rsplit("/", 1)[1], r["source_offset"]): r for r in quarantine}
     assert sorted(by_position) == [("a.json", 1), ("a.json", 2), ("b.json", 0)]
     assert json.loads(by_position[("a.json", 1)]["raw"]) == elements[1]
-    assert by_position[("b.json", 0)]["error_code"] == "malformed_record" and by_position[("b.json", 0)]["raw"] == b'[{"id": "9", '
+    assert (
+        by_position[("b.json", 0)]["error_code"] == "malformed_record"
+        and by_position[("b.json", 0)]["raw"] == b'[{"id": "9", '
+    )
 
 
 @pytest.mark.parametrize("s3", ["s3"], indirect=True)
@@ -248,7 +295,8 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
 
     from engagement_platform.lake.suppression import subject_hash
     from engagement_platform.lake.suppression_tables import load_suppressed
-    from engagement_platform.profiles.erasure.apply import STREAM as ERASURE, erase_profiles_batch
+    from engagement_platform.profiles.erasure.apply import STREAM as ERASURE
+    from engagement_platform.profiles.erasure.apply import erase_profiles_batch
     from engagement_platform.profiles.processor.apply import read_profiles
     from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation
     from engagement_platform.profiles.segments.definitions import parse_segment
@@ -260,17 +308,39 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     root, options = s3
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
-    stage_and_process(spark, kafka, lake, checkpoints, new_topic(kafka), [
-        record("acme", "u1", 1, {"country": "DE"}), record("acme", "u2", 1, {"country": "FR"}), record("acme", "u3", 1, {"country": "DE"}),
-    ], "acme")
-    germans = parse_segment({"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}}, "test")[0]
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        new_topic(kafka),
+        [
+            record("acme", "u1", 1, {"country": "DE"}),
+            record("acme", "u2", 1, {"country": "FR"}),
+            record("acme", "u3", 1, {"country": "DE"}),
+        ],
+        "acme",
+    )
+    germans = parse_segment(
+        {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}}, "test"
+    )[0]
     first = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [germans])
     assert (first.members, first.entered) == (2, 2)
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u1", "u3"}
 
     topic = f"test.profile.erasure.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({topic: 1})
-    kafka.produce(topic, [(b"e", json.dumps({"request_id": "e1", "tenant": "acme", "subject_id": "u1", "request_time": "2026-02-01T10:00:00Z"}).encode())])
+    kafka.produce(
+        topic,
+        [
+            (
+                b"e",
+                json.dumps(
+                    {"request_id": "e1", "tenant": "acme", "subject_id": "u1", "request_time": "2026-02-01T10:00:00Z"}
+                ).encode(),
+            )
+        ],
+    )
     plan = plan_next_batch(ERASURE, topic, None, kafka.watermarks(topic), 100)
     assert checkpoints.record_plan(plan)
     erased = erase_profiles_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan)
@@ -279,7 +349,9 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u3"}
     assert "u1" not in {r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
     secret = load_settings().erasure.secret
-    assert load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret).pairs() == {("acme", subject_hash(secret, "acme", "u1"))}
+    assert load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret).pairs() == {
+        ("acme", subject_hash(secret, "acme", "u1"))
+    }
 
 
 @pytest.mark.parametrize("s3", ["s3"], indirect=True)
@@ -302,8 +374,11 @@ def test_secrets_stay_out_of_dagster_events_and_spark_logs(spark, stack, s3, mon
     from engagement_platform.settings import REPO_ROOT
 
     root, options = s3
-    secrets = {"AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}", "EP_ZK_AUTH": f"ep:zk-{uuid.uuid4().hex}",
-               "EP_ERASURE_SECRET": f"erase-{uuid.uuid4().hex}"}
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": f"aws-{uuid.uuid4().hex}",
+        "EP_ZK_AUTH": f"ep:zk-{uuid.uuid4().hex}",
+        "EP_ERASURE_SECRET": f"erase-{uuid.uuid4().hex}",
+    }
     for name, value in secrets.items():
         monkeypatch.setenv(name, value)
     options = {**options, "AWS_SECRET_ACCESS_KEY": secrets["AWS_SECRET_ACCESS_KEY"]}  # moto checks no signature
@@ -313,15 +388,24 @@ def test_secrets_stay_out_of_dagster_events_and_spark_logs(spark, stack, s3, mon
     log_start = spark_log.stat().st_size if spark_log.exists() else 0
 
     config = load_pipeline(REPO_ROOT / "pipelines" / "rewards_members.yaml")
-    land(join(landing_root, "rewards_members"), "stores-1.csv", b"id,name,bday,level,email,points\n1,Ann Lee,01/02/1990,G,ann@example.com,10\n2,x\n",
-         options)
+    land(
+        join(landing_root, "rewards_members"),
+        "stores-1.csv",
+        b"id,name,bday,level,email,points\n1,Ann Lee,01/02/1990,G,ann@example.com,10\n2,x\n",
+        options,
+    )
     resources = {"lake": LakeResource(root=root), "coordinator": CoordinatorResource(lake=LakeResource(root=root))}
     with DagsterInstance.ephemeral() as instance:
         with build_sensor_context(instance=instance, resources=resources) as ctx:
             (request,) = landing_sensor(config, pipeline_job(config))(ctx).run_requests
         instance.add_dynamic_partitions(pipeline_batches(config).name, [request.partition_key])
-        out = materialize(pipeline_assets(config), partition_key=request.partition_key, instance=instance, selection=["ingest_rewards_members"],
-                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        out = materialize(
+            pipeline_assets(config),
+            partition_key=request.partition_key,
+            instance=instance,
+            selection=["ingest_rewards_members"],
+            resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})},
+        )
         assert out.success
         events = "\n".join(serialize_value(e) for e in instance.all_logs(out.run_id))
     assert "records_read" in events  # the log holds the run's metadata: what is searched is really there
@@ -350,26 +434,44 @@ def test_retention_and_erasure_on_an_object_store(spark, kafka, topic, s3):
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
     subject, org, other = "00QS3SUBJECT01", "org-s3-a", "org-s3-b"
-    rows = [activity("a1", org, "2026-01-20", lead=subject), activity("a2", org, "2026-01-21", lead=subject),
-            activity("a3", org, "2026-01-22", lead="00QKEPT0000001"), activity("a4", org, "2025-01-02", lead="00QOLD00000001"),
-            activity("b1", other, "2025-01-02", lead=subject)]
+    rows = [
+        activity("a1", org, "2026-01-20", lead=subject),
+        activity("a2", org, "2026-01-21", lead=subject),
+        activity("a3", org, "2026-01-22", lead="00QKEPT0000001"),
+        activity("a4", org, "2025-01-02", lead="00QOLD00000001"),
+        activity("b1", other, "2025-01-02", lead=subject),
+    ]
     kafka.produce(topic, [(r["org_id"].encode(), json.dumps(r).encode()) for r in rows])
     ingest(spark, kafka, lake, checkpoints, topic)
     gdpr_topic = f"test.gdpr.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({gdpr_topic: 1})
 
-    result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", org, "erasure", subject_id=subject),
-                                                                 gdpr("t1", org, "retention", retention_days=365)])
+    result = retain(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        gdpr_topic,
+        [gdpr("e1", org, "erasure", subject_id=subject), gdpr("t1", org, "retention", retention_days=365)],
+    )
     assert result.requests_applied == 2
-    assert sorted(r["engagement_id"] for r in rows_of(lake)) == ["a3", "b1"], "the subject's rows and the org's old row left; the other org's stay"
+    assert sorted(r["engagement_id"] for r in rows_of(lake)) == ["a3", "b1"], (
+        "the subject's rows and the org's old row left; the other org's stay"
+    )
     secret = load_settings().erasure.secret
     audit = {r["request_id"]: r for r in lake.read(GDPR_AUDIT.name).to_pylist()}
-    assert audit["e1"]["subject_hash"] == subject_hash(secret, org, subject) and subject not in json.dumps(list(audit.values()), default=str)
-    assert (org, subject_hash(secret, org, subject)) in load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret).pairs()
+    assert audit["e1"]["subject_hash"] == subject_hash(secret, org, subject) and subject not in json.dumps(
+        list(audit.values()), default=str
+    )
+    assert (org, subject_hash(secret, org, subject)) in load_suppressed(
+        lake, ENGAGEMENT_ERASED_SUBJECTS, secret
+    ).pairs()
 
     kafka.produce(topic, [(org.encode(), json.dumps(activity("a9", org, "2026-01-23", lead=subject)).encode())])
     again = ingest(spark, kafka, lake, checkpoints, topic)
-    assert again.records_suppressed == 1 and "a9" not in {r["engagement_id"] for r in rows_of(lake)}, "an erased person never comes back"
+    assert again.records_suppressed == 1 and "a9" not in {r["engagement_id"] for r in rows_of(lake)}, (
+        "an erased person never comes back"
+    )
 
 
 @pytest.mark.parametrize("s3", ["s3"], indirect=True)
@@ -388,11 +490,18 @@ def test_backfill_into_a_lake_on_an_object_store(spark, s3, tmp_path):
     checkpoints = CheckpointStore(lake)
     export = tmp_path / "export"
     export.mkdir()
-    write_jsonl(export / "part-0.jsonl", [snap("1", 4, {"email": "a@x.io"}, related=["2"]), snap("2", 5, {"email": "b@x.io"}), b"{broken"])
+    write_jsonl(
+        export / "part-0.jsonl",
+        [snap("1", 4, {"email": "a@x.io"}, related=["2"]), snap("2", 5, {"email": "b@x.io"}), b"{broken"],
+    )
     result = backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL)
     assert (result.records_read, result.rows_valid, result.records_quarantined) == (3, 2, 1)
     rows = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
-    assert set(rows) == {"1", "2"} and json.loads(rows["2"]["fields"]) == {"email": "b@x.io"} and rows["2"]["component_id"] == "1"
+    assert (
+        set(rows) == {"1", "2"}
+        and json.loads(rows["2"]["fields"]) == {"email": "b@x.io"}
+        and rows["2"]["component_id"] == "1"
+    )
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 1
     version = lake.table(raw_table_name("acme")).version()
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).already_done
@@ -418,13 +527,27 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
     lake = DeltaLake(root, options)
     checkpoints = CheckpointStore(lake)
     export = root.rsplit("/", 1)[0] + "/exports/acme-1"
-    write_jsonl(tmp_path / "part-0.jsonl", [snap("1", 4, {"email": "a@x.io"}, related=["2"]), b"{broken", snap("2", 5, {"email": "b@x.io"})])
-    write_parquet(tmp_path / "part-1.parquet", [snap("3", 3, {"email": "c@x.io"}, related=["7"]), snap(None, 6, {}), snap("7", 1, {})])
+    write_jsonl(
+        tmp_path / "part-0.jsonl",
+        [snap("1", 4, {"email": "a@x.io"}, related=["2"]), b"{broken", snap("2", 5, {"email": "b@x.io"})],
+    )
+    write_parquet(
+        tmp_path / "part-1.parquet",
+        [snap("3", 3, {"email": "c@x.io"}, related=["7"]), snap(None, 6, {}), snap("7", 1, {})],
+    )
     # as other writers leave them: nanosecond timestamps, a dictionary-encoded column, an unsigned integer
     rows = pq.read_table(tmp_path / "part-1.parquet")
-    rows = rows.set_column(rows.schema.get_field_index("cdc_ts"), "cdc_ts", rows["cdc_ts"].cast(pa.timestamp("ns", tz="UTC")))
-    rows = rows.set_column(rows.schema.get_field_index("record_type"), "record_type", rows["record_type"].dictionary_encode())
-    pq.write_table(rows.append_column("export_shard", pa.array([7, 7, 7], pa.uint16())), tmp_path / "part-1.parquet", coerce_timestamps=None)
+    rows = rows.set_column(
+        rows.schema.get_field_index("cdc_ts"), "cdc_ts", rows["cdc_ts"].cast(pa.timestamp("ns", tz="UTC"))
+    )
+    rows = rows.set_column(
+        rows.schema.get_field_index("record_type"), "record_type", rows["record_type"].dictionary_encode()
+    )
+    pq.write_table(
+        rows.append_column("export_shard", pa.array([7, 7, 7], pa.uint16())),
+        tmp_path / "part-1.parquet",
+        coerce_timestamps=None,
+    )
     for name in ("part-0.jsonl", "part-1.parquet"):
         land(export, name, (tmp_path / name).read_bytes(), options)
     land(export, ".part-2.jsonl.partial", b"not yet", options)
@@ -432,12 +555,21 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
     result = backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL)
     assert (result.records_read, result.rows_valid, result.records_quarantined) == (6, 4, 2)
     rows = {r["primary_id"]: r for r in read_profiles(lake, "acme").to_pylist()}
-    assert set(rows) == {"1", "2", "3", "7"} and json.loads(rows["3"]["fields"]) == {"email": "c@x.io"} and rows["7"]["component_id"] == "3"
+    assert (
+        set(rows) == {"1", "2", "3", "7"}
+        and json.loads(rows["3"]["fields"]) == {"email": "c@x.io"}
+        and rows["7"]["component_id"] == "3"
+    )
     quarantined = {q["row_id"]: q["error_code"] for q in lake.read(QUARANTINE_PROFILE_CDC.name).to_pylist()}
-    assert quarantined == {f"{export}/part-0.jsonl:2": "malformed_record", f"{export}/part-1.parquet:2": "missing_required"}
+    assert quarantined == {
+        f"{export}/part-0.jsonl:2": "malformed_record",
+        f"{export}/part-1.parquet:2": "missing_required",
+    }
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).already_done
 
-    land(export, "part-3.jsonl", json.dumps(snap("9", 1, {})).encode() + b"\n", options)  # a new export at the same path: a new batch
+    land(
+        export, "part-3.jsonl", json.dumps(snap("9", 1, {})).encode() + b"\n", options
+    )  # a new export at the same path: a new batch
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).plan.batch_id == 2
 
 
@@ -462,8 +594,14 @@ def test_a_written_file_costs_one_request_and_a_read_two(tmp_path):
 
     with s3_endpoint(log) as options:
         root = f"s3://{options.pop('bucket')}/lake/t"
-        spec = TableSpec("t", pa.schema([("org_id", pa.string()), ("n", pa.int64()), ("text", pa.string())]), partition_by=("org_id",))
-        rows = pa.table({"org_id": ["a"] * 200_000, "n": list(range(200_000)), "text": [f"row {i}" for i in range(200_000)]})
+        spec = TableSpec(
+            "t",
+            pa.schema([("org_id", pa.string()), ("n", pa.int64()), ("text", pa.string())]),
+            partition_by=("org_id",),
+        )
+        rows = pa.table(
+            {"org_id": ["a"] * 200_000, "n": list(range(200_000)), "text": [f"row {i}" for i in range(200_000)]}
+        )
         start = len(log.read_text().splitlines())
         (written,) = write_files(root, spec, rows, "test", options)
         assert written.size > 1_000_000 and requests_since(start) == ["PUT"]

@@ -16,6 +16,12 @@ def test_a_secret_is_found_in_clear_hex_and_binary_files_and_nowhere_else(tmp_pa
     monkeypatch.setattr(secrets_scan, "CHUNK", 16)  # so that the value crosses chunk borders
     (tmp_path / "long.bin").write_bytes(b"x" * 13 + b"s3cr3t-value-123" + b"y" * 40)
     hits, files, size = files_holding(SECRETS, [tmp_path, tmp_path / "missing"])
-    assert sorted(hits) == sorted([(str(tmp_path / "logs" / "server.log"), "KEY"), (str(tmp_path / "plan.json"), "OTHER"),
-                                   (str(tmp_path / "events.db"), "KEY"), (str(tmp_path / "long.bin"), "KEY")])
+    assert sorted(hits) == sorted(
+        [
+            (str(tmp_path / "logs" / "server.log"), "KEY"),
+            (str(tmp_path / "plan.json"), "OTHER"),
+            (str(tmp_path / "events.db"), "KEY"),
+            (str(tmp_path / "long.bin"), "KEY"),
+        ]
+    )
     assert files == 5 and size == sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())

@@ -25,7 +25,9 @@ def _daemons() -> set[int]:
 
 
 def _run(remote: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", RUN, remote], capture_output=True, text=True, timeout=120, env=os.environ)
+    return subprocess.run(
+        [sys.executable, "-c", RUN, remote], capture_output=True, text=True, timeout=120, env=os.environ
+    )
 
 
 def test_runs_in_separate_processes_share_one_session_and_its_python_workers(stack):
@@ -68,7 +70,9 @@ def test_a_call_to_a_spark_server_that_is_away_gives_up_within_seconds_as_spark_
 
     remote = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
     for mode in ("shared", "per-run"):
-        away = subprocess.run([sys.executable, "-c", AWAY, remote, mode], capture_output=True, text=True, timeout=90, env=os.environ)
+        away = subprocess.run(
+            [sys.executable, "-c", AWAY, remote, mode], capture_output=True, text=True, timeout=90, env=os.environ
+        )
         assert away.returncode == 0, away.stderr[-2000:]
         service, seconds = away.stdout.split()
         assert service == "spark", away.stdout
@@ -78,11 +82,18 @@ def test_a_call_to_a_spark_server_that_is_away_gives_up_within_seconds_as_spark_
 def test_a_session_built_in_a_fresh_process_takes_column_functions(stack):
     # pyspark.sql.functions dispatch on the Connect-mode flag that pyspark's builder.remote() sets; a client built
     # through a channel builder must set it too (without it F.col failed with an AssertionError in every run).
-    code = ("import sys; from pyspark.sql import functions as F; from engagement_platform.spark.session import build_session; "
-            "spark = build_session({'spark.remote': sys.argv[1]}, shared=sys.argv[2] == 'shared'); "
-            "print(spark.range(3).select((F.col('id') + 1).alias('n')).agg(F.sum('n')).collect()[0][0])")
+    code = (
+        "import sys; from pyspark.sql import functions as F; from engagement_platform.spark.session import build_session; "
+        "spark = build_session({'spark.remote': sys.argv[1]}, shared=sys.argv[2] == 'shared'); "
+        "print(spark.range(3).select((F.col('id') + 1).alias('n')).agg(F.sum('n')).collect()[0][0])"
+    )
     for mode in ("shared", "per-run"):
         env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-        done = subprocess.run([sys.executable, "-c", code, stack["SPARK_REMOTE"] + "/;user_id=column_test", mode],
-                              capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [sys.executable, "-c", code, stack["SPARK_REMOTE"] + "/;user_id=column_test", mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
         assert done.returncode == 0 and done.stdout.split()[-1] == "6", done.stderr[-2000:]

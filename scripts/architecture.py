@@ -54,7 +54,12 @@ class Module:
     def node(self) -> str:
         """The box it belongs to in the picture: a stream package inside a lake, else its top-level unit."""
         parts = self.name.split(".")
-        if len(parts) > 3 and parts[1] in DOMAINS and (self.path.parent / "__init__.py").exists() and parts[2] not in DAGSTER_MODULES:
+        if (
+            len(parts) > 3
+            and parts[1] in DOMAINS
+            and (self.path.parent / "__init__.py").exists()
+            and parts[2] not in DAGSTER_MODULES
+        ):
             return ".".join(parts[1:3])
         return parts[1] if len(parts) > 1 else ""
 
@@ -114,25 +119,39 @@ def problems(mods: list[Module], root: Path = REPO) -> list[str]:
                 if m.unit in FRAMEWORK:
                     out.append(f"{here}: the framework layer {m.unit} imports dagster")
                 if m.unit in DOMAINS and stem not in DAGSTER_MODULES:
-                    out.append(f"{here}: pure logic ({m.name}) imports dagster; Dagster code goes in {'/'.join(DAGSTER_MODULES)}")
+                    out.append(
+                        f"{here}: pure logic ({m.name}) imports dagster; Dagster code goes in {'/'.join(DAGSTER_MODULES)}"
+                    )
         doc = ast.get_docstring(m.tree) or ""
         if m.lines > MAX_LINES and LONG_MARK not in doc:
-            out.append(f"{where}: {m.lines} lines (over {MAX_LINES}) and its docstring does not say why ('{LONG_MARK} ...')")
+            out.append(
+                f"{where}: {m.lines} lines (over {MAX_LINES}) and its docstring does not say why ('{LONG_MARK} ...')"
+            )
         text = m.path.read_text()
         if m.name != HISTORY_OWNER:
             for node in ast.walk(m.tree):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "history" \
-                        and not is_lake(node.func.value):
-                    out.append(f"{where}:{node.lineno}: reads a table's history itself; use DeltaLake.history (delta-rs numbers "
-                               "commits from the loaded version: a concurrent commit shifts them)")
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "history"
+                    and not is_lake(node.func.value)
+                ):
+                    out.append(
+                        f"{where}:{node.lineno}: reads a table's history itself; use DeltaLake.history (delta-rs numbers "
+                        "commits from the loaded version: a concurrent commit shifts them)"
+                    )
         for match in re.finditer(r"\b[Ii]ssues? \d+\b", text):
-            out.append(f"{where}:{text.count(chr(10), 0, match.start()) + 1}: names '{match.group(0)}' (history belongs in git)")
+            out.append(
+                f"{where}:{text.count(chr(10), 0, match.start()) + 1}: names '{match.group(0)}' (history belongs in git)"
+            )
     return out
 
 
 def is_lake(receiver: ast.expr) -> bool:
     """Whether a `.history(...)` call is on a DeltaLake, by the platform's names for one (`lake`, `store`, `x.lake`)."""
-    name = receiver.id if isinstance(receiver, ast.Name) else receiver.attr if isinstance(receiver, ast.Attribute) else ""
+    name = (
+        receiver.id if isinstance(receiver, ast.Name) else receiver.attr if isinstance(receiver, ast.Attribute) else ""
+    )
     return name in ("lake", "store")
 
 
@@ -174,7 +193,9 @@ def picture(mods: list[Module]) -> str:
             for lake in DOMAINS:
                 inner = [n for n in members if n.split(".")[0] == lake]
                 lines.append(f'    subgraph {lake}_lake["{lake}"]')
-                lines.extend(f'      {ident[n]}["{n.split(".")[-1] if "." in n else lake + " (shared)"}"]' for n in inner)
+                lines.extend(
+                    f'      {ident[n]}["{n.split(".")[-1] if "." in n else lake + " (shared)"}"]' for n in inner
+                )
                 lines.append("    end")
         else:
             lines.extend(f'    {ident[n]}["{n}"]' for n in members)
@@ -230,7 +251,9 @@ def generated(root: Path = REPO) -> dict[Path, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if a generated section is stale or a rule is broken")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if a generated section is stale or a rule is broken"
+    )
     args = parser.parse_args()
     broken = problems(modules())
     for line in broken:

@@ -26,7 +26,13 @@ PAGES = [
     ("ingestion-partitions.png", "/assets/engagement_ingestion?view=partitions", "engagement_ingestion", 5, 0),
     ("ingestion-metadata.png", "/assets/engagement_ingestion?view=events", "records_read", 4, 0),
     ("ingestion-checks.png", "/assets/engagement_ingestion?view=checks", "records_conserved", 4, 0),
-    ("daily-metrics-checks.png", "/assets/engagement_daily_metrics?view=checks", "daily_metrics_equal_full_recomputation", 5, 0),
+    (
+        "daily-metrics-checks.png",
+        "/assets/engagement_daily_metrics?view=checks",
+        "daily_metrics_equal_full_recomputation",
+        5,
+        0,
+    ),
     ("automation.png", "/automation", "engagement_ingestion_sensor", 5, 0),
     ("runs.png", "/runs", "engagement_ingestion_job", 5, 0),
 ]
@@ -43,8 +49,9 @@ query Red {
 
 
 def graphql(url: str, query: str) -> dict:
-    request = urllib.request.Request(f"{url}/graphql", data=json.dumps({"query": query}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         body = json.load(response)
     if body.get("errors"):

@@ -33,7 +33,18 @@ from benchmarks._stack import REPO, machine
 from benchmarks.soak.faults import Daemon, Injector, Sample, plan_faults, stack
 from benchmarks.soak.reconcile import reconcile
 from benchmarks.soak.workload import (
-    ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILE_CDC, PROFILE_ERASURE, PROFILE_ERASURES, PROFILES, Gate, LandingFile, Message, Workload,
+    ACTIVITIES,
+    GDPR,
+    LANDING,
+    MUTATIONS,
+    PROFILE_CDC,
+    PROFILE_ERASURE,
+    PROFILE_ERASURES,
+    PROFILES,
+    Gate,
+    LandingFile,
+    Message,
+    Workload,
 )
 from engagement_platform.streams.kafka import ReplacingProducer
 
@@ -41,7 +52,13 @@ PORTS = {"EP_ZK_PORT": "24181", "EP_KAFKA_PORT": "24092", "EP_SPARK_CONNECT_PORT
 SERVERS = ["zookeeper", "kafka", "spark"]
 # stream -> its topic: what gates wait for and catching up needs committed. The profile_erasure stream's sensor runs
 # like every sensor (default RUNNING), and create-topics makes its topic.
-STREAMS = {"ingestion": ACTIVITIES, "mutation": MUTATIONS, "retention": GDPR, PROFILE_CDC: PROFILES, PROFILE_ERASURE: PROFILE_ERASURES}
+STREAMS = {
+    "ingestion": ACTIVITIES,
+    "mutation": MUTATIONS,
+    "retention": GDPR,
+    PROFILE_CDC: PROFILES,
+    PROFILE_ERASURE: PROFILE_ERASURES,
+}
 LANDING_STREAM = f"ingest.{LANDING}"  # the landing pipeline's stream in the checkpoint store (landing/apply.py)
 
 
@@ -50,17 +67,27 @@ PENDING_MAX_AGE_S = 240.0
 
 def environment(state: Path, args) -> dict[str, str]:
     """What run_platform.sh exports, on the soak's ports and folder, with faster failure handling."""
-    return {**os.environ, **PORTS, "EP_STATE_DIR": str(state), "EP_LAKE_ROOT": str(state / "lake"),
-            "EP_LANDING_ROOT": str(state / "landing"), "DAGSTER_HOME": str(state / "dagster_home"), "EP_ZK_ROOT": "/soak",
-            "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}", "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
-            "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}", "SPARK_LOCAL_IP": "127.0.0.1",
-            "EP_ORPHAN_AFTER_SECONDS": "20",  # a killed run is retried after 20 s rather than a minute
-            "EP_RETENTION_INTERVAL_SECONDS": "60",  # the default is daily; here a batch a minute at most (the others: --batch-wait)
-            # a batch per stream every --batch-wait seconds: a run per sensor tick would not fit 2 cores
-            "EP_BATCH_MIN_RECORDS": "1000000", "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait),
-            # a request whose late target never comes expires within the catch-up window (default 72 h); the
-            # oracle takes the requests that expired as an input, so expiring more of them changes nothing else
-            "EP_MUTATION_PENDING_MAX_AGE_HOURS": str(PENDING_MAX_AGE_S / 3600)}
+    return {
+        **os.environ,
+        **PORTS,
+        "EP_STATE_DIR": str(state),
+        "EP_LAKE_ROOT": str(state / "lake"),
+        "EP_LANDING_ROOT": str(state / "landing"),
+        "DAGSTER_HOME": str(state / "dagster_home"),
+        "EP_ZK_ROOT": "/soak",
+        "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{PORTS['EP_KAFKA_PORT']}",
+        "ZOOKEEPER_HOSTS": f"127.0.0.1:{PORTS['EP_ZK_PORT']}",
+        "SPARK_REMOTE": f"sc://127.0.0.1:{PORTS['EP_SPARK_CONNECT_PORT']}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "EP_ORPHAN_AFTER_SECONDS": "20",  # a killed run is retried after 20 s rather than a minute
+        "EP_RETENTION_INTERVAL_SECONDS": "60",  # the default is daily; here a batch a minute at most (the others: --batch-wait)
+        # a batch per stream every --batch-wait seconds: a run per sensor tick would not fit 2 cores
+        "EP_BATCH_MIN_RECORDS": "1000000",
+        "EP_BATCH_MAX_WAIT_SECONDS": str(args.batch_wait),
+        # a request whose late target never comes expires within the catch-up window (default 72 h); the
+        # oracle takes the requests that expired as an input, so expiring more of them changes nothing else
+        "EP_MUTATION_PENDING_MAX_AGE_HOURS": str(PENDING_MAX_AGE_S / 3600),
+    }
 
 
 def committed_offsets(latest, done: bool) -> dict[int, int]:
@@ -159,8 +186,13 @@ class Observer:
         self.client = KafkaClient(settings.kafka_bootstrap_servers, settings.kafka_config)
         self.lake = DeltaLake(settings.lake_root, settings.storage_options or None)
         self.store = CheckpointStore(self.lake)
-        self.topics = {ACTIVITIES: settings.ingestion.topic, MUTATIONS: settings.mutation.topic, GDPR: settings.retention.topic,
-                       PROFILES: settings.profiles.cdc_topic, PROFILE_ERASURES: settings.profiles.erasure_topic}
+        self.topics = {
+            ACTIVITIES: settings.ingestion.topic,
+            MUTATIONS: settings.mutation.topic,
+            GDPR: settings.retention.topic,
+            PROFILES: settings.profiles.cdc_topic,
+            PROFILE_ERASURES: settings.profiles.erasure_topic,
+        }
         self.last = Sample(0.0, {}, {})
 
     def sample(self, t: float) -> Sample:
@@ -172,7 +204,9 @@ class Observer:
             pass
         for stream, topic in STREAMS.items():
             try:
-                highs[stream] = {p: high for p, (_, high) in self.client.watermarks(self.topics[topic], timeout=5).items()}
+                highs[stream] = {
+                    p: high for p, (_, high) in self.client.watermarks(self.topics[topic], timeout=5).items()
+                }
             except Exception:  # the broker is down (a fault): keep the last sample's, do not wait on every topic
                 break
         self.last = Sample(t, committed, highs)
@@ -199,20 +233,35 @@ class Observer:
 
         s, reasons = self.last, []
         for stream in STREAMS:
-            behind = sum(max(high - s.committed.get(stream, {}).get(p, 0), 0) for p, high in s.highs.get(stream, {}).items())
+            behind = sum(
+                max(high - s.committed.get(stream, {}).get(p, 0), 0) for p, high in s.highs.get(stream, {}).items()
+            )
             reasons += [f"{stream}: {behind} uncommitted"] if behind or stream not in s.highs else []
-        in_flight = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
-                     DagsterRunStatus.CANCELING]
+        in_flight = [
+            DagsterRunStatus.QUEUED,
+            DagsterRunStatus.NOT_STARTED,
+            DagsterRunStatus.STARTING,
+            DagsterRunStatus.STARTED,
+            DagsterRunStatus.CANCELING,
+        ]
         runs = instance.get_runs_count(RunsFilter(statuses=in_flight))
         reasons += [f"{runs} runs queued or in flight"] if runs else []
         try:
             tenants = unprocessed_tenants(self.lake)
-            pending = self.lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows if self.lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name) else 0
+            pending = (
+                self.lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).num_rows
+                if self.lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name)
+                else 0
+            )
             waiting = landed - self.ingested_files()
         except Exception as exc:  # a commit in flight: ask again next time
             return reasons + [f"lake not readable: {exc!r}"[:200]]
-        return (reasons + ([f"tenants with unmerged staging: {tenants}"] if tenants else []) + ([f"{pending} pending requests"] if pending else [])
-                + ([f"{waiting} landing files not ingested"] if waiting else []))
+        return (
+            reasons
+            + ([f"tenants with unmerged staging: {tenants}"] if tenants else [])
+            + ([f"{pending} pending requests"] if pending else [])
+            + ([f"{waiting} landing files not ingested"] if waiting else [])
+        )
 
     def read_back(self) -> Counter:
         """(logical topic, value) -> copies on the topic now."""
@@ -229,13 +278,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--minutes", type=float, default=5.0, help="how long rounds are produced and faults injected")
-    parser.add_argument("--faults", type=int, default=20, help="faults planned over the window (those that do not fit are reported)")
+    parser.add_argument(
+        "--faults", type=int, default=20, help="faults planned over the window (those that do not fit are reported)"
+    )
     parser.add_argument("--max-concurrent-faults", type=int, default=1, help="faults active at once (one per target)")
-    parser.add_argument("--spaced", action="store_true",
-                        help="one fault at a time, each once the platform is back to committing after the one before (planned moments ignored)")
+    parser.add_argument(
+        "--spaced",
+        action="store_true",
+        help="one fault at a time, each once the platform is back to committing after the one before (planned moments ignored)",
+    )
     parser.add_argument("--round-seconds", type=float, default=2.0)
-    parser.add_argument("--sample-seconds", type=float, default=5.0, help="how often committed offsets and watermarks are read")
-    parser.add_argument("--batch-wait", type=int, default=20, help="EP_BATCH_MAX_WAIT_SECONDS: a batch per stream this often")
+    parser.add_argument(
+        "--sample-seconds", type=float, default=5.0, help="how often committed offsets and watermarks are read"
+    )
+    parser.add_argument(
+        "--batch-wait", type=int, default=20, help="EP_BATCH_MAX_WAIT_SECONDS: a batch per stream this often"
+    )
     parser.add_argument("--catch-up-minutes", type=float, default=10.0)
     parser.add_argument("--settle-seconds", type=float, default=30.0)
     args = parser.parse_args()
@@ -257,7 +315,9 @@ def main() -> int:
         return 2
     daemon = Daemon(env, state / "logs" / "dagster-daemon.log")
     try:
-        subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], cwd=REPO, env=env, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "engagement_platform.cli", "create-topics"], cwd=REPO, env=env, check=True
+        )
         daemon.start()
         outcome = soak(args, env, daemon)
     finally:
@@ -274,9 +334,19 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     sender = Sender(observer.client.producer, observer.topics)  # idempotent: a broker restart neither loses nor repeats
     window = args.minutes * 60
     start, samples, incidents = time.monotonic(), [], []
-    faults = plan_faults(random.Random(args.seed * 1_000_003), args.faults, window, every_kind_in_turn=args.spaced)  # own stream: same workload
-    injector = Injector(faults, start, window, env, daemon, random.Random(args.seed + 1), args.max_concurrent_faults,
-                        spaced=samples if args.spaced else None)
+    faults = plan_faults(
+        random.Random(args.seed * 1_000_003), args.faults, window, every_kind_in_turn=args.spaced
+    )  # own stream: same workload
+    injector = Injector(
+        faults,
+        start,
+        window,
+        env,
+        daemon,
+        random.Random(args.seed + 1),
+        args.max_concurrent_faults,
+        spaced=samples if args.spaced else None,
+    )
 
     def wait_until(t: float) -> None:
         """Sample, send what gates let through, and watch the daemon until `t` seconds after the start."""
@@ -286,7 +356,9 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
                 samples.append(observer.sample(now))
             sender.pump(samples[-1].committed)
             if daemon.exited_by_itself():
-                incidents.append(f"{now:.0f} s: the dagster daemon exited by itself ({daemon.process.returncode}); restarted")
+                incidents.append(
+                    f"{now:.0f} s: the dagster daemon exited by itself ({daemon.process.returncode}); restarted"
+                )
                 daemon.start()
             if now >= t:
                 return
@@ -297,7 +369,7 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     try:
         for i in range(rounds):
             sender.send(workload.next_round(), samples[-1].committed if samples else {})
-            landed += land_files(workload.landing[len(landed):], env["EP_LANDING_ROOT"])  # the round's file, if any
+            landed += land_files(workload.landing[len(landed) :], env["EP_LANDING_ROOT"])  # the round's file, if any
             wait_until((i + 1) * args.round_seconds)
         for i, messages in enumerate(workload.remaining_rounds()):
             sender.send(messages, samples[-1].committed)
@@ -305,25 +377,41 @@ def soak(args, env: dict[str, str], daemon: Daemon) -> dict:
     finally:
         injector.halt.set()
         injector.join()  # a fault in progress clears first (a server it stopped is started again)
-    print(f"{time.monotonic() - start:.0f} s: produced {len(workload.messages)} messages in {workload.round} rounds, landed "
-          f"{len(landed)} files; {sender.unsent()} waiting for their gate", flush=True)
+    print(
+        f"{time.monotonic() - start:.0f} s: produced {len(workload.messages)} messages in {workload.round} rounds, landed "
+        f"{len(landed)} files; {sender.unsent()} waiting for their gate",
+        flush=True,
+    )
 
     deadline, settled_since, caught_up = time.monotonic() + args.catch_up_minutes * 60, None, False
     with DagsterInstance.get() as instance:
         while time.monotonic() < deadline:
             wait_until(time.monotonic() - start + 5)
             sender.flush(5)
-            reasons = ([f"{sender.unsent()} messages unsent"] if sender.unsent() else []) + observer.busy(instance, len(landed))
+            reasons = ([f"{sender.unsent()} messages unsent"] if sender.unsent() else []) + observer.busy(
+                instance, len(landed)
+            )
             settled_since = (settled_since or time.monotonic()) if not reasons else None
             if settled_since and time.monotonic() - settled_since >= args.settle_seconds:
                 caught_up = True
                 break
             print(f"{time.monotonic() - start:.0f} s: catching up: {'; '.join(reasons) or 'settling'}", flush=True)
-    print(f"{time.monotonic() - start:.0f} s: {'caught up' if caught_up else 'NOT caught up'}; reading the topics back", flush=True)
+    print(
+        f"{time.monotonic() - start:.0f} s: {'caught up' if caught_up else 'NOT caught up'}; reading the topics back",
+        flush=True,
+    )
     on_topic = observer.read_back()
-    return {"messages": workload.messages, "on_topic": on_topic, "faults": faults, "samples": samples, "caught_up": caught_up,
-            "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed], "incidents": incidents + sender.incidents,
-            "landed": landed, "window_s": window}
+    return {
+        "messages": workload.messages,
+        "on_topic": on_topic,
+        "faults": faults,
+        "samples": samples,
+        "caught_up": caught_up,
+        "failed_sends": [f"{m.topic} message {m.index}: {err}" for m, err in sender.failed],
+        "incidents": incidents + sender.incidents,
+        "landed": landed,
+        "window_s": window,
+    }
 
 
 if __name__ == "__main__":

@@ -37,9 +37,21 @@ from pathlib import Path
 from benchmarks._stack import REPO, processes_of
 
 CONTROL = "no_fault"  # control moments (control_moments): the same measure where nothing was injected
-KINDS = ("run_kill", "run_pause", "daemon_kill", "zookeeper_restart", "zookeeper_session_expiry", "broker_restart", "spark_restart")
+KINDS = (
+    "run_kill",
+    "run_pause",
+    "daemon_kill",
+    "zookeeper_restart",
+    "zookeeper_session_expiry",
+    "broker_restart",
+    "spark_restart",
+)
 SERVERS = {"zookeeper_restart": "zookeeper", "broker_restart": "kafka", "spark_restart": "spark"}
-TARGETS = {**SERVERS, "zookeeper_session_expiry": "zookeeper", "daemon_kill": "daemon"}  # run faults pick any run: no target
+TARGETS = {
+    **SERVERS,
+    "zookeeper_session_expiry": "zookeeper",
+    "daemon_kill": "daemon",
+}  # run faults pick any run: no target
 # CoordinatorResource.session_timeout_s (resources.py), the kazoo session of streams/coordinator.py: a run stopped
 # longer than this has lost its ephemeral lock and liveness nodes.
 ZK_SESSION_TIMEOUT_S = 10.0
@@ -71,7 +83,9 @@ def plan_faults(rng: random.Random, count: int, window_s: float, every_kind_in_t
     run then still meets every kind."""
     start = min(60.0, window_s / 4)
     faults = []
-    order = rng.sample(KINDS, len(KINDS)) if every_kind_in_turn else KINDS  # drawn only then: a seed's random plan stays as it was
+    order = (
+        rng.sample(KINDS, len(KINDS)) if every_kind_in_turn else KINDS
+    )  # drawn only then: a seed's random plan stays as it was
     for i, t in enumerate(sorted(rng.uniform(start, window_s) for _ in range(count))):
         kind = order[i % len(order)] if every_kind_in_turn else rng.choice(KINDS)
         past_session = kind in ("run_pause", "zookeeper_session_expiry")
@@ -108,7 +122,9 @@ def run_workers(state_dir: str) -> list[int]:
 
 
 def stack(action: str, servers: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action, *servers], env=env, check=check, capture_output=True)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "stack.sh"), action, *servers], env=env, check=check, capture_output=True
+    )
 
 
 class Daemon:
@@ -121,8 +137,14 @@ class Daemon:
 
     def start(self) -> None:
         with open(self.log, "a") as out:
-            self.process = subprocess.Popen([str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=REPO,
-                                            env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                [str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.groups.append(self.process.pid)
         self.down = False
 
@@ -156,13 +178,25 @@ class Injector(threading.Thread):
     """Injects the planned faults at their moments, each in a thread of its own: at most `max_concurrent` at once and
     one per target (a fault waits for those to clear, and starts late)."""
 
-    def __init__(self, faults: list[Fault], start: float, window_s: float, env: dict[str, str], daemon: Daemon, rng: random.Random,
-                 max_concurrent: int = 1, spaced: list[Sample] | None = None, gap_s: tuple[float, float] = (45.0, 90.0)):
+    def __init__(
+        self,
+        faults: list[Fault],
+        start: float,
+        window_s: float,
+        env: dict[str, str],
+        daemon: Daemon,
+        rng: random.Random,
+        max_concurrent: int = 1,
+        spaced: list[Sample] | None = None,
+        gap_s: tuple[float, float] = (45.0, 90.0),
+    ):
         super().__init__(name="soak-faults", daemon=True)
         self.faults, self.start_at, self.window_s = faults, start, window_s
         self.env, self.state_dir, self.daemon, self.rng = env, env["EP_STATE_DIR"], daemon, rng
         self.max_concurrent = max_concurrent
-        self.spaced = spaced  # the runner's samples: inject one fault at a time, each after the last one's recovery (run_spaced)
+        self.spaced = (
+            spaced  # the runner's samples: inject one fault at a time, each after the last one's recovery (run_spaced)
+        )
         self.gap_s = gap_s  # spaced: quiet seconds between one fault's recovery and the next fault, drawn in this range
         self.halt = threading.Event()
         self.active: dict[threading.Thread, str | None] = {}  # fault thread -> its target
@@ -174,7 +208,10 @@ class Injector(threading.Thread):
     def run(self) -> None:
         if self.spaced is not None:
             return self.run_spaced(self.spaced)
-        pending, ready = list(self.faults), []  # planned order; ready: its moment has come, waiting for a slot or its target
+        pending, ready = (
+            list(self.faults),
+            [],
+        )  # planned order; ready: its moment has come, waiting for a slot or its target
         while (pending or ready) and not self.halt.is_set() and self.now() <= self.window_s:
             while pending and pending[0].planned <= self.now():
                 ready.append(pending.pop(0))
@@ -197,11 +234,19 @@ class Injector(threading.Thread):
             self.halt.wait(max(0.0, self.faults[0].planned - self.now()))
         for fault in self.faults:
             if self.halt.is_set() or self.now() > self.window_s:
-                fault.detail = fault.detail or ("not injected: the soak stopped" if self.halt.is_set() else "not injected: the produce window was over")
+                fault.detail = fault.detail or (
+                    "not injected: the soak stopped"
+                    if self.halt.is_set()
+                    else "not injected: the produce window was over"
+                )
                 continue
             self.inject_reported(fault)
-            while fault.cleared is not None and not self.halt.is_set() and self.now() - fault.cleared < cap \
-                    and resumed_after(fault, list(samples)) is None:
+            while (
+                fault.cleared is not None
+                and not self.halt.is_set()
+                and self.now() - fault.cleared < cap
+                and resumed_after(fault, list(samples)) is None
+            ):
                 self.halt.wait(1.0)
             with self.lock:
                 gap = self.rng.uniform(*self.gap_s)
@@ -289,8 +334,18 @@ def recovery_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, li
             continue
         after = [s for s in samples if s.t >= fault.cleared]
         target = after[0].highs if after else {}
-        took = next((s.t - fault.cleared for s in after if all(s.committed.get(stream, {}).get(p, 0) >= high
-                                                            for stream, highs in target.items() for p, high in highs.items())), None)
+        took = next(
+            (
+                s.t - fault.cleared
+                for s in after
+                if all(
+                    s.committed.get(stream, {}).get(p, 0) >= high
+                    for stream, highs in target.items()
+                    for p, high in highs.items()
+                )
+            ),
+            None,
+        )
         out.setdefault(fault.kind, []).append(took)
     return out
 
@@ -303,8 +358,11 @@ def resumed_after(fault: Fault, samples: list[Sample]) -> float | None:
     if not after:
         return None
     first = after[0]
-    pending = {stream for stream, highs in first.highs.items()
-               if any(high > first.committed.get(stream, {}).get(p, 0) for p, high in highs.items())}
+    pending = {
+        stream
+        for stream, highs in first.highs.items()
+        if any(high > first.committed.get(stream, {}).get(p, 0) for p, high in highs.items())
+    }
 
     def moved(sample: Sample, stream: str) -> bool:
         before = first.committed.get(stream, {})
@@ -326,7 +384,9 @@ def resumed_seconds(faults: list[Fault], samples: list[Sample]) -> dict[str, lis
     return out
 
 
-def control_moments(faults: list[Fault], samples: list[Sample], window_s: float, every: float = 15.0, start: float = 60.0) -> list[Fault]:
+def control_moments(
+    faults: list[Fault], samples: list[Sample], window_s: float, every: float = 15.0, start: float = 60.0
+) -> list[Fault]:
     """The control: moments of the produce window, every `every` seconds from `start`, outside every fault's span
     (from its injection until it was back to committing) and whose own measure ends before the next fault, as
     zero-length faults of kind CONTROL. Their "back to committing" is the platform's batch cadence on this
@@ -366,9 +426,13 @@ def summary(faults: list[Fault], samples: list[Sample], window_s: float) -> list
         of_kind = [f for f in faults if f.kind == kind]
         if not of_kind:
             continue
-        lines.append(f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
-                     f"back to committing {_figures(resumed.get(kind, []))}; caught up {_figures(recovered.get(kind, []))}")
+        lines.append(
+            f"{kind}: {sum(f.injected is not None for f in of_kind)} injected of {len(of_kind)} planned; "
+            f"back to committing {_figures(resumed.get(kind, []))}; caught up {_figures(recovered.get(kind, []))}"
+        )
     if control:
-        lines.append(f"{CONTROL} (control: {len(control)} moments outside every fault's span): back to committing "
-                     f"{_figures(resumed[CONTROL])}; caught up {_figures(recovered[CONTROL])}")
+        lines.append(
+            f"{CONTROL} (control: {len(control)} moments outside every fault's span): back to committing "
+            f"{_figures(resumed[CONTROL])}; caught up {_figures(recovered[CONTROL])}"
+        )
     return lines

@@ -48,30 +48,62 @@ import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from functools import partial
 
 from benchmarks.soak.workload import (
-    ACTIVITIES, GDPR, INGESTION, LANDING, MUTATIONS, PROFILE_CDC, PROFILE_ERASURE, PROFILE_ERASURES, PROFILES, RETENTION,
+    ACTIVITIES,
+    GDPR,
+    INGESTION,
+    LANDING,
+    MUTATIONS,
+    PROFILE_CDC,
+    PROFILE_ERASURE,
+    PROFILE_ERASURES,
+    PROFILES,
+    RETENTION,
 )
 
-ACTIVITY_TYPES = {"email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced", "call", "meeting",
-                  "video_viewed", "linkedin_message", "task_completed"}
+ACTIVITY_TYPES = {
+    "email_sent",
+    "email_opened",
+    "email_clicked",
+    "email_replied",
+    "email_bounced",
+    "call",
+    "meeting",
+    "video_viewed",
+    "linkedin_message",
+    "task_completed",
+}
 OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
 CHECKED = ("lead_id", "contact_id", "account_id", "user_id", "engagement_date", "activity_type", "subject")
 MAX_BYTES = {ACTIVITIES: 65536, MUTATIONS: 65536, GDPR: 65536, PROFILES: 262144, PROFILE_ERASURES: 65536}
 DUPLICATE, EXPIRED = "duplicate", "target_not_found_within_horizon"
-OP_REQUIRED = {"convert": ("from_field", "from_id", "to_field", "to_id"), "merge": ("field", "from_ids", "to_id"),
-               "update": ("engagement_id", "record")}
+OP_REQUIRED = {
+    "convert": ("from_field", "from_id", "to_field", "to_id"),
+    "merge": ("field", "from_ids", "to_id"),
+    "update": ("engagement_id", "record"),
+}
 TENANT = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # pipelines/rewards_members.yaml, written out rather than read: the oracle states the rules it expects. Regexes
 # with re.ASCII: \s as Java's (Spark's regexp_like).
 MEMBER_SOURCE = ("id", "name", "bday", "level", "email", "points")  # CSV columns are positional
 MEMBER_COLUMNS = ("member_id", "first_name", "last_name", "birth_date", "rewards_level", "email", "points")
 MEMBER_MAX_BYTES = 1_048_576  # the source's default max_record_bytes
-LEVELS = {"b": "bronze", "s": "silver", "g": "gold", "bronze": "bronze", "silver": "silver", "gold": "gold"}  # case-insensitive keys
+LEVELS = {
+    "b": "bronze",
+    "s": "silver",
+    "g": "gold",
+    "bronze": "bronze",
+    "silver": "silver",
+    "gold": "gold",
+}  # case-insensitive keys
 # The cast's formats in order, MM/dd/yyyy then yyyy-MM-dd: (pattern, groups of year, month, day)
-DATE_FORMATS = ((re.compile(r"(\d{2})/(\d{2})/(\d{4})"), (3, 1, 2)), (re.compile(r"(\d{4})-(\d{2})-(\d{2})"), (1, 2, 3)))
+DATE_FORMATS = (
+    (re.compile(r"(\d{2})/(\d{2})/(\d{4})"), (3, 1, 2)),
+    (re.compile(r"(\d{4})-(\d{2})-(\d{2})"), (1, 2, 3)),
+)
 EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[a-z]+$", re.ASCII)
 FIRST_NAME = re.compile(r"^[A-Za-z' -]+$", re.ASCII)
 
@@ -79,35 +111,49 @@ FIRST_NAME = re.compile(r"^[A-Za-z' -]+$", re.ASCII)
 @dataclass
 class Expected:
     activities: dict = field(default_factory=dict)  # (org, engagement_id) -> {org_id and CHECKED columns}
-    quarantine: dict = field(default_factory=lambda: {t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES, LANDING)})
+    quarantine: dict = field(
+        default_factory=lambda: {
+            t: Counter() for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES, LANDING)
+        }
+    )
     requests: set = field(default_factory=set)  # (org, request_id) of valid mutation requests: the request log's rows
     gdpr_requests: set = field(default_factory=set)  # (org, request_id) of valid GDPR requests: gdpr_audit's rows
-    removed: dict = field(default_factory=dict)  # (org, request_id) of a valid retention request -> engagement_activity rows it deletes
+    removed: dict = field(
+        default_factory=dict
+    )  # (org, request_id) of a valid retention request -> engagement_activity rows it deletes
     late: set = field(default_factory=set)  # requests whose target came after them (may expire)
     profiles: dict = field(default_factory=dict)  # tenant -> primary_id -> {deleted, fields, linked_ids, cdc_seq}
-    profile_erasures: dict = field(default_factory=dict)  # (tenant, request_id) of a valid profile erasure -> ids it erases
+    profile_erasures: dict = field(
+        default_factory=dict
+    )  # (tenant, request_id) of a valid profile erasure -> ids it erases
     suppressed: Counter = field(default_factory=Counter)  # stream -> records dropped for naming an erased profile id
     members: dict = field(default_factory=dict)  # member_id -> {MEMBER_COLUMNS}: the rewards_members table
     unaccounted: list = field(default_factory=list)
     problems: list = field(default_factory=list)
 
 
-def expected(messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None, landed=(), lost=()) -> Expected:
+def expected(
+    messages, expired=frozenset(), pending=frozenset(), now: datetime | None = None, landed=(), lost=()
+) -> Expected:
     """`expired` / `pending`: (org_id, request_id) of the requests the lake quarantined as expired / still holds;
     `landed`: the landing files (workload.LandingFile) that were landed, in order; `lost`: messages sent that the
     topics do not hold (the broker lost them)."""
-    out, by_topic = Expected(), {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES)}
-    erased, retentions = _gdpr(by_topic[GDPR], now or datetime.now(timezone.utc), out)
+    out, by_topic = (
+        Expected(),
+        {t: [m for m in messages if m.topic == t] for t in (ACTIVITIES, MUTATIONS, GDPR, PROFILES, PROFILE_ERASURES)},
+    )
+    erased, retentions = _gdpr(by_topic[GDPR], now or datetime.now(UTC), out)
     uses = _activities(by_topic[ACTIVITIES], erased, out)
     requests = _requests(by_topic[MUTATIONS], erased, out)
     _crossing_cutoffs(requests, retentions, out)
     _apply(requests, uses, set(expired), set(pending), out, _named(m for m in lost if m.topic == ACTIVITIES))
     _profiles(by_topic[PROFILES], out, _profile_erasures(by_topic[PROFILE_ERASURES], by_topic[PROFILES], out))
     _members(landed, out)
-    out.activities = {k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))}
+    out.activities = {
+        k: r for k, r in out.activities.items() if not {r["lead_id"], r["contact_id"]} & set(erased.get(k[0], {}))
+    }
     _retain(retentions, uses, out)
     return out
-
 
 
 def parse(value: bytes, topic: str) -> tuple[dict | None, set[str]]:
@@ -136,7 +182,7 @@ def attempt(convert, value):
 
 def timestamp(value: str | None) -> datetime | None:
     t = attempt(lambda v: datetime.fromisoformat(v.replace("Z", "+00:00")), value)
-    return t if t is None or t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t is None or t.tzinfo else t.replace(tzinfo=UTC)
 
 
 day = partial(attempt, date.fromisoformat)
@@ -154,33 +200,51 @@ def typed(v: dict, parsers: dict) -> bool:
 
 def checked(v: dict, required, enums: dict) -> set[str]:
     """The validate stage: required (missing or blank) and enum columns."""
-    return ({"missing_required" for n in required if blank(v[n])}
-            | {"not_in_enum" for n, allowed in enums.items() if v[n] is not None and v[n] not in allowed})
+    return {"missing_required" for n in required if blank(v[n])} | {
+        "not_in_enum" for n, allowed in enums.items() if v[n] is not None and v[n] not in allowed
+    }
 
 
 def names_erased(raw: bytes, org: str | None, erased: dict) -> bool:
     """Whether the content holds an erased subject of `org` (any org's when None) as a whole token: not next to a
     letter, digit or underscore."""
     content = raw.decode("utf-8", "replace")
-    return any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", content)
-               for o in ([org] if org is not None else list(erased)) for s in erased.get(o, ()))
+    return any(
+        re.search(rf"(?<![A-Za-z0-9_]){re.escape(s)}(?![A-Za-z0-9_])", content)
+        for o in ([org] if org is not None else list(erased))
+        for s in erased.get(o, ())
+    )
 
 
 def count(out: Expected, topic: str, reasons: set[str]) -> None:
     out.quarantine[topic]["+".join(sorted(reasons))] += 1
 
 
-
 def classify_activity(record: dict) -> tuple[dict | None, set[str]]:
-    v = columns(record, ("org_id", "engagement_id", "activity_type", "event_time", "engagement_date", "duration_seconds",
-                         "subject", *OWNER_FIELDS))
+    v = columns(
+        record,
+        (
+            "org_id",
+            "engagement_id",
+            "activity_type",
+            "event_time",
+            "engagement_date",
+            "duration_seconds",
+            "subject",
+            *OWNER_FIELDS,
+        ),
+    )
     if not typed(v, {"event_time": timestamp, "duration_seconds": integer, "engagement_date": day}):
         return None, {"wrong_type"}
     errors = checked(v, ("org_id", "engagement_id", "activity_type", "event_time"), {"activity_type": ACTIVITY_TYPES})
     if errors:
         return None, errors
-    when = day(v["engagement_date"]) or timestamp(v["event_time"]).astimezone(timezone.utc).date()
-    return {**{n: v[n] for n in ("org_id", *CHECKED) if n != "engagement_date"}, "engagement_date": when, "id": v["engagement_id"]}, set()
+    when = day(v["engagement_date"]) or timestamp(v["event_time"]).astimezone(UTC).date()
+    return {
+        **{n: v[n] for n in ("org_id", *CHECKED) if n != "engagement_date"},
+        "engagement_date": when,
+        "id": v["engagement_id"],
+    }, set()
 
 
 def _activities(messages, erased: dict, out: Expected) -> dict:
@@ -202,7 +266,9 @@ def _activities(messages, erased: dict, out: Expected) -> dict:
         if subjects := {row["lead_id"], row["contact_id"]} & set(erased.get(org, {})):
             at, gate = min(erased[org][s] for s in subjects), m.gate
             if m.round >= at and (gate is None or (gate.stream, gate.topic) != (RETENTION, GDPR) or gate.round < at):
-                out.problems.append(f"activity {key[1]} names an erased subject in or after its erasure's round, ungated")
+                out.problems.append(
+                    f"activity {key[1]} names an erased subject in or after its erasure's round, ungated"
+                )
             continue  # deleted by the erasure, or suppressed after it
         if key in out.activities:
             count(out, ACTIVITIES, {DUPLICATE})
@@ -212,27 +278,72 @@ def _activities(messages, erased: dict, out: Expected) -> dict:
 
 
 def classify_request(record: dict) -> tuple[dict | None, set[str]]:
-    v = columns(record, ("request_id", "org_id", "request_time", "op", "from_field", "from_id", "to_field", "to_id", "field",
-                         "from_ids", "id", "engagement_id", "record", "date_from", "date_to"))
+    v = columns(
+        record,
+        (
+            "request_id",
+            "org_id",
+            "request_time",
+            "op",
+            "from_field",
+            "from_id",
+            "to_field",
+            "to_id",
+            "field",
+            "from_ids",
+            "id",
+            "engagement_id",
+            "record",
+            "date_from",
+            "date_to",
+        ),
+    )
     if not typed(v, {"request_time": timestamp, "date_from": day, "date_to": day}):
         return None, {"wrong_type"}
-    errors = checked(v, ("request_id", "org_id", "request_time", "op"),
-                     {"op": ("convert", "merge", "delete", "update"), **{n: OWNER_FIELDS for n in ("from_field", "to_field", "field")}})
+    errors = checked(
+        v,
+        ("request_id", "org_id", "request_time", "op"),
+        {
+            "op": ("convert", "merge", "delete", "update"),
+            **{n: OWNER_FIELDS for n in ("from_field", "to_field", "field")},
+        },
+    )
     if errors:
         return None, errors
     op, lo, hi = v["op"], day(v["date_from"]), day(v["date_to"])
-    errors = {"missing_required" for n in OP_REQUIRED.get(op, ("field", "id") if v["engagement_id"] is None else ()) if blank(v[n])}
+    errors = {
+        "missing_required"
+        for n in OP_REQUIRED.get(op, ("field", "id") if v["engagement_id"] is None else ())
+        if blank(v[n])
+    }
     if op == "delete" and v["engagement_id"] is not None and (v["field"] is not None or v["id"] is not None):
         errors.add("ambiguous_target")
     ids, body = loads(v["from_ids"]) if op == "merge" else None, loads(v["record"]) if op == "update" else None
-    errors |= {"wrong_type"} if (op == "merge" and v["from_ids"] is not None and not (
-        isinstance(ids, list) and ids and all(isinstance(x, str) and x for x in ids))) or (
-        op == "update" and v["record"] is not None and not isinstance(body, dict)) else set()
+    errors |= (
+        {"wrong_type"}
+        if (
+            op == "merge"
+            and v["from_ids"] is not None
+            and not (isinstance(ids, list) and ids and all(isinstance(x, str) and x for x in ids))
+        )
+        or (op == "update" and v["record"] is not None and not isinstance(body, dict))
+        else set()
+    )
     errors |= {"invalid_date_range"} if lo and hi and lo > hi else set()
     return None if errors else {
-        "org": v["org_id"], "id": v["request_id"], "time": timestamp(v["request_time"]), "op": op, "to_field": v["to_field"],
-        "field": v["from_field"] if op == "convert" else v["field"], "owner": v["from_id"] if op == "convert" else v["id"],
-        "from_ids": ids or [], "to_id": v["to_id"], "engagement_id": v["engagement_id"], "record": body, "date_from": lo, "date_to": hi,
+        "org": v["org_id"],
+        "id": v["request_id"],
+        "time": timestamp(v["request_time"]),
+        "op": op,
+        "to_field": v["to_field"],
+        "field": v["from_field"] if op == "convert" else v["field"],
+        "owner": v["from_id"] if op == "convert" else v["id"],
+        "from_ids": ids or [],
+        "to_id": v["to_id"],
+        "engagement_id": v["engagement_id"],
+        "record": body,
+        "date_from": lo,
+        "date_to": hi,
     }, errors
 
 
@@ -245,7 +356,9 @@ def _requests(messages, erased: dict, out: Expected) -> list[dict]:
         request, reasons = classify_request(record) if record is not None else (None, reasons)
         if names_erased(m.value, request["org"] if request else columns(record or {}, ("org_id",))["org_id"], erased):
             if request is not None:
-                out.problems.append(f"mutation request {request['id']} names an erased subject: applied or dropped depending on timing")
+                out.problems.append(
+                    f"mutation request {request['id']} names an erased subject: applied or dropped depending on timing"
+                )
             continue
         if reasons or (request["org"], request["id"]) in out.requests:
             count(out, MUTATIONS, reasons or {DUPLICATE})
@@ -280,12 +393,18 @@ def _finds_nothing(table: dict, r: dict) -> bool:
     return bool(missing)
 
 
-def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Expected, lost: set = frozenset()) -> None:
+def _apply(
+    requests: list[dict], uses: dict, expired: set, pending: set, out: Expected, lost: set = frozenset()
+) -> None:
     """The valid requests one at a time (the reference semantics), with the checks exactness rests on. `lost`: the
     (org, field, id) named by activities the broker lost; a request needing one, or an id a request produced from
     one, may find nothing (the module docstring)."""
     needed = Counter(n for r in requests for n in _needs(r))
-    produced = {(r["org"], r["to_field"] if r["op"] == "convert" else r["field"], r["to_id"]) for r in requests if r["op"] in ("convert", "merge")}
+    produced = {
+        (r["org"], r["to_field"] if r["op"] == "convert" else r["field"], r["to_id"])
+        for r in requests
+        if r["op"] in ("convert", "merge")
+    }
     lost = set(lost)
     for r in requests:
         key, rounds = (r["org"], r["id"]), [u for n in _needs(r) for u in uses.get(n, [])]
@@ -295,8 +414,12 @@ def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Ex
         if any(u >= r["round"] for u in rounds):  # its target comes in its round or later: it may wait, then expire
             out.late.add(key)
             if any(u < r["round"] for u in rounds) or any(needed[n] > 1 or n in produced for n in _needs(r)):
-                out.problems.append(f"request {r['id']}: an activity it touches comes after it, or another request shares its target")
-        elif not rounds and key in expired and not any(n in produced for n in _needs(r)):  # its target never reached the
+                out.problems.append(
+                    f"request {r['id']}: an activity it touches comes after it, or another request shares its target"
+                )
+        elif (
+            not rounds and key in expired and not any(n in produced for n in _needs(r))
+        ):  # its target never reached the
             out.late.add(key)  # topic (the broker lost it): it could only wait, then expire (soak seed 59)
         elif key in expired and touches_lost and _finds_nothing(out.activities, r):  # the rows in its scope were lost
             out.late.add(key)
@@ -308,16 +431,23 @@ def _apply(requests: list[dict], uses: dict, expired: set, pending: set, out: Ex
             out.unaccounted.append(f"mutation request {r['id']} is neither applied nor quarantined (still pending)")
         else:
             missing, deleted = _apply_one(out.activities, r)
-            if missing and not touches_lost:  # the lake holds such a request back (or not, if a request of its batch had the target)
+            if (
+                missing and not touches_lost
+            ):  # the lake holds such a request back (or not, if a request of its batch had the target)
                 out.problems.append(f"request {r['id']} finds no row holding {sorted(missing)} when it applies")
             for eid in deleted:  # a retry of it sent later would be appended again
                 if len(copies := uses.get((r["org"], "engagement_id", eid), [])) > 1 and max(copies) >= r["round"]:
-                    out.problems.append(f"engagement {eid} is sent again in or after the round of the request deleting it")
-    out.problems += [f"expired request {key} is not a valid request of the workload" for key in sorted(expired - out.requests)]
+                    out.problems.append(
+                        f"engagement {eid} is sent again in or after the round of the request deleting it"
+                    )
+    out.problems += [
+        f"expired request {key} is not a valid request of the workload" for key in sorted(expired - out.requests)
+    ]
 
 
 def _apply_one(table: dict, r: dict) -> tuple[set[str], list[str]]:
     """One request on the rows ((org, engagement_id) -> row): (the targets it found no row of, the ids it deleted)."""
+
     def hit(row) -> bool:
         d = row["engagement_date"] or date.min  # a null date orders first
         return (r["date_from"] is None or d >= r["date_from"]) and (r["date_to"] is None or d <= r["date_to"])
@@ -332,14 +462,22 @@ def _apply_one(table: dict, r: dict) -> tuple[set[str], list[str]]:
             row[r["to_field"] if r["op"] == "convert" else r["field"]] = r["to_id"]
         return missing, []
     if r["op"] == "delete":
-        gone = [k for k, row in rows.items() if hit(row) and (k[1] == r["engagement_id"] if r["engagement_id"] else row[r["field"]] == r["owner"])]
+        gone = [
+            k
+            for k, row in rows.items()
+            if hit(row) and (k[1] == r["engagement_id"] if r["engagement_id"] else row[r["field"]] == r["owner"])
+        ]
         for k in gone:
             del table[k]
         return ({r["engagement_id"] or r["owner"]} if not gone else set()), [k[1] for k in gone]
     if (row := rows.get((r["org"], r["engagement_id"]))) is None or not hit(row):
         return {r["engagement_id"]}, []
-    row.update({n: None for n in (*OWNER_FIELDS, "engagement_date")}, **{n: x for n, x in r["record"].items() if n in CHECKED})
-    row["engagement_date"] = day(row["engagement_date"]) if isinstance(row["engagement_date"], str) else row["engagement_date"]
+    row.update(
+        {n: None for n in (*OWNER_FIELDS, "engagement_date")}, **{n: x for n, x in r["record"].items() if n in CHECKED}
+    )
+    row["engagement_date"] = (
+        day(row["engagement_date"]) if isinstance(row["engagement_date"], str) else row["engagement_date"]
+    )
     return set(), []  # update: owners and date replaced, the other columns it names set
 
 
@@ -357,9 +495,15 @@ def _gdpr(messages, now: datetime, out: Expected) -> tuple[dict[str, dict[str, i
             if v["retention_days"] is not None and not 1 <= integer(v["retention_days"]) <= 36500:
                 reasons.add("out_of_range")
             if not reasons:
-                needed, unwanted = ("retention_days", "subject_id") if v["kind"] == "retention" else ("subject_id", "retention_days")
-                reasons = ({"missing_required"} if blank(v[needed]) else set()) | ({"unexpected_field"} if v[unwanted] is not None else set())
-                reasons |= {"request_time_in_future"} if timestamp(v["request_time"]) > now + timedelta(days=1) else set()
+                needed, unwanted = (
+                    ("retention_days", "subject_id") if v["kind"] == "retention" else ("subject_id", "retention_days")
+                )
+                reasons = ({"missing_required"} if blank(v[needed]) else set()) | (
+                    {"unexpected_field"} if v[unwanted] is not None else set()
+                )
+                reasons |= (
+                    {"request_time_in_future"} if timestamp(v["request_time"]) > now + timedelta(days=1) else set()
+                )
             if not reasons and (v["org_id"], v["request_id"]) in out.gdpr_requests:
                 reasons = {DUPLICATE}
         if reasons:
@@ -370,10 +514,19 @@ def _gdpr(messages, now: datetime, out: Expected) -> tuple[dict[str, dict[str, i
             erased[v["org_id"]].setdefault(v["subject_id"], m.round)
             continue
         if m.gate is None or (m.gate.stream, m.gate.topic) != (INGESTION, ACTIVITIES) or m.gate.round < m.round - 1:
-            out.problems.append(f"retention request {v['request_id']} is not gated on the ingestion of every earlier round")
+            out.problems.append(
+                f"retention request {v['request_id']} is not gated on the ingestion of every earlier round"
+            )
         at = timestamp(v["request_time"])
-        retentions.append({"org": v["org_id"], "id": v["request_id"], "time": at, "round": m.round,
-                           "cutoff": at.astimezone(timezone.utc).date() - timedelta(days=integer(v["retention_days"]))})
+        retentions.append(
+            {
+                "org": v["org_id"],
+                "id": v["request_id"],
+                "time": at,
+                "round": m.round,
+                "cutoff": at.astimezone(UTC).date() - timedelta(days=integer(v["retention_days"])),
+            }
+        )
     for raw, org, reasons in refused:  # a refused request naming an erased subject is purged, or never kept
         if not names_erased(raw, org, erased):
             count(out, GDPR, reasons)
@@ -387,8 +540,10 @@ def _in_request_order(retentions: list[dict], out: Expected) -> list[dict]:
     ordered = sorted(retentions, key=lambda t: (t["time"], t["id"]))
     for i, t in enumerate(ordered):
         if later := [e for e in ordered[:i] if e["org"] == t["org"] and retentions.index(e) > retentions.index(t)]:
-            out.problems.append(f"retention request {later[0]['id']} is sent after {t['id']} but comes first in request order: "
-                                f"its gdpr_audit count depends on the batching")
+            out.problems.append(
+                f"retention request {later[0]['id']} is sent after {t['id']} but comes first in request order: "
+                f"its gdpr_audit count depends on the batching"
+            )
     return ordered
 
 
@@ -398,14 +553,20 @@ def _crossing_cutoffs(requests: list[dict], retentions: list[dict], out: Expecte
     latest = {}  # org -> its latest cut-off: every older row goes by the end
     for t in retentions:
         latest[t["org"]] = max(latest.get(t["org"], t["cutoff"]), t["cutoff"])
-    aged = {(org, name, value) for (org, eid), row in out.activities.items()
-            if org in latest and row["engagement_date"] is not None and row["engagement_date"] < latest[org]
-            for name, value in (("engagement_id", eid), ("lead_id", row["lead_id"]), ("contact_id", row["contact_id"])) if value is not None}
+    aged = {
+        (org, name, value)
+        for (org, eid), row in out.activities.items()
+        if org in latest and row["engagement_date"] is not None and row["engagement_date"] < latest[org]
+        for name, value in (("engagement_id", eid), ("lead_id", row["lead_id"]), ("contact_id", row["contact_id"]))
+        if value is not None
+    }
     for r in requests:
         dated = day(r["record"].get("engagement_date")) if r["op"] == "update" else None
         if any(n in aged for n in _needs(r)) or (dated is not None and r["org"] in latest and dated < latest[r["org"]]):
-            out.problems.append(f"mutation request {r['id']} touches or dates a row before a retention cut-off of its org: "
-                                f"applied before or after the retention batch, depending on timing")
+            out.problems.append(
+                f"mutation request {r['id']} touches or dates a row before a retention cut-off of its org: "
+                f"applied before or after the retention batch, depending on timing"
+            )
 
 
 def _retain(retentions: list[dict], uses: dict, out: Expected) -> None:
@@ -413,29 +574,43 @@ def _retain(retentions: list[dict], uses: dict, out: Expected) -> None:
     (gdpr_audit). A row dated before the cut-off whose activity came in the request's round or later may have been
     ingested after the batch: a problem."""
     for t in retentions:
-        gone = [k for k, row in out.activities.items()
-                if k[0] == t["org"] and row["engagement_date"] is not None and row["engagement_date"] < t["cutoff"]]
+        gone = [
+            k
+            for k, row in out.activities.items()
+            if k[0] == t["org"] and row["engagement_date"] is not None and row["engagement_date"] < t["cutoff"]
+        ]
         for k in gone:
             if any(u >= t["round"] for u in uses.get((k[0], "engagement_id", k[1]), [])):
-                out.problems.append(f"engagement {k[1]}, dated before the cut-off of retention request {t['id']}, comes in or "
-                                    f"after its round: deleted or kept depending on timing")
+                out.problems.append(
+                    f"engagement {k[1]}, dated before the cut-off of retention request {t['id']}, comes in or "
+                    f"after its round: deleted or kept depending on timing"
+                )
             del out.activities[k]
         out.removed[(t["org"], t["id"])] = len(gone)
-
 
 
 def classify_change(record: dict) -> tuple[dict | None, set[str]]:
     v = columns(record, ("tenant", "primary_id", "record_type", "op", "cdc_seq", "cdc_ts", "fields", "related_ids"))
     if not typed(v, {"cdc_seq": integer, "cdc_ts": timestamp}):
         return None, {"wrong_type"}
-    errors = checked(v, ("tenant", "primary_id", "record_type", "op", "cdc_seq", "cdc_ts"), {"op": ("upsert", "delete")})
+    errors = checked(
+        v, ("tenant", "primary_id", "record_type", "op", "cdc_seq", "cdc_ts"), {"op": ("upsert", "delete")}
+    )
     errors |= {"pattern_mismatch"} if v["tenant"] is not None and not TENANT.match(v["tenant"]) else set()
     errors |= {"out_of_range"} if v["cdc_seq"] is not None and integer(v["cdc_seq"]) < 0 else set()
     fields, related = loads(v["fields"]), loads(v["related_ids"])
-    errors |= {"invalid_json"} if (v["fields"] is not None and not isinstance(fields, dict)) or (
-        v["related_ids"] is not None and not isinstance(related, list)) else set()
+    errors |= (
+        {"invalid_json"}
+        if (v["fields"] is not None and not isinstance(fields, dict))
+        or (v["related_ids"] is not None and not isinstance(related, list))
+        else set()
+    )
     return None if errors else {
-        "tenant": v["tenant"], "id": v["primary_id"], "op": v["op"], "seq": integer(v["cdc_seq"]), "fields": fields,
+        "tenant": v["tenant"],
+        "id": v["primary_id"],
+        "op": v["op"],
+        "seq": integer(v["cdc_seq"]),
+        "fields": fields,
         "related": None if related is None else [x if isinstance(x, str) else json.dumps(x) for x in related],
     }, errors
 
@@ -510,46 +685,69 @@ def _profile_erasures(requests, cdc, out: Expected) -> dict[str, dict[str, int]]
             refused.append((m.value, columns(record or {}, ("tenant",))["tenant"], reasons))
             continue
         tenant, key = request["tenant"], (request["tenant"], request["id"])
-        if key in out.profile_erasures:  # refused as repeated, and it names its subject, erased: suppressed, not quarantined
+        if (
+            key in out.profile_erasures
+        ):  # refused as repeated, and it names its subject, erased: suppressed, not quarantined
             out.suppressed[PROFILE_ERASURE] += 1
             continue
         gate = m.gate
         if gate is None or (gate.stream, gate.topic) != (PROFILE_CDC, PROFILES):
-            out.problems.append(f"profile erasure {request['id']} is not gated on the dumper: its identity depends on what was staged")
+            out.problems.append(
+                f"profile erasure {request['id']} is not gated on the dumper: its identity depends on what was staged"
+            )
             g = m.round - 1
         else:
             g = gate.round
-        before = [c for n, c in changes if c["tenant"] == tenant and n.round <= g and n.gate is None
-                  and not names_profile(c, erased.get(tenant, {}))]
+        before = [
+            c
+            for n, c in changes
+            if c["tenant"] == tenant
+            and n.round <= g
+            and n.gate is None
+            and not names_profile(c, erased.get(tenant, {}))
+        ]
         ids = _component(request["subject"], ((c["id"], c["related"]) for c in before))
         if ids != _component(request["subject"], _fold_links(before).items()):
-            out.problems.append(f"profile erasure {request['id']}: an older link of its identity was replaced, so which ids go depends "
-                                f"on what the processor merged")
+            out.problems.append(
+                f"profile erasure {request['id']}: an older link of its identity was replaced, so which ids go depends "
+                f"on what the processor merged"
+            )
         out.profile_erasures[key] = len(ids)
         erasures.append((m.round, g, tenant, ids))
         for i in ids:
             erased[tenant].setdefault(i, m.round)
     for raw, tenant, reasons in refused:
         if names_erased(raw, tenant, erased):
-            out.problems.append("a refused profile erasure request names an erased id: purged from quarantine or suppressed, by timing")
+            out.problems.append(
+                "a refused profile erasure request names an erased id: purged from quarantine or suppressed, by timing"
+            )
         else:
             count(out, PROFILE_ERASURES, reasons)
 
     def names(m, change: dict | None, tenant: str | None, erasure_tenant: str, ids: set[str]) -> bool:
         if change is not None:
             return change["tenant"] == erasure_tenant and names_profile(change, ids)
-        return names_erased(m.value, tenant, {erasure_tenant: ids})  # a bad record: by content (any tenant's without one)
+        return names_erased(
+            m.value, tenant, {erasure_tenant: ids}
+        )  # a bad record: by content (any tenant's without one)
 
     for m, change, tenant in [(m, c, c["tenant"]) for m, c in changes] + [(m, None, t) for m, t in bad]:
         hit = next(((r, g) for r, g, t, ids in erasures if names(m, change, tenant, t, ids)), None)
         if hit is None:
             continue
         r, g = hit
-        if m.gate is not None and (m.gate.stream, m.gate.topic) == (PROFILE_ERASURE, PROFILE_ERASURES) and m.gate.round >= r and m.gate.queued:
+        if (
+            m.gate is not None
+            and (m.gate.stream, m.gate.topic) == (PROFILE_ERASURE, PROFILE_ERASURES)
+            and m.gate.round >= r
+            and m.gate.queued
+        ):
             out.suppressed[PROFILE_CDC] += 1  # staged after the erasure committed: the dumper drops it
         elif not (m.round <= g and m.gate is None):  # before: staged (or quarantined), then removed by the erasure
-            out.problems.append(f"profile message {m.index} names an erased id after its erasure's gate round, not gated on the "
-                                f"erasure: stored, then removed, or suppressed, depending on timing")
+            out.problems.append(
+                f"profile message {m.index} names an erased id after its erasure's gate round, not gated on the "
+                f"erasure: stored, then removed, or suppressed, depending on timing"
+            )
     return erased
 
 
@@ -560,7 +758,9 @@ def _profiles(messages, out: Expected, erased: dict | None = None) -> None:
         record, reasons = parse(m.value, PROFILES)
         change, reasons = classify_change(record) if record is not None else (None, reasons)
         if reasons:
-            if not names_erased(m.value, columns(record or {}, ("tenant",))["tenant"], erased):  # else deleted or suppressed
+            if not names_erased(
+                m.value, columns(record or {}, ("tenant",))["tenant"], erased
+            ):  # else deleted or suppressed
                 count(out, PROFILES, reasons)
         elif not names_profile(change, erased.get(change["tenant"], {})):  # else removed by its erasure, or suppressed
             changes[(change["tenant"], change["id"])].append(change)
@@ -570,20 +770,34 @@ def _profiles(messages, out: Expected, erased: dict | None = None) -> None:
             if any(e["seq"] > c["seq"] for e in arrived[:i]):
                 later = [n for n in ordered if n["seq"] > c["seq"]]
                 keys = [{k for k, x in (n["fields"] or {}).items() if x is not None} for n in (c, *later)]
-                if not (any(n["op"] == "delete" for n in later) or (c["op"] == "upsert" and keys[0] <= set().union(*keys[1:]) and (
-                        c["related"] is None or any(n["related"] is not None for n in later)))):
-                    out.problems.append(f"late profile change {tenant}/{pid}@{c['seq']}: its outcome depends on batching")
+                if not (
+                    any(n["op"] == "delete" for n in later)
+                    or (
+                        c["op"] == "upsert"
+                        and keys[0] <= set().union(*keys[1:])
+                        and (c["related"] is None or any(n["related"] is not None for n in later))
+                    )
+                ):
+                    out.problems.append(
+                        f"late profile change {tenant}/{pid}@{c['seq']}: its outcome depends on batching"
+                    )
         state = None
         for c in ordered:
             if c["op"] == "delete":
                 state = {"deleted": True, "fields": None, "linked_ids": [], "cdc_seq": c["seq"]}
                 continue
             alive = state is not None and not state["deleted"]
-            fields = {**(state["fields"] if alive else {}), **{k: x for k, x in (c["fields"] or {}).items() if x is not None}}
-            linked = list(dict.fromkeys(c["related"])) if c["related"] is not None else (state["linked_ids"] if alive else [])
+            fields = {
+                **(state["fields"] if alive else {}),
+                **{k: x for k, x in (c["fields"] or {}).items() if x is not None},
+            }
+            linked = (
+                list(dict.fromkeys(c["related"]))
+                if c["related"] is not None
+                else (state["linked_ids"] if alive else [])
+            )
             state = {"deleted": False, "fields": fields, "linked_ids": linked, "cdc_seq": c["seq"]}
         out.profiles.setdefault(tenant, {})[pid] = state
-
 
 
 def data_lines(data: bytes) -> list[bytes]:
@@ -597,7 +811,9 @@ def data_lines(data: bytes) -> list[bytes]:
 def member_date(value: str) -> date | None:
     """The cast's formats in order (MM/dd/yyyy, then yyyy-MM-dd); None when neither gives a date."""
     for pattern, (y, m, d) in DATE_FORMATS:
-        if (match := pattern.fullmatch(value)) and (when := attempt(lambda g: date(int(g[y]), int(g[m]), int(g[d])), match)):
+        if (match := pattern.fullmatch(value)) and (
+            when := attempt(lambda g: date(int(g[y]), int(g[m]), int(g[d])), match)
+        ):
             return when
     return None
 
@@ -628,13 +844,23 @@ def classify_member(raw: bytes) -> tuple[dict | None, set[str]]:
     if v["level"] is not None and level is None:  # map_values without a default
         return None, {"unmapped_value"}
     member_id, points = integer(v["id"]), integer(v["points"])
-    if (v["id"] is not None and not within(member_id, 64)) or (v["points"] is not None and not within(points, 32)):  # conform
+    if (v["id"] is not None and not within(member_id, 64)) or (
+        v["points"] is not None and not within(points, 32)
+    ):  # conform
         return None, {"wrong_type"}
     email, last = v["email"], last if space else None
     # the target schema's constraints and the listed validators (required email, first_name's regex), all at once
     errors = {"missing_required"} if member_id is None or blank(first) or blank(email) else set()
-    errors |= {"out_of_range"} if (birth and birth < date(1900, 1, 1)) or (points is not None and not 0 <= points <= 1_000_000) else set()
-    errors |= {"pattern_mismatch"} if (email is not None and not EMAIL.search(email)) or not FIRST_NAME.search(first) else set()
+    errors |= (
+        {"out_of_range"}
+        if (birth and birth < date(1900, 1, 1)) or (points is not None and not 0 <= points <= 1_000_000)
+        else set()
+    )
+    errors |= (
+        {"pattern_mismatch"}
+        if (email is not None and not EMAIL.search(email)) or not FIRST_NAME.search(first)
+        else set()
+    )
     return None if errors else dict(zip(MEMBER_COLUMNS, (member_id, first, last, birth, level, email, points))), errors
 
 

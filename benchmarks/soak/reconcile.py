@@ -28,9 +28,14 @@ from benchmarks.soak.oracle import CHECKED, DUPLICATE, EXPIRED, MEMBER_COLUMNS, 
 from benchmarks.soak.slots import max_concurrent_runs, run_spans, slot_usage
 from benchmarks.soak.workload import ACTIVITIES, GDPR, LANDING, MUTATIONS, PROFILE_ERASURES, PROFILES, TENANTS
 
-QUARANTINES = {ACTIVITIES: "quarantine_engagement_ingestion", MUTATIONS: "quarantine_engagement_mutations",
-               GDPR: "quarantine_engagement_gdpr", PROFILES: "quarantine_profile_cdc", PROFILE_ERASURES: "quarantine_profile_erasure",
-               LANDING: "quarantine_rewards_members"}
+QUARANTINES = {
+    ACTIVITIES: "quarantine_engagement_ingestion",
+    MUTATIONS: "quarantine_engagement_mutations",
+    GDPR: "quarantine_engagement_gdpr",
+    PROFILES: "quarantine_profile_cdc",
+    PROFILE_ERASURES: "quarantine_profile_erasure",
+    LANDING: "quarantine_rewards_members",
+}
 DUPLICATE_CODES = {"duplicate_in_batch", "already_in_table", "duplicate_request"}
 EXAMPLES = 5  # keys printed per kind of difference
 
@@ -77,8 +82,10 @@ def keyed_diff(name: str, expected_rows: dict, actual: list[tuple], equal) -> tu
     lost, extra = sorted(expected_rows.keys() - count.keys()), sorted(count.keys() - expected_rows.keys())
     duplicated = sorted(k for k, n in count.items() if n > 1)
     wrong = sorted({k for k, row in actual if k in expected_rows and not equal(expected_rows[k], row)})
-    lines = [f"{name}: expected {len(expected_rows)}, found {len(actual)}: lost {len(lost)}, duplicated {len(duplicated)}, "
-             f"wrong {len(wrong)}, unexpected {len(extra)}"]
+    lines = [
+        f"{name}: expected {len(expected_rows)}, found {len(actual)}: lost {len(lost)}, duplicated {len(duplicated)}, "
+        f"wrong {len(wrong)}, unexpected {len(extra)}"
+    ]
     for label, keys in (("lost", lost), ("duplicated", duplicated), ("unexpected", extra)):
         lines += [f"    {label}: {k}" for k in keys[:EXAMPLES]]
     for k in wrong[:EXAMPLES]:
@@ -90,10 +97,19 @@ def lake_diff(messages, root: str, landed=(), lost=()) -> tuple[list[str], int, 
     """(lines, differences, unaccounted, workload problems). `landed`: the landing files the soak landed; `lost`: the
     messages sent that the topics do not hold."""
     mutation_q = quarantined(root, QUARANTINES[MUTATIONS])
-    expired = {(r["org_id"], json.loads(r["input"])["request_id"]) for r in mutation_q[2] if r["error_code"] == EXPIRED and r["input"]}
-    pending = {(r["org_id"], r["request_id"]) for r in read(root, "engagement_mutations_pending", ["org_id", "request_id"])}
+    expired = {
+        (r["org_id"], json.loads(r["input"])["request_id"])
+        for r in mutation_q[2]
+        if r["error_code"] == EXPIRED and r["input"]
+    }
+    pending = {
+        (r["org_id"], r["request_id"]) for r in read(root, "engagement_mutations_pending", ["org_id", "request_id"])
+    }
     oracle = expected(messages, expired, pending, landed=landed, lost=lost)
-    lines, differences = [f"late-target requests: {len(oracle.late)}, of which expired: {len(expired)}, still pending: {len(pending)}"], 0
+    lines, differences = (
+        [f"late-target requests: {len(oracle.late)}, of which expired: {len(expired)}, still pending: {len(pending)}"],
+        0,
+    )
 
     def add(diff: tuple[list[str], int]) -> None:
         nonlocal differences
@@ -101,40 +117,98 @@ def lake_diff(messages, root: str, landed=(), lost=()) -> tuple[list[str], int, 
         differences += diff[1]
 
     rows = read(root, "engagement_activity", ["org_id", "engagement_id", *CHECKED])
-    add(keyed_diff("engagement_activity", oracle.activities, [((r["org_id"], r["engagement_id"]), r) for r in rows],
-                   lambda want, got: all(want[c] == got[c] for c in CHECKED)))
+    add(
+        keyed_diff(
+            "engagement_activity",
+            oracle.activities,
+            [((r["org_id"], r["engagement_id"]), r) for r in rows],
+            lambda want, got: all(want[c] == got[c] for c in CHECKED),
+        )
+    )
     for topic, name in QUARANTINES.items():
         found, stored_twice, _ = mutation_q if topic == MUTATIONS else quarantined(root, name)
         want = oracle.quarantine[topic]
-        off = {reason: (want[reason], found[reason]) for reason in sorted(want.keys() | found.keys()) if want[reason] != found[reason]}
-        lines.append(f"{name}: expected {sum(want.values())} records, found {sum(found.values())}; error rows stored twice "
-                     f"{stored_twice}; by reason (expected, found) where they differ: {off or 'none'}")
+        off = {
+            reason: (want[reason], found[reason])
+            for reason in sorted(want.keys() | found.keys())
+            if want[reason] != found[reason]
+        }
+        lines.append(
+            f"{name}: expected {sum(want.values())} records, found {sum(found.values())}; error rows stored twice "
+            f"{stored_twice}; by reason (expected, found) where they differ: {off or 'none'}"
+        )
         differences += stored_twice + sum(abs(a - b) for a, b in off.values())
     members = read(root, "rewards_members", list(MEMBER_COLUMNS))  # the pipeline's target table
-    add(keyed_diff(f"{LANDING} ({len(landed)} files landed)", oracle.members, [(r["member_id"], r) for r in members],
-                   lambda want, got: want == got))
-    logged = [((r["org_id"], r["request_id"]), r) for r in read(root, "engagement_mutation_requests", ["org_id", "request_id"])]
-    add(keyed_diff("engagement_mutation_requests (one row per valid request)", {k: None for k in oracle.requests}, logged,
-                   lambda want, got: True))
-    audited = [((r["org_id"], r["request_id"]), r) for r in read(root, "gdpr_audit", ["org_id", "request_id", "rows_removed"])]
-    add(keyed_diff("gdpr_audit (one row per valid request; a retention request's rows_removed)",
-                   {k: oracle.removed.get(k) for k in oracle.gdpr_requests}, audited,  # an erasure's (None) is not compared
-                   lambda want, got: want is None or got["rows_removed"] == want))
-    erasures = [((r["tenant"], r["request_id"]), r) for r in read(root, "profile_erasure_audit", ["tenant", "request_id", "ids_erased"])]
-    add(keyed_diff("profile_erasure_audit (one row per valid request; its ids_erased)", oracle.profile_erasures, erasures,
-                   lambda want, got: got["ids_erased"] == want))
+    add(
+        keyed_diff(
+            f"{LANDING} ({len(landed)} files landed)",
+            oracle.members,
+            [(r["member_id"], r) for r in members],
+            lambda want, got: want == got,
+        )
+    )
+    logged = [
+        ((r["org_id"], r["request_id"]), r)
+        for r in read(root, "engagement_mutation_requests", ["org_id", "request_id"])
+    ]
+    add(
+        keyed_diff(
+            "engagement_mutation_requests (one row per valid request)",
+            {k: None for k in oracle.requests},
+            logged,
+            lambda want, got: True,
+        )
+    )
+    audited = [
+        ((r["org_id"], r["request_id"]), r) for r in read(root, "gdpr_audit", ["org_id", "request_id", "rows_removed"])
+    ]
+    add(
+        keyed_diff(
+            "gdpr_audit (one row per valid request; a retention request's rows_removed)",
+            {k: oracle.removed.get(k) for k in oracle.gdpr_requests},
+            audited,  # an erasure's (None) is not compared
+            lambda want, got: want is None or got["rows_removed"] == want,
+        )
+    )
+    erasures = [
+        ((r["tenant"], r["request_id"]), r)
+        for r in read(root, "profile_erasure_audit", ["tenant", "request_id", "ids_erased"])
+    ]
+    add(
+        keyed_diff(
+            "profile_erasure_audit (one row per valid request; its ids_erased)",
+            oracle.profile_erasures,
+            erasures,
+            lambda want, got: got["ids_erased"] == want,
+        )
+    )
     suppressed = Counter()
     for r in read(root, "profile_suppressed_records", ["stream", "records"]):
         suppressed[r["stream"]] += r["records"]
-    off = {s: (oracle.suppressed[s], suppressed[s]) for s in sorted(oracle.suppressed.keys() | suppressed.keys())
-           if oracle.suppressed[s] != suppressed[s]}
-    lines.append(f"profile_suppressed_records: expected {sum(oracle.suppressed.values())} records, found {sum(suppressed.values())}; "
-                 f"by stream (expected, found) where they differ: {off or 'none'}")
+    off = {
+        s: (oracle.suppressed[s], suppressed[s])
+        for s in sorted(oracle.suppressed.keys() | suppressed.keys())
+        if oracle.suppressed[s] != suppressed[s]
+    }
+    lines.append(
+        f"profile_suppressed_records: expected {sum(oracle.suppressed.values())} records, found {sum(suppressed.values())}; "
+        f"by stream (expected, found) where they differ: {off or 'none'}"
+    )
     differences += sum(abs(a - b) for a, b in off.values())
     for tenant in sorted(set(TENANTS) | set(oracle.profiles)):
         raw = read(root, f"profile_raw/{tenant}", ["primary_id", "deleted", "fields", "linked_ids", "cdc_seq"])
-        actual = [(r["primary_id"], {"deleted": bool(r["deleted"]), "fields": json.loads(r["fields"]) if r["fields"] else None,
-                                     "linked_ids": list(r["linked_ids"] or []), "cdc_seq": r["cdc_seq"]}) for r in raw]
+        actual = [
+            (
+                r["primary_id"],
+                {
+                    "deleted": bool(r["deleted"]),
+                    "fields": json.loads(r["fields"]) if r["fields"] else None,
+                    "linked_ids": list(r["linked_ids"] or []),
+                    "cdc_seq": r["cdc_seq"],
+                },
+            )
+            for r in raw
+        ]
         add(keyed_diff(f"profile_raw/{tenant}", oracle.profiles.get(tenant, {}), actual, lambda want, got: want == got))
     return lines, differences, oracle.unaccounted, oracle.problems
 
@@ -152,10 +226,15 @@ def dagster_outcome(dagster_home: str) -> dict:
     with DagsterInstance.get() as instance:
         runs = instance.get_runs()
         status = {r.run_id: r.status.value for r in runs}
-        attempts = Counter((r.job_name, r.tags.get("dagster/partition")) for r in runs if r.tags.get("dagster/partition"))
-        failed = [f"{r.job_name} {r.tags.get('dagster/partition', '')} {r.run_id[:8]}"
-                  + "".join(f" {t}={r.tags[t]}" for t in ("engagement/orphaned", "engagement/coordination") if t in r.tags)
-                  for r in runs if r.status.value in ("FAILURE", "CANCELED")]
+        attempts = Counter(
+            (r.job_name, r.tags.get("dagster/partition")) for r in runs if r.tags.get("dagster/partition")
+        )
+        failed = [
+            f"{r.job_name} {r.tags.get('dagster/partition', '')} {r.run_id[:8]}"
+            + "".join(f" {t}={r.tags[t]}" for t in ("engagement/orphaned", "engagement/coordination") if t in r.tags)
+            for r in runs
+            if r.status.value in ("FAILURE", "CANCELED")
+        ]
         evaluated, failing, warned, unevaluated = 0, [], [], []
         for key in check_keys:
             latest = {}
@@ -168,26 +247,55 @@ def dagster_outcome(dagster_home: str) -> dict:
                 if record.status.value == "FAILED":
                     severity = getattr(getattr(evaluation, "severity", None), "value", "ERROR")
                     (warned if severity == "WARN" else failing).append(f"{where}: {severity}")
-                elif record.status.value == "PLANNED" and status.get(record.run_id) not in (None, "STARTED", "STARTING"):
-                    unevaluated.append(f"{where}: planned by run {record.run_id[:8]} ({status.get(record.run_id)}), never evaluated")
+                elif record.status.value == "PLANNED" and status.get(record.run_id) not in (
+                    None,
+                    "STARTED",
+                    "STARTING",
+                ):
+                    unevaluated.append(
+                        f"{where}: planned by run {record.run_id[:8]} ({status.get(record.run_id)}), never evaluated"
+                    )
         ticks, failed_ticks, paused = Counter(), Counter(), []
         for state in instance.all_instigator_state():
             history = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=1_000_000)  # newest first
             ticks.update(tick.status.value for tick in history)
             failed_ticks.update(state.instigator_name for tick in history if tick.status.value == "FAILURE")
             reason = (history[0].skip_reason or "") if history else ""
-            if "paused" in reason:  # a stream that stopped retrying waits for a person (README: resuming a paused stream)
+            if (
+                "paused" in reason
+            ):  # a stream that stopped retrying waits for a person (README: resuming a paused stream)
                 paused.append(f"{state.instigator_name}: {reason[:300]}")
         spans = run_spans(instance)
-        slots = slot_usage(spans, max_concurrent_runs(instance), max((s.ended or s.created for s in spans), default=0.0))
-    return {"runs": Counter(f"{r.job_name}: {r.status.value}" for r in runs), "failed": failed, "ticks": ticks,
-            "failed_ticks": failed_ticks, "paused": paused,
-            "retried": sum(1 for n in attempts.values() if n > 1), "checks": evaluated, "failing": failing, "warnings": warned,
-            "unevaluated": unevaluated, "slots": slots.lines()}
+        slots = slot_usage(
+            spans, max_concurrent_runs(instance), max((s.ended or s.created for s in spans), default=0.0)
+        )
+    return {
+        "runs": Counter(f"{r.job_name}: {r.status.value}" for r in runs),
+        "failed": failed,
+        "ticks": ticks,
+        "failed_ticks": failed_ticks,
+        "paused": paused,
+        "retried": sum(1 for n in attempts.values() if n > 1),
+        "checks": evaluated,
+        "failing": failing,
+        "warnings": warned,
+        "unevaluated": unevaluated,
+        "slots": slots.lines(),
+    }
 
 
-def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sample], caught_up: bool,
-              failed_sends: list[str], incidents: list[str], env: dict[str, str], landed=(), window_s: float = 0.0) -> int:
+def reconcile(
+    messages,
+    on_topic: Counter,
+    faults: list[Fault],
+    samples: list[Sample],
+    caught_up: bool,
+    failed_sends: list[str],
+    incidents: list[str],
+    env: dict[str, str],
+    landed=(),
+    window_s: float = 0.0,
+) -> int:
     delivered, broker_notes, lost = as_delivered(messages, on_topic)
     lines, differences, unaccounted, problems = lake_diff(delivered, env["EP_LAKE_ROOT"], landed, lost)
     dagster = dagster_outcome(env["DAGSTER_HOME"])
@@ -196,8 +304,10 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
         print("  " + line)
     for f in faults:
         resumed = resumed_after(f, samples) if f.cleared is not None else None
-        print(f"    {f.kind} planned {f.planned:.0f} s, injected {f.injected and round(f.injected)}, cleared {f.cleared and round(f.cleared)}"
-              f", hold {f.hold:.0f} s, back to committing {'-' if resumed is None else round(resumed)} s {f.detail}")
+        print(
+            f"    {f.kind} planned {f.planned:.0f} s, injected {f.injected and round(f.injected)}, cleared {f.cleared and round(f.cleared)}"
+            f", hold {f.hold:.0f} s, back to committing {'-' if resumed is None else round(resumed)} s {f.detail}"
+        )
     for line in incidents:
         print("  incident: " + line)
     print("\n== runs ==")
@@ -208,8 +318,10 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
         print("    failed: " + line)
     for line in dagster["slots"]:
         print("  " + line)
-    print(f"  sensor and schedule ticks: {dict(sorted(dagster['ticks'].items()))}; failed ticks by sensor (faults make some): "
-          f"{dict(sorted(dagster['failed_ticks'].items())) or 'none'}")
+    print(
+        f"  sensor and schedule ticks: {dict(sorted(dagster['ticks'].items()))}; failed ticks by sensor (faults make some): "
+        f"{dict(sorted(dagster['failed_ticks'].items())) or 'none'}"
+    )
     for line in dagster["paused"]:
         print("  PAUSED at the end: " + line)
     print(f"\n== checks: {dagster['checks']} (check, partition) latest evaluations ==")
@@ -219,18 +331,25 @@ def reconcile(messages, on_topic: Counter, faults: list[Fault], samples: list[Sa
     print("\n== tables ==")
     for line in lines:
         print("  " + line)
-    for line in broker_notes[:20] + failed_sends[:20]:  # the broker's doing, not the platform's: the oracle used what it holds
+    for line in (
+        broker_notes[:20] + failed_sends[:20]
+    ):  # the broker's doing, not the platform's: the oracle used what it holds
         print("  broker (not counted: the oracle used what the topics hold): " + line)
     for line in unaccounted:
         print("  unaccounted: " + line)
     for line in problems:
         print("  workload assumption broken (the oracle is not exact here): " + line)
-    verdict = {"not caught up within the bound": not caught_up, f"{differences} differences in the tables": differences > 0,
-               f"{len(unaccounted)} records unaccounted for": bool(unaccounted), f"{len(dagster['failing'])} failing checks": bool(dagster["failing"]),
-               f"{len(dagster['unevaluated'])} checks never evaluated": bool(dagster["unevaluated"]),
-               f"{len(dagster['paused'])} streams paused after the faults cleared": bool(dagster["paused"]),
-               f"{len(problems)} broken workload assumptions": bool(problems)}
+    verdict = {
+        "not caught up within the bound": not caught_up,
+        f"{differences} differences in the tables": differences > 0,
+        f"{len(unaccounted)} records unaccounted for": bool(unaccounted),
+        f"{len(dagster['failing'])} failing checks": bool(dagster["failing"]),
+        f"{len(dagster['unevaluated'])} checks never evaluated": bool(dagster["unevaluated"]),
+        f"{len(dagster['paused'])} streams paused after the faults cleared": bool(dagster["paused"]),
+        f"{len(problems)} broken workload assumptions": bool(problems),
+    }
     failed = [reason for reason, bad in verdict.items() if bad]
-    print(f"\n{'FAIL: ' + '; '.join(failed) if failed else 'PASS'} ({len(messages)} messages, {sum(f.injected is not None for f in faults)} faults)")
+    print(
+        f"\n{'FAIL: ' + '; '.join(failed) if failed else 'PASS'} ({len(messages)} messages, {sum(f.injected is not None for f in faults)} faults)"
+    )
     return 1 if failed else 0
-

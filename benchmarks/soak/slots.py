@@ -33,7 +33,11 @@ class SlotUsage:
 
     def lines(self) -> list[str]:
         share = self.failed_s / (self.success_s + self.failed_s) if self.success_s + self.failed_s else 0.0
-        wait = f"median {statistics.median(self.waits):.0f} s, mean {statistics.mean(self.waits):.0f} s" if self.waits else "none launched"
+        wait = (
+            f"median {statistics.median(self.waits):.0f} s, mean {statistics.mean(self.waits):.0f} s"
+            if self.waits
+            else "none launched"
+        )
         return [
             f"run slots {self.slots}: a run waited in the queue for {self.queued_s:.0f} s of the run, all slots taken for "
             f"{self.queued_full_s:.0f} s of those; request to launch {wait}",
@@ -45,23 +49,30 @@ class SlotUsage:
 def slot_usage(runs: list[RunSpan], slots: int, now: float) -> SlotUsage:
     """Sweeps the runs' moments in order: between two moments the number queued and the number holding a slot is
     constant. A run still queued or in flight counts until `now`."""
+
     def until(moment: float | None) -> float:
         return now if moment is None else moment
 
     moments = sorted({m for r in runs for m in (r.created, r.launched, r.ended) if m is not None} | {now})
     queued_s = queued_full_s = 0.0
     for begin, end in zip(moments, moments[1:]):
-        if not any(r.created <= begin < min(until(r.launched), until(r.ended)) for r in runs):  # ended unlaunched: cancelled
+        if not any(
+            r.created <= begin < min(until(r.launched), until(r.ended)) for r in runs
+        ):  # ended unlaunched: cancelled
             continue
         holding = sum(1 for r in runs if r.launched is not None and r.launched <= begin < until(r.ended))
         queued_s += end - begin
         queued_full_s += (end - begin) if holding >= slots else 0.0
     held = [(r, until(r.ended) - r.launched) for r in runs if r.launched is not None]
     return SlotUsage(
-        slots=slots, queued_s=queued_s, queued_full_s=queued_full_s,
+        slots=slots,
+        queued_s=queued_s,
+        queued_full_s=queued_full_s,
         waits=[r.launched - r.created for r in runs if r.launched is not None],
-        success_s=sum(t for r, t in held if r.succeeded), failed_s=sum(t for r, t in held if not r.succeeded),
-        successes=sum(1 for r, _ in held if r.succeeded), failures=sum(1 for r, _ in held if not r.succeeded),
+        success_s=sum(t for r, t in held if r.succeeded),
+        failed_s=sum(t for r, t in held if not r.succeeded),
+        successes=sum(1 for r, _ in held if r.succeeded),
+        failures=sum(1 for r, _ in held if not r.succeeded),
     )
 
 
@@ -72,7 +83,9 @@ def run_spans(instance) -> list[RunSpan]:
         stats = instance.get_run_stats(record.dagster_run.run_id)
         launched = stats.launch_time or stats.start_time or record.start_time
         ended = record.end_time or stats.end_time
-        spans.append(RunSpan(record.create_timestamp.timestamp(), launched, ended, record.dagster_run.status.value == "SUCCESS"))
+        spans.append(
+            RunSpan(record.create_timestamp.timestamp(), launched, ended, record.dagster_run.status.value == "SUCCESS")
+        )
     return spans
 
 

@@ -88,7 +88,7 @@ import json
 import random
 from collections import Counter
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 ACTIVITIES, MUTATIONS, GDPR, PROFILES = "activities", "mutations", "gdpr", "profiles"  # logical topics
 PROFILE_ERASURES = "profile_erasures"  # logical topic of profile erasure requests (EP_PROFILE_ERASURE_TOPIC)
@@ -98,24 +98,51 @@ ORGS = ("00DSOAK000001", "00DSOAK000002", "00DSOAK000003")
 TENANTS = ("acme", "globex", "initech")
 ACTIVITY_TYPES = ("email_sent", "email_opened", "email_replied", "call", "meeting", "video_viewed", "task_completed")
 # Request and CDC clocks are synthetic and in the past: request_time more than a day after the batch is refused.
-BASE_TIME = datetime(2026, 1, 5, 8, tzinfo=timezone.utc)
+BASE_TIME = datetime(2026, 1, 5, 8, tzinfo=UTC)
 FIRST_DAY = date(2026, 1, 1)
 DROP = object()  # in a spoiler: remove the key
 # Bad records: kind -> how a good record is spoiled (malformed_record: its JSON cut short by 7 bytes). The kind is
 # the error code the stream's validation gives it; each record has exactly one.
-BAD_ACTIVITIES = {"malformed_record": {}, "missing_required": {"activity_type": DROP}, "wrong_type": {"duration_seconds": "long"},
-                  "not_in_enum": {"activity_type": "fax_sent"}, "oversized": {"payload": {"body": "x" * 70_000}}}
-BAD_REQUESTS = {"malformed_record": {}, "not_in_enum": {"op": "rename"}, "missing_required": {"to_id": DROP},
-                "invalid_date_range": {"date_from": "2026-01-20", "date_to": "2026-01-10"},
-                "wrong_type": {"op": "merge", "field": "contact_id", "from_ids": "003NOTALIST", "from_field": DROP, "from_id": DROP,
-                               "to_field": DROP}}
-BAD_GDPR = {"malformed_record": {}, "not_in_enum": {"kind": "forget"}, "missing_required": {"subject_id": DROP},
-            "request_time_in_future": {"request_time": "2099-01-01T00:00:00Z"}}
-BAD_PROFILES = {"malformed_record": {}, "not_in_enum": {"op": "merge"}, "invalid_json": {"fields": "[1, 2]"},
-                "missing_required": {"primary_id": DROP}}
+BAD_ACTIVITIES = {
+    "malformed_record": {},
+    "missing_required": {"activity_type": DROP},
+    "wrong_type": {"duration_seconds": "long"},
+    "not_in_enum": {"activity_type": "fax_sent"},
+    "oversized": {"payload": {"body": "x" * 70_000}},
+}
+BAD_REQUESTS = {
+    "malformed_record": {},
+    "not_in_enum": {"op": "rename"},
+    "missing_required": {"to_id": DROP},
+    "invalid_date_range": {"date_from": "2026-01-20", "date_to": "2026-01-10"},
+    "wrong_type": {
+        "op": "merge",
+        "field": "contact_id",
+        "from_ids": "003NOTALIST",
+        "from_field": DROP,
+        "from_id": DROP,
+        "to_field": DROP,
+    },
+}
+BAD_GDPR = {
+    "malformed_record": {},
+    "not_in_enum": {"kind": "forget"},
+    "missing_required": {"subject_id": DROP},
+    "request_time_in_future": {"request_time": "2099-01-01T00:00:00Z"},
+}
+BAD_PROFILES = {
+    "malformed_record": {},
+    "not_in_enum": {"op": "merge"},
+    "invalid_json": {"fields": "[1, 2]"},
+    "missing_required": {"primary_id": DROP},
+}
 # Bad profile erasure requests (profiles/erasure/pipeline.yaml): each names ids no CDC change uses, so none is erased
-BAD_PROFILE_ERASURES = {"malformed_record": {}, "missing_required": {"subject_id": DROP}, "pattern_mismatch": {"tenant": "Acme Corp"},
-                        "wrong_type": {"request_time": "soon"}}
+BAD_PROFILE_ERASURES = {
+    "malformed_record": {},
+    "missing_required": {"subject_id": DROP},
+    "pattern_mismatch": {"tenant": "Acme Corp"},
+    "wrong_type": {"request_time": "soon"},
+}
 # Profile erasure cases, in turn (Workload._profile_erasure): a subject linked to a second id, one alone whose last
 # change before the request deletes it (a tombstone), and an id no change ever named.
 PROFILE_ERASURE_KINDS = ("linked", "alone", "nowhere")
@@ -129,9 +156,17 @@ LAST_NAMES = ("Lee", "Ray", "Ng", "O'Neil", "de Vries", "Smith")
 LEVELS = ("B", "S", "G", "bronze", "silver", "gold", "")  # every mapping key; empty: a null level, no error
 # Bad lines: (the "+"-joined error codes the pipeline gives the line, how a good row is changed); None: the line
 # does not parse (an unclosed quote: two fields). The kinds and their codes are those test_apply.py's LINES pin.
-BAD_MEMBERS = (("malformed_record", None), ("wrong_type", {"bday": "13/45/1990"}), ("wrong_type", {"points": "many"}),
-               ("pattern_mismatch", {"email": "fay-at-example"}), ("missing_required", {"email": ""}),
-               ("missing_required+out_of_range+pattern_mismatch", {"name": "J0hn Doe", "bday": "1800-01-01", "email": "", "points": "-5"}))
+BAD_MEMBERS = (
+    ("malformed_record", None),
+    ("wrong_type", {"bday": "13/45/1990"}),
+    ("wrong_type", {"points": "many"}),
+    ("pattern_mismatch", {"email": "fay-at-example"}),
+    ("missing_required", {"email": ""}),
+    (
+        "missing_required+out_of_range+pattern_mismatch",
+        {"name": "J0hn Doe", "bday": "1800-01-01", "email": "", "points": "-5"},
+    ),
+)
 # TTL retention (Workload._retention): old activities from OLD_FIRST_DAY on, OLD_STEP_DAYS days per epoch. About 2.5
 # years before FIRST_DAY: far from every other date, yet a few hundred (org, day, type) keys in engagement_daily_metrics
 # at most, and retention_days (1..36500) stays under 1000. The epochs run out before FIRST_DAY after 457 of them
@@ -181,9 +216,17 @@ def iso(t: datetime) -> str:
 
 
 class Workload:
-    def __init__(self, seed: int = 7, activities_per_round: int = 6, requests_per_round: float = 1.5,
-                 profile_changes_per_round: int = 4, erasure_every: int = 40, landing_every: int = 15, retention_every: int = 60,
-                 profile_erasure_every: int = 40):
+    def __init__(
+        self,
+        seed: int = 7,
+        activities_per_round: int = 6,
+        requests_per_round: float = 1.5,
+        profile_changes_per_round: int = 4,
+        erasure_every: int = 40,
+        landing_every: int = 15,
+        retention_every: int = 60,
+        profile_erasure_every: int = 40,
+    ):
         self.rng, self.seed = random.Random(seed), seed
         self.activities_per_round, self.requests_per_round = activities_per_round, requests_per_round
         self.profile_changes_per_round, self.erasure_every = profile_changes_per_round, erasure_every
@@ -200,9 +243,15 @@ class Workload:
         self.profile_erasure_every = profile_erasure_every  # 0: no profile erasures
         self.profile_erasure_rng = random.Random(f"profile_erasure/{seed}")  # its own stream, like landing_rng
         self.profile_erasure_counter = 0  # its own ids ("E"), like retention_counter
-        self.profile_erasure_seq = 0  # its own CDC sequence: its ids are no other change's, so per id it only has to grow
-        self.profile_erasure_scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate), sent last
-        self.profile_erasures: list[dict] = []  # the generator's model: per request its tenant, ids, namesake tenant (tests)
+        self.profile_erasure_seq = (
+            0  # its own CDC sequence: its ids are no other change's, so per id it only has to grow
+        )
+        self.profile_erasure_scheduled: dict[
+            int, list[tuple]
+        ] = {}  # round -> (topic, key, value, intent, gate), sent last
+        self.profile_erasures: list[
+            dict
+        ] = []  # the generator's model: per request its tenant, ids, namesake tenant (tests)
         self.round = 0
         self.messages: list[Message] = []
         self.scheduled: dict[int, list[tuple]] = {}  # round -> (topic, key, value, intent, gate)
@@ -247,7 +296,9 @@ class Workload:
                 self._retention(k)
             if self.profile_erasure_every and k % self.profile_erasure_every == self.profile_erasure_every * 7 // 8:
                 self._profile_erasure(k)
-        for topic, key, value, intent, gate in self.profile_erasure_scheduled.pop(k, []):  # last in the round (docstring)
+        for topic, key, value, intent, gate in self.profile_erasure_scheduled.pop(
+            k, []
+        ):  # last in the round (docstring)
             self._emit(k, topic, key, value, intent, gate)
         return self.messages[start:]
 
@@ -278,17 +329,32 @@ class Workload:
 
     # ---- activities ----------------------------------------------------------------------------------
 
-    def _activity(self, org: str, field: str, owner: str, rng: random.Random | None = None, eid: str | None = None,
-                  day: date | None = None) -> dict:
+    def _activity(
+        self,
+        org: str,
+        field: str,
+        owner: str,
+        rng: random.Random | None = None,
+        eid: str | None = None,
+        day: date | None = None,
+    ) -> dict:
         """A good activity of `owner`; by default from self.rng, a new id and a day in January 2026 (an old activity
         passes its own stream, id and day)."""
         rng, eid = rng or self.rng, eid or self._id("e")
         kind = rng.choice(ACTIVITY_TYPES)
         day = FIRST_DAY + timedelta(days=rng.randint(0, 27)) if day is None else day
-        record = {"engagement_id": eid, "org_id": org, "activity_type": kind,
-                  "event_time": f"{day.isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
-                  "user_id": f"005S{self.seed}U{rng.randint(0, 9)}", "lead_id": None, "contact_id": None, "account_id": None,
-                  "subject": f"soak {eid}" if rng.random() < 0.7 else None, "payload": {"step": rng.randint(1, 8)}}
+        record = {
+            "engagement_id": eid,
+            "org_id": org,
+            "activity_type": kind,
+            "event_time": f"{day.isoformat()}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
+            "user_id": f"005S{self.seed}U{rng.randint(0, 9)}",
+            "lead_id": None,
+            "contact_id": None,
+            "account_id": None,
+            "subject": f"soak {eid}" if rng.random() < 0.7 else None,
+            "payload": {"step": rng.randint(1, 8)},
+        }
         record[field] = owner
         if field == "contact_id":
             record["account_id"] = f"001S{self.seed}A{rng.randint(0, 20)}"
@@ -306,8 +372,11 @@ class Workload:
             owner = rng.choice(pool)
             self.last_used[(org, field, owner)] = k
             record = self._activity(org, field, owner)
-            self.rows[record["engagement_id"]] = {**{f: record[f] for f in ("org_id", *OWNERS, "activity_type", "subject")}, "round": k,
-                                                  "engagement_date": date.fromisoformat(record["event_time"][:10])}
+            self.rows[record["engagement_id"]] = {
+                **{f: record[f] for f in ("org_id", *OWNERS, "activity_type", "subject")},
+                "round": k,
+                "engagement_date": date.fromisoformat(record["event_time"][:10]),
+            }
             self._emit(k, ACTIVITIES, org.encode(), dumps(record), "good")
             if rng.random() < 0.08:  # a producer retry: the same bytes again, same key (same partition, later offset)
                 self._emit(k, ACTIVITIES, org.encode(), dumps(record), "duplicate")
@@ -324,12 +393,24 @@ class Workload:
         for r in (k + 1, k + 2, k + 3):
             self._later(r, ACTIVITIES, org.encode(), dumps(self._activity(org, "lead_id", subject)), "subject")
         self._later(k + 2, ACTIVITIES, other.encode(), dumps(self._activity(other, "lead_id", subject)), "namesake")
-        erasure = {"request_id": self._id("g"), "org_id": org, "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 5))),
-                   "kind": "erasure", "subject_id": subject}
+        erasure = {
+            "request_id": self._id("g"),
+            "org_id": org,
+            "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 5))),
+            "kind": "erasure",
+            "subject_id": subject,
+        }
         self._later(k + 5, GDPR, org.encode(), dumps(erasure), "erasure")
         gate = Gate(RETENTION, GDPR, k + 5)
         for r in (k + 7, k + 9):
-            self._later(r, ACTIVITIES, org.encode(), dumps(self._activity(org, "lead_id", subject)), "subject_after_erasure", gate)
+            self._later(
+                r,
+                ACTIVITIES,
+                org.encode(),
+                dumps(self._activity(org, "lead_id", subject)),
+                "subject_after_erasure",
+                gate,
+            )
         self._later(k + 8, ACTIVITIES, other.encode(), dumps(self._activity(other, "lead_id", subject)), "namesake")
 
     def _owners(self, org: str, field: str, k: int) -> list[str]:
@@ -352,7 +433,13 @@ class Workload:
         request = None
         if op == "convert" and (leads := self._owners(org, "lead_id", k)):
             lead, to = rng.choice(leads), self._id("003")
-            request = {**self._base(org, k, op), "from_field": "lead_id", "from_id": lead, "to_field": "contact_id", "to_id": to}
+            request = {
+                **self._base(org, k, op),
+                "from_field": "lead_id",
+                "from_id": lead,
+                "to_field": "contact_id",
+                "to_id": to,
+            }
             hits = [r for _, r in rows if r["lead_id"] == lead]
             if rng.random() < 0.3:  # a date range holding at least one of the lead's rows: the target exists
                 day = rng.choice(hits)["engagement_date"]
@@ -384,8 +471,12 @@ class Workload:
                 del self.rows[eid]
             else:
                 day = FIRST_DAY + timedelta(days=rng.randint(0, 27))
-                record = {**{f: row[f] for f in OWNERS}, "engagement_date": day.isoformat(),
-                          "activity_type": rng.choice(ACTIVITY_TYPES), "subject": f"updated {eid}"}
+                record = {
+                    **{f: row[f] for f in OWNERS},
+                    "engagement_date": day.isoformat(),
+                    "activity_type": rng.choice(ACTIVITY_TYPES),
+                    "subject": f"updated {eid}",
+                }
                 request = {**self._base(org, k, op), "engagement_id": eid, "record": record}
                 row.update(record, engagement_date=day)
         elif op == "late":
@@ -404,24 +495,47 @@ class Workload:
         self._later(k + self.rng.randint(8, 25), ACTIVITIES, org.encode(), dumps(record), "late_target")
         kind = self.counter % 3
         if kind == 0:
-            return {**self._base(org, k, "convert"), "from_field": "lead_id", "from_id": record["lead_id"], "to_field": "contact_id",
-                    "to_id": self._id("003")}
+            return {
+                **self._base(org, k, "convert"),
+                "from_field": "lead_id",
+                "from_id": record["lead_id"],
+                "to_field": "contact_id",
+                "to_id": self._id("003"),
+            }
         if kind == 1:
             return {**self._base(org, k, "delete"), "engagement_id": record["engagement_id"]}
-        return {**self._base(org, k, "update"), "engagement_id": record["engagement_id"],
-                "record": {**{f: record[f] for f in OWNERS}, "engagement_date": "2026-01-31", "activity_type": "meeting", "subject": "late"}}
+        return {
+            **self._base(org, k, "update"),
+            "engagement_id": record["engagement_id"],
+            "record": {
+                **{f: record[f] for f in OWNERS},
+                "engagement_date": "2026-01-31",
+                "activity_type": "meeting",
+                "subject": "late",
+            },
+        }
 
     def _bad_request(self, k: int) -> None:
         org = self.rng.choice(ORGS)  # ids no activity uses
-        request = {**self._base(org, k, "convert"), "from_field": "lead_id", "from_id": self._id("00Q"), "to_field": "contact_id",
-                   "to_id": self._id("003")}
+        request = {
+            **self._base(org, k, "convert"),
+            "from_field": "lead_id",
+            "from_id": self._id("00Q"),
+            "to_field": "contact_id",
+            "to_id": self._id("003"),
+        }
         kind, value = self._spoiled(MUTATIONS, BAD_REQUESTS, request)
         self._emit(k, MUTATIONS, org.encode(), value, f"bad:{kind}", Gate(INGESTION, ACTIVITIES, k - 1))
 
     def _bad_gdpr(self, k: int) -> None:
         org = self.rng.choice(ORGS)
-        request = {"request_id": self._id("g"), "org_id": org, "request_time": iso(BASE_TIME + timedelta(seconds=2 * k)),
-                   "kind": "erasure", "subject_id": self._id("00Q")}  # an id no activity uses: never erased
+        request = {
+            "request_id": self._id("g"),
+            "org_id": org,
+            "request_time": iso(BASE_TIME + timedelta(seconds=2 * k)),
+            "kind": "erasure",
+            "subject_id": self._id("00Q"),
+        }  # an id no activity uses: never erased
         kind, value = self._spoiled(GDPR, BAD_GDPR, request)
         self._emit(k, GDPR, org.encode(), value, f"bad:{kind}")
 
@@ -455,8 +569,13 @@ class Workload:
         rounds (earlier epochs), on or before those of this round and later. Gated like a mutation message."""
         org, rng = ORGS[(epoch - 1) % len(ORGS)], self.retention_rng
         at, cutoff = BASE_TIME + timedelta(seconds=2 * k), self._old_day(epoch)
-        request = {"request_id": self._retention_id("g"), "org_id": org, "request_time": iso(at), "kind": "retention",
-                   "retention_days": (at.date() - cutoff).days}  # cut-off = request_time's UTC date - retention_days
+        request = {
+            "request_id": self._retention_id("g"),
+            "org_id": org,
+            "request_time": iso(at),
+            "kind": "retention",
+            "retention_days": (at.date() - cutoff).days,
+        }  # cut-off = request_time's UTC date - retention_days
         self.cutoffs.append((org, k, cutoff))
         gate = Gate(INGESTION, ACTIVITIES, k - 1)
         self._emit(k, GDPR, org.encode(), dumps(request), "retention", gate)
@@ -483,15 +602,25 @@ class Workload:
 
     def _fields(self, keys: list[str], pid: str) -> dict:
         rng = self.rng
-        values = {"email": lambda: f"{pid}.{rng.randint(0, 99)}@example.com", "country": lambda: rng.choice(["DE", "FR", "US", "JP"]),
-                  "plan": lambda: rng.choice(["free", "pro", "enterprise"]), "score": lambda: rng.randint(0, 100),
-                  "tags": lambda: rng.sample(["a", "b", "c", "d"], rng.randint(0, 2))}
+        values = {
+            "email": lambda: f"{pid}.{rng.randint(0, 99)}@example.com",
+            "country": lambda: rng.choice(["DE", "FR", "US", "JP"]),
+            "plan": lambda: rng.choice(["free", "pro", "enterprise"]),
+            "score": lambda: rng.randint(0, 100),
+            "tags": lambda: rng.sample(["a", "b", "c", "d"], rng.randint(0, 2)),
+        }
         return {key: values[key]() for key in keys}
 
     def _change(self, tenant: str, pid: str, k: int, op: str = "upsert", fields: dict | None = None) -> dict:
         self.seq[tenant] += 1
-        change = {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": self.seq[tenant],
-                  "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.seq[tenant] % 1000))}
+        change = {
+            "tenant": tenant,
+            "primary_id": pid,
+            "record_type": "person",
+            "op": op,
+            "cdc_seq": self.seq[tenant],
+            "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.seq[tenant] % 1000)),
+        }
         if op == "upsert":
             change["fields"] = fields or {}
         return change
@@ -503,12 +632,18 @@ class Workload:
         key, roll = f"{tenant}/{pid}".encode(), rng.random()
         keys = rng.sample(["email", "country", "plan", "score", "tags"], rng.randint(1, 3))
         if roll < 0.03:
-            kind, value = self._spoiled(PROFILES, BAD_PROFILES, self._change(tenant, pid, k, fields=self._fields(keys, pid)))
+            kind, value = self._spoiled(
+                PROFILES, BAD_PROFILES, self._change(tenant, pid, k, fields=self._fields(keys, pid))
+            )
             self._emit(k, PROFILES, b"bad", value, f"bad:{kind}")
         elif roll < 0.11:  # late: L (lower sequence) arrives 3-15 rounds after N (another staging batch, mostly), and N
             # sets every key L sets, or deletes: L then changes nothing whether the processor folds it or drops it
-            late = self._change(tenant, pid, k, fields=self._fields(keys[:max(1, len(keys) - 1)], pid))
-            newer = self._change(tenant, pid, k, "delete") if rng.random() < 0.3 else self._change(tenant, pid, k, fields=self._fields(keys, pid))
+            late = self._change(tenant, pid, k, fields=self._fields(keys[: max(1, len(keys) - 1)], pid))
+            newer = (
+                self._change(tenant, pid, k, "delete")
+                if rng.random() < 0.3
+                else self._change(tenant, pid, k, fields=self._fields(keys, pid))
+            )
             self._emit(k, PROFILES, key, dumps(newer), "profile_change")
             self._later(k + rng.randint(3, 15), PROFILES, key, dumps(late), "late_change")
             self.busy.add((tenant, pid))
@@ -523,25 +658,40 @@ class Workload:
                 change["related_ids"] = rng.sample([f"p{n}" for n in range(1, 41) if f"p{n}" != pid], rng.randint(1, 2))
             self._emit(k, PROFILES, key, dumps(change), "profile_change")
 
-
     # ---- profile erasure ------------------------------------------------------------------------------
 
     def _profile_erasure_id(self, prefix: str) -> str:
         self.profile_erasure_counter += 1
-        return f"{prefix}S{self.seed}E{self.profile_erasure_counter:06d}"  # as _id, with "E": no id of the other streams
+        return (
+            f"{prefix}S{self.seed}E{self.profile_erasure_counter:06d}"  # as _id, with "E": no id of the other streams
+        )
 
-    def _profile_erasure_later(self, k: int, topic: str, key: bytes, value: bytes, intent: str, gate: Gate | None = None) -> None:
+    def _profile_erasure_later(
+        self, k: int, topic: str, key: bytes, value: bytes, intent: str, gate: Gate | None = None
+    ) -> None:
         assert k >= self.round - 1, "scheduled for a round already sent"
         self.profile_erasure_scheduled.setdefault(k, []).append((topic, key, value, intent, gate))
 
-    def _erasure_change(self, tenant: str, pid: str, k: int, op: str = "upsert", related: list[str] | None = None) -> dict:
+    def _erasure_change(
+        self, tenant: str, pid: str, k: int, op: str = "upsert", related: list[str] | None = None
+    ) -> dict:
         """A CDC change of one of the profile erasure's own ids: its own sequence and fields (profile_erasure_rng)."""
         rng = self.profile_erasure_rng
         self.profile_erasure_seq += 1
-        change = {"tenant": tenant, "primary_id": pid, "record_type": "person", "op": op, "cdc_seq": self.profile_erasure_seq,
-                  "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.profile_erasure_seq % 1000))}
+        change = {
+            "tenant": tenant,
+            "primary_id": pid,
+            "record_type": "person",
+            "op": op,
+            "cdc_seq": self.profile_erasure_seq,
+            "cdc_ts": iso(BASE_TIME + timedelta(seconds=2 * k, milliseconds=self.profile_erasure_seq % 1000)),
+        }
         if op == "upsert":
-            change["fields"] = {"email": f"{pid}@example.com", "plan": rng.choice(["free", "pro", "enterprise"]), "score": rng.randint(0, 100)}
+            change["fields"] = {
+                "email": f"{pid}@example.com",
+                "plan": rng.choice(["free", "pro", "enterprise"]),
+                "score": rng.randint(0, 100),
+            }
             if rng.random() < 0.3:
                 change["fields"][rng.choice(["plan", "score"])] = None  # "not captured": keeps the stored value
         if related is not None:
@@ -570,10 +720,15 @@ class Workload:
         ids = [subject] + ([linked] if linked else [])
 
         def cdc(r: int, change: dict, intent: str, gate: Gate | None = None) -> None:
-            self._profile_erasure_later(r, PROFILES, f"{change['tenant']}/{change['primary_id']}".encode(), dumps(change), intent, gate)
+            self._profile_erasure_later(
+                r, PROFILES, f"{change['tenant']}/{change['primary_id']}".encode(), dumps(change), intent, gate
+            )
 
         def bad(r: int, spoil: dict, intent: str, gate: Gate | None = None) -> None:
-            change = {**self._erasure_change(tenant, subject, r), **spoil}  # names the subject: stored nowhere in the end
+            change = {
+                **self._erasure_change(tenant, subject, r),
+                **spoil,
+            }  # names the subject: stored nowhere in the end
             self._profile_erasure_later(r, PROFILES, f"{tenant}/{subject}".encode(), dumps(change), intent, gate)
 
         cdc(k, self._erasure_change(other, subject, k), "profile_namesake")
@@ -584,19 +739,41 @@ class Workload:
                 cdc(k + 1, self._erasure_change(tenant, linked, k + 1), "erased_profile")
             cdc(k + 1, self._erasure_change(tenant, subject, k + 1), "erased_profile")
             bad(k + 1, {"fields": "[1, 2]"}, "erased_profile_bad")  # invalid_json
-            cdc(k + 2, self._erasure_change(tenant, subject, k + 2, "delete" if kind == "alone" else "upsert"), "erased_profile")
-        request = {"request_id": self._profile_erasure_id("pe"), "tenant": tenant, "subject_id": subject,
-                   "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3)))}
+            cdc(
+                k + 2,
+                self._erasure_change(tenant, subject, k + 2, "delete" if kind == "alone" else "upsert"),
+                "erased_profile",
+            )
+        request = {
+            "request_id": self._profile_erasure_id("pe"),
+            "tenant": tenant,
+            "subject_id": subject,
+            "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3))),
+        }
         gate = Gate(PROFILE_CDC, PROFILES, k + 2)
         self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), dumps(request), "profile_erasure", gate)
         if rng.random() < 0.3:
-            self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), dumps(request), "profile_erasure_duplicate", gate)
-        spoiled = {"request_id": self._profile_erasure_id("pe"), "tenant": tenant, "subject_id": self._profile_erasure_id("u"),
-                   "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3)))}
+            self._profile_erasure_later(
+                k + 3, PROFILE_ERASURES, tenant.encode(), dumps(request), "profile_erasure_duplicate", gate
+            )
+        spoiled = {
+            "request_id": self._profile_erasure_id("pe"),
+            "tenant": tenant,
+            "subject_id": self._profile_erasure_id("u"),
+            "request_time": iso(BASE_TIME + timedelta(seconds=2 * (k + 3))),
+        }
         bad_kind, value = self._spoiled(PROFILE_ERASURES, BAD_PROFILE_ERASURES, spoiled)
         self._profile_erasure_later(k + 3, PROFILE_ERASURES, tenant.encode(), value, f"bad:{bad_kind}")
-        self.profile_erasures.append({"round": k + 3, "tenant": tenant, "request_id": request["request_id"], "kind": kind,
-                                      "ids": set(ids), "namesake": other})
+        self.profile_erasures.append(
+            {
+                "round": k + 3,
+                "tenant": tenant,
+                "request_id": request["request_id"],
+                "kind": kind,
+                "ids": set(ids),
+                "namesake": other,
+            }
+        )
         after = Gate(PROFILE_ERASURE, PROFILE_ERASURES, k + 3, queued=True)
         cdc(k + 5, self._erasure_change(other, subject, k + 5), "profile_namesake")  # another tenant's person: kept
         for pid in ids:
@@ -613,12 +790,23 @@ class Workload:
         rng = self.landing_rng
         self.member += 1
         first = rng.choice(FIRST_NAMES)
-        name = first if rng.random() < 0.1 else f"{first} {rng.choice(LAST_NAMES)}"  # min_parts 1: one word is a first name
+        name = (
+            first if rng.random() < 0.1 else f"{first} {rng.choice(LAST_NAMES)}"
+        )  # min_parts 1: one word is a first name
         born = date(1930, 1, 1) + timedelta(days=rng.randint(0, 27_000))
         bday = born.strftime("%m/%d/%Y") if rng.random() < 0.5 else born.isoformat()  # the cast's two formats
-        points = rng.choice((0, 1_000_000)) if rng.random() < 0.1 else rng.randint(1, 50_000)  # the bounds are inclusive
+        points = (
+            rng.choice((0, 1_000_000)) if rng.random() < 0.1 else rng.randint(1, 50_000)
+        )  # the bounds are inclusive
         email = f"{first.split()[0].lower()}.{self.member}@example.com"
-        return {"id": str(self.member), "name": name, "bday": bday, "level": rng.choice(LEVELS), "email": email, "points": str(points)}
+        return {
+            "id": str(self.member),
+            "name": name,
+            "bday": bday,
+            "level": rng.choice(LEVELS),
+            "email": email,
+            "points": str(points),
+        }
 
     def _bad_member(self) -> tuple[str, str]:
         """(line, intent) of the next bad kind (in turn, so every kind occurs), on a row with its own member id."""
@@ -638,4 +826,6 @@ class Workload:
             lines.insert(rng.randint(0, len(lines)), self._bad_member())
         data = "\n".join([",".join(MEMBER_COLUMNS), *(line for line, _ in lines)]) + "\n"
         # zero-padded: the sensor plans waiting files in path order, which is then the order they landed in
-        self.landing.append(LandingFile(k, f"soak-s{self.seed}-r{k:06d}.csv", data.encode(), tuple(i for _, i in lines)))
+        self.landing.append(
+            LandingFile(k, f"soak-s{self.seed}-r{k:06d}.csv", data.encode(), tuple(i for _, i in lines))
+        )

@@ -16,7 +16,9 @@ from engagement_platform.settings import load_settings
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="three simulated streams on a temporary Delta table, with and without the coordinator")
+    parser = argparse.ArgumentParser(
+        description="three simulated streams on a temporary Delta table, with and without the coordinator"
+    )
     parser.add_argument("--out", default="docs/three_streams_timeline.png", help="timeline PNG to write")
     parser.add_argument("--ingestion", type=int, default=16, help="ingestion batches (fast cadence)")
     parser.add_argument("--mutation", type=int, default=5, help="mutation batches (medium cadence)")

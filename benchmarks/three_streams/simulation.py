@@ -43,14 +43,34 @@ from dataclasses import dataclass, field
 
 from deltalake.exceptions import CommitFailedError
 
+from benchmarks.three_streams.workload import (
+    INGESTION,
+    LOCK_NAME,
+    MUTATION,
+    RETENTION,
+    RULES,
+    STREAMS,
+    StreamConfig,
+    Workload,
+    apply_batch,
+    canonical,
+    expected_content,
+    seed_rows,
+)
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from benchmarks.three_streams.workload import (
-    INGESTION, LOCK_NAME, MUTATION, RETENTION, RULES, STREAMS, StreamConfig, Workload, canonical, apply_batch,
-    expected_content, seed_rows,
-)
 
-__all__ = ["INGESTION", "MUTATION", "RETENTION", "RULES", "STREAMS", "StreamConfig", "Workload", "apply_batch", "seed_rows"]
+__all__ = [
+    "INGESTION",
+    "MUTATION",
+    "RETENTION",
+    "RULES",
+    "STREAMS",
+    "StreamConfig",
+    "Workload",
+    "apply_batch",
+    "seed_rows",
+]
 
 RAN = ("committed", "conflict")  # outcomes whose window did work on the table (idle and gave_up did not)
 IDLE_POLL_S = 0.05
@@ -124,7 +144,9 @@ class SimulationResult:
             "overlaps": self.overlaps,
             "conflicts": self.conflicts,
             "conflicts_by_stream": dict(Counter(w.stream for w in self.windows if w.outcome == "conflict")),
-            "conflict_reasons": dict(Counter(w.detail.split("Commit failed: ")[-1] for w in self.windows if w.outcome == "conflict")),
+            "conflict_reasons": dict(
+                Counter(w.detail.split("Commit failed: ")[-1] for w in self.windows if w.outcome == "conflict")
+            ),
             "gave_up": self.gave_up,
             "idle": self.count("idle"),
             "order_violations": len(self.order_violations()) if self.coordinated else None,
@@ -140,7 +162,7 @@ def count_overlaps(windows: list[Window]) -> int:
     ran = sorted((w for w in windows if w.outcome in RAN), key=lambda w: w.start)
     pairs = 0
     for i, a in enumerate(ran):
-        for b in ran[i + 1:]:
+        for b in ran[i + 1 :]:
             if b.start >= a.end:
                 break
             pairs += a.stream != b.stream
@@ -210,7 +232,9 @@ class _Run:
                 if outcome == "committed":
                     batch, attempt = batch + 1, 1
                 # An idle stream polls no faster than IDLE_POLL_S (a zero cadence would spin on the lock).
-                tick = max(tick + (max(cfg.interval_s, IDLE_POLL_S) if outcome == "idle" else cfg.interval_s), self.now())
+                tick = max(
+                    tick + (max(cfg.interval_s, IDLE_POLL_S) if outcome == "idle" else cfg.interval_s), self.now()
+                )
         except BaseException as exc:  # noqa: BLE001 - surfaced by run_simulation
             self.errors.append(exc)
             ready.abort()  # a stream that cannot start must not leave the others waiting
@@ -239,10 +263,14 @@ class _Run:
                     return "idle"
                 return self.work(cfg, lease, batch, attempt, requested)
         except CoordinationGaveUp as exc:
-            self.record(Window(cfg.name, batch, attempt, requested, self.now(), self.now(), "gave_up", detail=str(exc)[:200]))
+            self.record(
+                Window(cfg.name, batch, attempt, requested, self.now(), self.now(), "gave_up", detail=str(exc)[:200])
+            )
             return "gave_up"
         except LeaseLost as exc:
-            self.record(Window(cfg.name, batch, attempt, requested, self.now(), self.now(), "lease_lost", detail=str(exc)[:200]))
+            self.record(
+                Window(cfg.name, batch, attempt, requested, self.now(), self.now(), "lease_lost", detail=str(exc)[:200])
+            )
             return "gave_up"
 
     def work(self, cfg: StreamConfig, lease, batch: int, attempt: int, requested: float) -> str:
@@ -256,13 +284,27 @@ class _Run:
                 lease.check()  # fencing: a lease lost during compute must not commit
             version, rows = apply_batch(table, self.w, cfg.name, batch, txn)
         except CommitFailedError as exc:
-            self.record(Window(cfg.name, batch, attempt, requested, start, self.now(), "conflict", token, detail=str(exc).splitlines()[0][:200]))
+            self.record(
+                Window(
+                    cfg.name,
+                    batch,
+                    attempt,
+                    requested,
+                    start,
+                    self.now(),
+                    "conflict",
+                    token,
+                    detail=str(exc).splitlines()[0][:200],
+                )
+            )
             return "conflict"
         self.record(Window(cfg.name, batch, attempt, requested, start, self.now(), "committed", token, version, rows))
         return "committed"
 
 
-def run_simulation(lake_root: str, workload: Workload = Workload(), coordinator: CoordinatorFactory | None = None) -> SimulationResult:
+def run_simulation(
+    lake_root: str, workload: Workload = Workload(), coordinator: CoordinatorFactory | None = None
+) -> SimulationResult:
     """Seed a fresh table under `lake_root`, run the three streams, check the final content."""
     lake = DeltaLake(lake_root)
     lake.append(ENGAGEMENT_ACTIVITY, seed_rows(workload), BatchTxn("simulation.seed", 0))

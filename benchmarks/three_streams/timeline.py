@@ -29,8 +29,10 @@ def _title(result: SimulationResult) -> str:
     s = result.summary()
     mode = "with the coordinator" if result.coordinated else "without the coordinator"
     extra = f", give-ups {s['gave_up']}, order violations {s['order_violations']}" if result.coordinated else ""
-    return (f"{mode}: {s['batches_committed']} batches in {s['elapsed_s']:.1f} s, overlapping window pairs "
-            f"{s['overlaps']}, commit conflicts {s['conflicts']}{extra}, content exact: {s['content_matches']}")
+    return (
+        f"{mode}: {s['batches_committed']} batches in {s['elapsed_s']:.1f} s, overlapping window pairs "
+        f"{s['overlaps']}, commit conflicts {s['conflicts']}{extra}, content exact: {s['content_matches']}"
+    )
 
 
 def _panel(ax, result: SimulationResult) -> None:
@@ -38,11 +40,22 @@ def _panel(ax, result: SimulationResult) -> None:
     for w in result.windows:
         y = lanes[w.stream]
         if w.outcome == "committed":
-            ax.broken_barh([(w.start, max(w.end - w.start, 1e-3))], (y - LANE_HEIGHT / 2, LANE_HEIGHT),
-                           facecolors=COLOURS[w.stream], edgecolors="black", linewidth=0.4)
+            ax.broken_barh(
+                [(w.start, max(w.end - w.start, 1e-3))],
+                (y - LANE_HEIGHT / 2, LANE_HEIGHT),
+                facecolors=COLOURS[w.stream],
+                edgecolors="black",
+                linewidth=0.4,
+            )
         elif w.outcome == "conflict":
-            ax.broken_barh([(w.start, max(w.end - w.start, 1e-3))], (y - LANE_HEIGHT / 2, LANE_HEIGHT),
-                           facecolors="mistyrose", edgecolors="red", hatch="////", linewidth=0.8)
+            ax.broken_barh(
+                [(w.start, max(w.end - w.start, 1e-3))],
+                (y - LANE_HEIGHT / 2, LANE_HEIGHT),
+                facecolors="mistyrose",
+                edgecolors="red",
+                hatch="////",
+                linewidth=0.8,
+            )
         elif w.outcome in ("gave_up", "lease_lost"):
             ax.plot([w.end], [y], marker="x", color="black", markersize=6, linestyle="none")
         elif w.outcome == "idle":

@@ -74,35 +74,41 @@ def _org(n: int) -> str:
 
 def seed_rows(w: Workload) -> pa.Table:
     keys = [(o, k) for o in range(w.orgs) for k in range(w.seed_rows_per_org)]
-    return _activity_rows({
-        "org_id": [_org(o) for o, _ in keys],
-        "engagement_id": [f"s{o:02d}-{k:05d}" for o, k in keys],
-        "engagement_date": [D0 + timedelta(days=k % SEED_DAYS) for _, k in keys],
-        "subject": ["seed"] * len(keys),
-        "batch_id": [0] * len(keys),
-    })
+    return _activity_rows(
+        {
+            "org_id": [_org(o) for o, _ in keys],
+            "engagement_id": [f"s{o:02d}-{k:05d}" for o, k in keys],
+            "engagement_date": [D0 + timedelta(days=k % SEED_DAYS) for _, k in keys],
+            "subject": ["seed"] * len(keys),
+            "batch_id": [0] * len(keys),
+        }
+    )
 
 
 def ingest_rows(w: Workload, batch: int) -> pa.Table:
     n = w.rows_per_ingest
-    return _activity_rows({
-        "org_id": [_org(k % w.orgs) for k in range(n)],
-        "engagement_id": [f"i{batch:04d}-{k:05d}" for k in range(n)],
-        "engagement_date": [RECENT] * n,
-        "subject": ["ingested"] * n,
-        "batch_id": [batch] * n,
-    })
+    return _activity_rows(
+        {
+            "org_id": [_org(k % w.orgs) for k in range(n)],
+            "engagement_id": [f"i{batch:04d}-{k:05d}" for k in range(n)],
+            "engagement_date": [RECENT] * n,
+            "subject": ["ingested"] * n,
+            "batch_id": [batch] * n,
+        }
+    )
 
 
 def mutation_source(w: Workload, batch: int) -> pa.Table:
     """Batch b renames the contact of every seed row with k % batches == b - 1, in every org."""
     groups = w.stream(MUTATION).batches
     keys = [(o, k) for o in range(w.orgs) for k in range(batch - 1, w.seed_rows_per_org, groups)]
-    return pa.table({
-        "org_id": [_org(o) for o, _ in keys],
-        "engagement_id": [f"s{o:02d}-{k:05d}" for o, k in keys],
-        "contact_id": [f"003M{batch:03d}"] * len(keys),
-    })
+    return pa.table(
+        {
+            "org_id": [_org(o) for o, _ in keys],
+            "engagement_id": [f"s{o:02d}-{k:05d}" for o, k in keys],
+            "contact_id": [f"003M{batch:03d}"] * len(keys),
+        }
+    )
 
 
 def retention_cutoff(w: Workload, batch: int) -> date:
@@ -113,9 +119,16 @@ def expected_content(w: Workload) -> pa.Table:
     groups = w.stream(MUTATION).batches
     cutoff = retention_cutoff(w, w.stream(RETENTION).batches)
     rows = [
-        {"org_id": _org(o), "engagement_id": f"s{o:02d}-{k:05d}", "engagement_date": D0 + timedelta(days=k % SEED_DAYS),
-         "contact_id": f"003M{k % groups + 1:03d}", "subject": "mutated"}
-        for o in range(w.orgs) for k in range(w.seed_rows_per_org) if D0 + timedelta(days=k % SEED_DAYS) >= cutoff
+        {
+            "org_id": _org(o),
+            "engagement_id": f"s{o:02d}-{k:05d}",
+            "engagement_date": D0 + timedelta(days=k % SEED_DAYS),
+            "contact_id": f"003M{k % groups + 1:03d}",
+            "subject": "mutated",
+        }
+        for o in range(w.orgs)
+        for k in range(w.seed_rows_per_org)
+        if D0 + timedelta(days=k % SEED_DAYS) >= cutoff
     ]
     for b in range(1, w.stream(INGESTION).batches + 1):
         rows += ingest_rows(w, b).select(CHECKED_COLUMNS).to_pylist()
@@ -136,13 +149,20 @@ def apply_batch(table: DeltaTable, w: Workload, stream: str, batch: int, txn: Ba
     props = txn.commit_properties()
     if stream == INGESTION:
         rows = ingest_rows(w, batch)
-        write_deltalake(table, rows, mode="append", partition_by=list(ENGAGEMENT_ACTIVITY.partition_by), commit_properties=props)
+        write_deltalake(
+            table, rows, mode="append", partition_by=list(ENGAGEMENT_ACTIVITY.partition_by), commit_properties=props
+        )
         table.update_incremental()
         return table.version(), rows.num_rows
     if stream == MUTATION:
         metrics = (
-            table.merge(mutation_source(w, batch), "t.org_id = s.org_id AND t.engagement_id = s.engagement_id",
-                        source_alias="s", target_alias="t", commit_properties=props)
+            table.merge(
+                mutation_source(w, batch),
+                "t.org_id = s.org_id AND t.engagement_id = s.engagement_id",
+                source_alias="s",
+                target_alias="t",
+                commit_properties=props,
+            )
             .when_matched_update({"contact_id": "s.contact_id", "subject": "'mutated'"})
             .execute()
         )

@@ -8,23 +8,47 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from engagement_platform.engagement.tables import CALL_OUTCOMES
 
-SUBJECTS = ("Quick question about {co}", "Following up", "Ideas for {co}'s Q3 pipeline", "Can we find 15 minutes?",
-            "Re: pricing", "Intro from a mutual contact", "Last note from me")
-STEP_WEIGHTS = {"email_sent": 40, "email_opened": 25, "email_clicked": 6, "email_replied": 4, "email_bounced": 2,
-                "call": 14, "meeting": 3, "video_viewed": 3, "linkedin_message": 2, "task_completed": 1}
+SUBJECTS = (
+    "Quick question about {co}",
+    "Following up",
+    "Ideas for {co}'s Q3 pipeline",
+    "Can we find 15 minutes?",
+    "Re: pricing",
+    "Intro from a mutual contact",
+    "Last note from me",
+)
+STEP_WEIGHTS = {
+    "email_sent": 40,
+    "email_opened": 25,
+    "email_clicked": 6,
+    "email_replied": 4,
+    "email_bounced": 2,
+    "call": 14,
+    "meeting": 3,
+    "video_viewed": 3,
+    "linkedin_message": 2,
+    "task_completed": 1,
+}
 BAD_KINDS = ("not_json", "not_object", "missing_field", "wrong_type", "unknown_activity_type", "oversized")
 
 
 class ActivityGenerator:
-    def __init__(self, seed: int = 7, orgs: int = 20, start: datetime | None = None, bad_ratio: float = 0.01, id_prefix: str = "e"):
+    def __init__(
+        self,
+        seed: int = 7,
+        orgs: int = 20,
+        start: datetime | None = None,
+        bad_ratio: float = 0.01,
+        id_prefix: str = "e",
+    ):
         self.rng = random.Random(seed)
         self.orgs = [f"00D{n:06d}" for n in range(orgs)]
         self.bad_ratio = bad_ratio
-        self.clock = start or datetime(2026, 1, 5, 8, tzinfo=timezone.utc)
+        self.clock = start or datetime(2026, 1, 5, 8, tzinfo=UTC)
         self.sequence = 0
         # The seed is part of every id: a producer restarted with another seed (the CLI seeds with the
         # clock) does not re-send the ids an earlier run wrote to the same lake.
@@ -49,7 +73,9 @@ class ActivityGenerator:
             "account_id": None if on_lead else f"001{rng.randint(0, 999):06d}",
             "cadence_id": f"cad{rng.randint(0, 29):03d}",
             "template_id": f"tpl{rng.randint(0, 99):03d}" if kind.startswith("email") else None,
-            "subject": rng.choice(SUBJECTS).format(co=f"Acme {rng.randint(1, 500)}") if kind.startswith("email") else None,
+            "subject": rng.choice(SUBJECTS).format(co=f"Acme {rng.randint(1, 500)}")
+            if kind.startswith("email")
+            else None,
             "payload": {"step": rng.randint(1, 8), "channel": "web" if rng.random() < 0.7 else "mobile"},
         }
         if kind == "call":
@@ -98,7 +124,7 @@ class _AboutRecentActivities:
     def observe(self, record: dict) -> None:
         self.seen.append(record)
         if len(self.seen) > self.WINDOW:
-            del self.seen[:self.TRIM]
+            del self.seen[: self.TRIM]
 
 
 class MutationGenerator(_AboutRecentActivities):
@@ -113,17 +139,37 @@ class MutationGenerator(_AboutRecentActivities):
         if not self.seen:
             return None
         self.sequence += 1
-        rng, base = self.rng, {"request_id": f"m{at:%Y%m%d%H%M%S}-{self.sequence}", "request_time": at.isoformat().replace("+00:00", "Z")}
+        rng, base = (
+            self.rng,
+            {
+                "request_id": f"m{at:%Y%m%d%H%M%S}-{self.sequence}",
+                "request_time": at.isoformat().replace("+00:00", "Z"),
+            },
+        )
         record = rng.choice(self.seen)
         roll = rng.random()
         if roll < 0.2 and self.converted:  # chain: a contact made by an earlier convert is merged away
             org, contact = rng.choice(self.converted)
-            return {**base, "org_id": org, "op": "merge", "field": "contact_id", "from_ids": [contact], "to_id": f"003M{self.sequence:07d}"}
+            return {
+                **base,
+                "org_id": org,
+                "op": "merge",
+                "field": "contact_id",
+                "from_ids": [contact],
+                "to_id": f"003M{self.sequence:07d}",
+            }
         if roll < 0.7 and record.get("lead_id"):
             contact = f"003C{self.sequence:07d}"
             self.converted.append((record["org_id"], contact))
-            return {**base, "org_id": record["org_id"], "op": "convert", "from_field": "lead_id", "from_id": record["lead_id"],
-                    "to_field": "contact_id", "to_id": contact}
+            return {
+                **base,
+                "org_id": record["org_id"],
+                "op": "convert",
+                "from_field": "lead_id",
+                "from_id": record["lead_id"],
+                "to_field": "contact_id",
+                "to_id": contact,
+            }
         return {**base, "org_id": record["org_id"], "op": "delete", "engagement_id": record["engagement_id"]}
 
 
@@ -140,8 +186,11 @@ class GdprGenerator(_AboutRecentActivities):
             return None
         self.sequence += 1
         record = self.rng.choice(self.seen)
-        base = {"request_id": f"g{at:%Y%m%d%H%M%S}-{self.sequence}", "org_id": record["org_id"],
-                "request_time": at.isoformat().replace("+00:00", "Z")}
+        base = {
+            "request_id": f"g{at:%Y%m%d%H%M%S}-{self.sequence}",
+            "org_id": record["org_id"],
+            "request_time": at.isoformat().replace("+00:00", "Z"),
+        }
         if self.rng.random() < 0.2:
             return {**base, "kind": "retention", "retention_days": self.rng.choice(self.retention_days)}
         return {**base, "kind": "erasure", "subject_id": record.get("lead_id") or record["contact_id"]}

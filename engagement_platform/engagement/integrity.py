@@ -24,6 +24,10 @@ def duplicate_engagement_ids(lake: DeltaLake, org_ids: list[str] | None = None) 
     return key_audit(lake, org_ids)[0]
 
 
-def audit_notifications(lake: DeltaLake, table: str, table_version: int | None, app_name: str, batch_id: int) -> NotificationAudit:
+def audit_notifications(
+    lake: DeltaLake, table: str, table_version: int | None, app_name: str, batch_id: int
+) -> NotificationAudit:
     """One batch's engagement_notifications rows against the change data feed of its commit of `table`."""
-    return notifications.audit_notifications(lake, ENGAGEMENT_NOTIFICATIONS.name, table, table_version, app_name, batch_id)
+    return notifications.audit_notifications(
+        lake, ENGAGEMENT_NOTIFICATIONS.name, table, table_version, app_name, batch_id
+    )

@@ -10,8 +10,16 @@ from engagement_platform.lake.quarantine import kafka_quarantine_spec
 from engagement_platform.lake.suppression_tables import erased_subjects_spec, suppressed_records_spec
 
 ACTIVITY_TYPES = (
-    "email_sent", "email_opened", "email_clicked", "email_replied", "email_bounced",
-    "call", "meeting", "video_viewed", "linkedin_message", "task_completed",
+    "email_sent",
+    "email_opened",
+    "email_clicked",
+    "email_replied",
+    "email_bounced",
+    "call",
+    "meeting",
+    "video_viewed",
+    "linkedin_message",
+    "task_completed",
 )
 # The coordinator lock every writer of engagement_activity (ingestion, mutation, retention) takes: their
 # batches read a pinned version and commit one at a time.
@@ -45,7 +53,16 @@ ENGAGEMENT_ACTIVITY = TableSpec(
     ),
     partition_by=("org_id",),
     # Stats where queries and mutations filter (dates, ids); never on the free-text payload.
-    stats_columns=("engagement_date", "engagement_id", "lead_id", "contact_id", "account_id", "event_time", "activity_type", "batch_id"),
+    stats_columns=(
+        "engagement_date",
+        "engagement_id",
+        "lead_id",
+        "contact_id",
+        "account_id",
+        "event_time",
+        "activity_type",
+        "batch_id",
+    ),
     description="One row per engagement activity (email, call, meeting, video...), partitioned by org.",
 )
 
@@ -73,7 +90,10 @@ ENGAGEMENT_NOTIFICATIONS = TableSpec(
     description="One row per org per batch per table: what changed, for incremental readers.",
 )
 
-QUARANTINE_ENGAGEMENT_INGESTION = kafka_quarantine_spec("quarantine_engagement_ingestion", "Engagement records that could not be ingested: raw bytes, source position, reason.")
+QUARANTINE_ENGAGEMENT_INGESTION = kafka_quarantine_spec(
+    "quarantine_engagement_ingestion",
+    "Engagement records that could not be ingested: raw bytes, source position, reason.",
+)
 
 # The engagement lake's suppression list (erased subjects as keyed hashes, per org) and the count of records
 # each batch dropped because they named one (lake/suppression_tables.py).

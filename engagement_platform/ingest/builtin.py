@@ -27,7 +27,9 @@ def _col(name: str) -> Column:
 def _known_type(value: str | None) -> str | None:
     """A plugin's `type` parameter is checked at load time, like the target schema's types."""
     if value is not None and not TYPE.match(value):
-        raise ValueError(f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))")
+        raise ValueError(
+            f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))"
+        )
     return value
 
 
@@ -77,7 +79,12 @@ class Concat(ColumnConverter):
         if not self.params.required:
             return []
         all_null = F.coalesce(*[_col(c) for c in self.params.columns]).isNull()
-        return [F.when(all_null, self.err(self.params.to, "missing_value", f"none of {_shown(self.params.columns)} has a value"))]
+        return [
+            F.when(
+                all_null,
+                self.err(self.params.to, "missing_value", f"none of {_shown(self.params.columns)} has a value"),
+            )
+        ]
 
 
 class Split(ColumnConverter):
@@ -140,7 +147,12 @@ class Cast(ColumnConverter):
         value = _col(self.params.column)
         hint = f" (formats: {_shown(self.params.formats)})" if self.params.formats else ""
         message = F.format_string(f"'%s' is not a valid {self.params.type}{hint}", value)
-        return [F.when(value.isNotNull() & self._converted().isNull(), self.err(self.params.column, "wrong_type", message, value))]
+        return [
+            F.when(
+                value.isNotNull() & self._converted().isNull(),
+                self.err(self.params.column, "wrong_type", message, value),
+            )
+        ]
 
 
 class MapValues(ColumnConverter):
@@ -170,7 +182,12 @@ class MapValues(ColumnConverter):
             return []
         value = _col(self.params.column)
         message = F.format_string(f"'%s' has no mapping (known: {_shown(self.params.mapping)})", value)
-        return [F.when(value.isNotNull() & self._mapped().isNull(), self.err(self.params.column, "unmapped_value", message, value))]
+        return [
+            F.when(
+                value.isNotNull() & self._mapped().isNull(),
+                self.err(self.params.column, "unmapped_value", message, value),
+            )
+        ]
 
 
 class Coalesce(ColumnConverter):
@@ -218,8 +235,14 @@ class Conform(ColumnConverter):
                 yield name, spec, have
 
     def columns(self):
-        return {name: (convert_text(_col(name), spec.type, spec.formats) if have == "string" else _col(name).try_cast(spec.type))
-                for name, spec, have in self._needs()}
+        return {
+            name: (
+                convert_text(_col(name), spec.type, spec.formats)
+                if have == "string"
+                else _col(name).try_cast(spec.type)
+            )
+            for name, spec, have in self._needs()
+        }
 
     def errors(self):
         out = []
@@ -263,7 +286,9 @@ class Required(ColumnValidator):
             missing = value.isNull()
             if not self.params.allow_blank and self.target.get(name) is not None and self.target[name].type == "string":
                 missing = missing | (F.trim(value) == "")
-            out.append(F.when(missing, self.err(name, "missing_required", f"required field '{name}' is missing or empty")))
+            out.append(
+                F.when(missing, self.err(name, "missing_required", f"required field '{name}' is missing or empty"))
+            )
         return out
 
 
@@ -275,7 +300,12 @@ class Enum(ColumnValidator):
     def errors(self):
         value = _col(self.params.column)
         message = F.format_string(f"'%s' is not one of {_shown(self.params.values)}", value)
-        return [F.when(value.isNotNull() & ~value.isin(*self.params.values), self.err(self.params.column, "not_in_enum", message, value))]
+        return [
+            F.when(
+                value.isNotNull() & ~value.isin(*self.params.values),
+                self.err(self.params.column, "not_in_enum", message, value),
+            )
+        ]
 
 
 class Range(ColumnValidator):
@@ -294,7 +324,11 @@ class Range(ColumnValidator):
     def check_config(cls, params, config):
         """Bounds that cannot compare with the target column's type would fail the batch in Spark."""
         spec = config.target.columns.get(params.column)
-        return [(key, problem) for key in ("min", "max") if spec and (problem := bound_problem(spec.type, getattr(params, key)))]
+        return [
+            (key, problem)
+            for key in ("min", "max")
+            if spec and (problem := bound_problem(spec.type, getattr(params, key)))
+        ]
 
     def errors(self):
         value = _col(self.params.column)
@@ -346,5 +380,12 @@ def schema_validators(target) -> list[ColumnValidator]:
     return out
 
 
-CONVERTERS = {"rename": Rename, "concat": Concat, "split": Split, "cast": Cast, "map_values": MapValues, "coalesce": Coalesce}
+CONVERTERS = {
+    "rename": Rename,
+    "concat": Concat,
+    "split": Split,
+    "cast": Cast,
+    "map_values": MapValues,
+    "coalesce": Coalesce,
+}
 VALIDATORS = {"required": Required, "enum": Enum, "range": Range, "regex": Regex}

@@ -18,8 +18,10 @@ def check_formats(formats: list[str] | None) -> list[str] | None:
         unquoted = re.sub(r"'[^']*'", "", fmt)
         bad = sorted({c for c in unquoted if c.isascii() and c.isalpha() and c not in DATETIME_LETTERS})
         if bad:
-            raise ValueError(f"format '{fmt}' has letters that are not Spark datetime pattern letters: {', '.join(bad)} "
-                             "(quote literal text, e.g. 'T')")
+            raise ValueError(
+                f"format '{fmt}' has letters that are not Spark datetime pattern letters: {', '.join(bad)} "
+                "(quote literal text, e.g. 'T')"
+            )
     return formats
 
 
@@ -32,6 +34,6 @@ def bound_problem(type_: str, value: float | str | None) -> str | None:
         try:
             (date if type_ == "date" else datetime).fromisoformat(value if isinstance(value, str) else "?")
         except ValueError:
-            return f"{value!r} is not an ISO {type_} (e.g. \"1900-01-01\")"
+            return f'{value!r} is not an ISO {type_} (e.g. "1900-01-01")'
         return None
     return f"{value!r} is not a number" if isinstance(value, str) else None

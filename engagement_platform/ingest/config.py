@@ -44,7 +44,9 @@ class ColumnSpec(_Strict):
     @classmethod
     def _known_type(cls, value: str) -> str:
         if not TYPE.match(value):
-            raise ValueError(f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))")
+            raise ValueError(
+                f"unknown type '{value}' (string, boolean, int, long, double, float, date, timestamp, decimal(p,s))"
+            )
         return value
 
     @field_validator("formats")
@@ -126,7 +128,9 @@ class SuppressionSpec(_Strict):
     """The pipeline's records name people: drop the records of subjects an erasure suppressed
     (lake/suppression.py), before anything is stored, and count them by hash."""
 
-    list_table: str  # the lake's suppression list: engagement_erased_subjects (per org) or profile_erased_subjects (per tenant)
+    list_table: (
+        str  # the lake's suppression list: engagement_erased_subjects (per org) or profile_erased_subjects (per tenant)
+    )
     subject_columns: list[str] = Field(min_length=1)  # target columns that hold a person's id
     scope_column: str | None = None  # the target column holding each record's org / tenant
     scope: str | None = None  # or one org / tenant for every record of the pipeline
@@ -136,7 +140,9 @@ class SuppressionSpec(_Strict):
         if (self.scope_column is None) == (self.scope is None):
             raise ValueError("give exactly one of scope_column (a target column) and scope (one org / tenant)")
         if not NAME.match(self.list_table) or not self.list_table.endswith(SUPPRESSION_LIST_SUFFIX):
-            raise ValueError(f"list_table '{self.list_table}' must be a suppression list table (name ending in {SUPPRESSION_LIST_SUFFIX})")
+            raise ValueError(
+                f"list_table '{self.list_table}' must be a suppression list table (name ending in {SUPPRESSION_LIST_SUFFIX})"
+            )
         return self
 
 

@@ -24,7 +24,9 @@ from engagement_platform.streams.batch import CommitStep, Outcomes
 
 def pipelines_naming_people(pipelines_dir: str | Path, list_table: str) -> list[PipelineConfig]:
     """The pipelines whose suppression section names `list_table` (one lake's list)."""
-    return [c for c in load_pipelines(pipelines_dir) if c.suppression is not None and c.suppression.list_table == list_table]
+    return [
+        c for c in load_pipelines(pipelines_dir) if c.suppression is not None and c.suppression.list_table == list_table
+    ]
 
 
 def naming_mask(rows: pa.Table, config: PipelineConfig, erased: Suppressed) -> pa.Array:
@@ -32,11 +34,19 @@ def naming_mask(rows: pa.Table, config: PipelineConfig, erased: Suppressed) -> p
     spec = config.suppression
     scopes = rows[spec.scope_column].to_pylist() if spec.scope_column else [spec.scope] * rows.num_rows
     ids = [rows[c].to_pylist() for c in spec.subject_columns]
-    return pa.array([erased.hit(None if scope is None else str(scope), [None if v[i] is None else str(v[i]) for v in ids]) is not None
-                     for i, scope in enumerate(scopes)], pa.bool_())
+    return pa.array(
+        [
+            erased.hit(None if scope is None else str(scope), [None if v[i] is None else str(v[i]) for v in ids])
+            is not None
+            for i, scope in enumerate(scopes)
+        ],
+        pa.bool_(),
+    )
 
 
-def pipeline_erasure_steps(lake: DeltaLake, configs: list[PipelineConfig], erased: Suppressed, removed: dict[str, int]) -> list[CommitStep]:
+def pipeline_erasure_steps(
+    lake: DeltaLake, configs: list[PipelineConfig], erased: Suppressed, removed: dict[str, int]
+) -> list[CommitStep]:
     """Two commit steps per pipeline (target, quarantine); `removed` gets the rows each one removed."""
     steps = []
     for config in configs:
@@ -45,7 +55,9 @@ def pipeline_erasure_steps(lake: DeltaLake, configs: list[PipelineConfig], erase
         def erase_target(txn: BatchTxn, _: Outcomes, config=config, target=target) -> int | None:
             if not erased:  # a batch without erasures reads nothing
                 return None
-            version, n = erase_rows(lake, target, live_files(lake, target), lambda rows: naming_mask(rows, config, erased), txn)
+            version, n = erase_rows(
+                lake, target, live_files(lake, target), lambda rows: naming_mask(rows, config, erased), txn
+            )
             removed[target.name] = removed.get(target.name, 0) + n
             return version
 

@@ -25,7 +25,9 @@ ERROR_FRAME_DDL = f"{ROW_ID} long, " + ", ".join(f"{f} string" for f in ERROR_FI
 PARSE, CONVERT, VALIDATE = "parse", "convert", "validate"
 
 
-def error(stage: str, plugin: str, column: str | None, code: str, message: Column | str, value: Column | None = None) -> Column:
+def error(
+    stage: str, plugin: str, column: str | None, code: str, message: Column | str, value: Column | None = None
+) -> Column:
     """One error struct; `message` may be a literal or a column (to quote the offending value)."""
     return F.struct(
         F.lit(stage).alias("stage"),

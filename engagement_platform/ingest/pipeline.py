@@ -26,10 +26,23 @@ from pyspark.sql import functions as F
 from engagement_platform.ingest.builtin import Conform, schema_validators
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.errors import (
-    ERROR_FIELDS, ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, gather, no_errors,
+    ERROR_FIELDS,
+    ERRORS,
+    RAW,
+    ROW_ID,
+    SOURCE_OFFSET,
+    SOURCE_PARTITION,
+    gather,
+    no_errors,
 )
 from engagement_platform.ingest.plugins import (
-    ColumnConverter, ColumnValidator, Converter, NoParams, Validator, apply_column_converters, explode_errors,
+    ColumnConverter,
+    ColumnValidator,
+    Converter,
+    NoParams,
+    Validator,
+    apply_column_converters,
+    explode_errors,
 )
 from engagement_platform.ingest.registry import instantiate
 from engagement_platform.ingest.sources import INPUT, fetch_values, read_kafka
@@ -75,7 +88,9 @@ class Pipeline:
         df = self._validate(df)
         bad = F.size(ERRORS) > 0
         return df.select(
-            ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET,
+            ROW_ID,
+            SOURCE_PARTITION,
+            SOURCE_OFFSET,
             *[F.col(f"`{c}`") for c in self.target_columns],
             *[F.col(f"`{c}`") for c in keep],
             ERRORS,
@@ -131,7 +146,9 @@ def apply_frame_converter(df: DataFrame, conv: Converter) -> DataFrame:
     failed_before = df.where(F.size(ERRORS) > 0).select(*CARRIED, ERRORS)
     failed_now = carried.join(by_row, ROW_ID)
     converted_ok = converted.join(by_row, ROW_ID, "left_anti").join(carried, ROW_ID).withColumn(ERRORS, no_errors())
-    return converted_ok.unionByName(failed_before, allowMissingColumns=True).unionByName(failed_now, allowMissingColumns=True)
+    return converted_ok.unionByName(failed_before, allowMissingColumns=True).unionByName(
+        failed_now, allowMissingColumns=True
+    )
 
 
 def apply_frame_validator(df: DataFrame, validator: Validator) -> DataFrame:
@@ -155,29 +172,49 @@ def good_frame(transformed: DataFrame, columns: list[str]) -> DataFrame:
 
 def quarantine_frame(errors: DataFrame, parsed: DataFrame) -> DataFrame:
     """Every error joined back to its input record (raw bytes, input columns, source position)."""
-    return errors.join(parsed.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, F.to_json(INPUT).alias(INPUT)), ROW_ID)
+    return errors.join(
+        parsed.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, F.to_json(INPUT).alias(INPUT)), ROW_ID
+    )
 
 
 # ---- driver side ----------------------------------------------------------------------------------
 
 
-def validate_kafka_slice(spark: SparkSession, config: PipelineConfig, bootstrap_servers: str, plan: BatchPlan,
-                         kafka_config: dict | None = None, transform: Callable[[DataFrame], DataFrame] | None = None) -> pa.Table:
+def validate_kafka_slice(
+    spark: SparkSession,
+    config: PipelineConfig,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    kafka_config: dict | None = None,
+    transform: Callable[[DataFrame], DataFrame] | None = None,
+) -> pa.Table:
     """One planned Kafka slice (the plan's topic and exact offset ranges) read, parsed and validated in Spark,
     back as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame (default: the
     config's Pipeline), for a stream that adds checks of its own."""
     return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config, transform).toArrow()
 
 
-def validated_kafka_frame(spark: SparkSession, config: PipelineConfig, bootstrap_servers: str, plan: BatchPlan,
-                          kafka_config: dict | None = None, transform: Callable[[DataFrame], DataFrame] | None = None) -> DataFrame:
+def validated_kafka_frame(
+    spark: SparkSession,
+    config: PipelineConfig,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    kafka_config: dict | None = None,
+    transform: Callable[[DataFrame], DataFrame] | None = None,
+) -> DataFrame:
     """validate_kafka_slice's frame, for a stream whose Spark tasks go on to write the rows themselves."""
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
     return (transform or Pipeline.from_config(config).transform)(parsed)
 
 
-def reject_on_driver(validated: pa.Table, errors: list, flagged: list[int], bootstrap_servers: str, topic: str,
-                     kafka_config: dict | None = None) -> pa.Table:
+def reject_on_driver(
+    validated: pa.Table,
+    errors: list,
+    flagged: list[int],
+    bootstrap_servers: str,
+    topic: str,
+    kafka_config: dict | None = None,
+) -> pa.Table:
     """`validated` (a Kafka slice) with the driver's `errors` column, and raw bytes plus input JSON for the
     rows the driver rejected (`flagged`): Spark returns raw bytes only for the rows it rejected itself."""
     if not flagged:
@@ -190,9 +227,11 @@ def reject_on_driver(validated: pa.Table, errors: list, flagged: list[int], boot
         raws[i] = raw.get(position)
         inputs[i] = _input_json(raws[i])
     schema = validated.schema
-    return (validated.set_column(schema.get_field_index(ERRORS), ERRORS, pa.array(errors, schema.field(ERRORS).type))
-            .set_column(schema.get_field_index(RAW), RAW, pa.array(raws, schema.field(RAW).type))
-            .set_column(schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string())))
+    return (
+        validated.set_column(schema.get_field_index(ERRORS), ERRORS, pa.array(errors, schema.field(ERRORS).type))
+        .set_column(schema.get_field_index(RAW), RAW, pa.array(raws, schema.field(RAW).type))
+        .set_column(schema.get_field_index(INPUT), INPUT, pa.array(inputs, pa.string()))
+    )
 
 
 def _input_json(raw: bytes | None) -> str | None:
@@ -229,8 +268,11 @@ def quarantine_rows(bad: pa.Table, ctx: QuarantineContext, org_column: str = "or
         return pc.take(bad[col], parent)
 
     partitions, offsets = take(SOURCE_PARTITION), take(SOURCE_OFFSET)
-    position = (pc.binary_join_element_wise(pc.cast(partitions, pa.string()), pc.cast(offsets, pa.string()), ":")
-                if ctx.kafka else pc.cast(offsets, pa.string()))
+    position = (
+        pc.binary_join_element_wise(pc.cast(partitions, pa.string()), pc.cast(offsets, pa.string()), ":")
+        if ctx.kafka
+        else pc.cast(offsets, pa.string())
+    )
     constant = lambda value, type_: pa.array([value] * n, type_)  # noqa: E731
     columns = {
         "pipeline": constant(ctx.pipeline, pa.string()),

@@ -32,6 +32,7 @@ from engagement_platform.ingest.errors import CONVERT, ERROR_FIELDS, ERRORS, ROW
 if TYPE_CHECKING:
     from engagement_platform.ingest.config import ColumnSpec
 
+
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -140,8 +141,17 @@ class RowConverter(ColumnConverter):
 
 # Output types checked row by row in Python: a value Arrow cannot take as the declared type would
 # otherwise fail the whole batch when Spark converts the UDF's results (strings: Spark coerces anything).
-_ARROW_TYPES = {"boolean": "bool_", "int": "int32", "integer": "int32", "short": "int16", "long": "int64", "bigint": "int64",
-                "double": "float64", "float": "float32", "date": "date32"}
+_ARROW_TYPES = {
+    "boolean": "bool_",
+    "int": "int32",
+    "integer": "int32",
+    "short": "int16",
+    "long": "int64",
+    "bigint": "int64",
+    "double": "float64",
+    "float": "float32",
+    "date": "date32",
+}
 
 
 def _typed(name: str, type_: str, value):
@@ -170,7 +180,10 @@ def _trapped(fn: Callable[[dict], dict], names: tuple[str, ...], outputs: dict[s
             return {**{k: _typed(k, t, result.get(k)) for k, t in outputs.items()}, "__error": None}
         except Exception as exc:  # noqa: BLE001 - any failure of plugin code is this row's error
             where = traceback.extract_tb(exc.__traceback__)[-1]
-            return {**{k: None for k in outputs}, "__error": f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})"}
+            return {
+                **{k: None for k in outputs},
+                "__error": f"{type(exc).__name__}: {exc} (at {where.name}:{where.lineno})",
+            }
 
     return run
 
@@ -185,7 +198,11 @@ def apply_column_converters(df: DataFrame, converters: list[ColumnConverter]) ->
         outputs = conv.columns()
         clean = F.size(ERRORS) == 0
         new_errors = F.when(clean, gather(conv.errors())).otherwise(F.col(ERRORS))
-        kept = [F.col(f"`{c}`") for c in df.columns if c not in outputs and c not in conv.drops and c != ERRORS and c not in prepared]
+        kept = [
+            F.col(f"`{c}`")
+            for c in df.columns
+            if c not in outputs and c not in conv.drops and c != ERRORS and c not in prepared
+        ]
         df = df.select(*kept, *[col.alias(n) for n, col in outputs.items()], new_errors.alias(ERRORS))
     return df
 
@@ -197,4 +214,6 @@ def split_frame(staged: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def explode_errors(df: DataFrame) -> DataFrame:
-    return df.select(ROW_ID, F.explode(ERRORS).alias("e")).select(ROW_ID, *[F.col(f"e.{f}").alias(f) for f in ERROR_FIELDS])
+    return df.select(ROW_ID, F.explode(ERRORS).alias("e")).select(
+        ROW_ID, *[F.col(f"e.{f}").alias(f) for f in ERROR_FIELDS]
+    )

@@ -19,7 +19,6 @@ CONVERTER_GROUP = "engagement_platform.converters"
 VALIDATOR_GROUP = "engagement_platform.validators"
 
 
-
 def registry() -> dict[str, dict[str, type[Plugin]]]:
     """{"converters": name -> class, "validators": name -> class}: built-ins, then entry points."""
     found = {"converters": dict(builtin.CONVERTERS), "validators": dict(builtin.VALIDATORS)}
@@ -62,7 +61,9 @@ def plugin_problems(config: PipelineConfig) -> list[tuple[str, str]]:
             except ValidationError as exc:
                 for err in exc.errors():
                     where = ".".join(str(p) for p in err["loc"])
-                    message = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+                    message = (
+                        "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+                    )
                     problems.append((f"{key}.{where}" if where else key, message))
                 continue
             check = getattr(cls, "check_config", None)

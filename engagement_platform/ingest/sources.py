@@ -15,8 +15,8 @@ from pyspark.sql import functions as F
 
 from engagement_platform.ingest.config import SourceSpec
 from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION, error, gather
-from engagement_platform.spark import landing_source
 from engagement_platform.settings import load_settings
+from engagement_platform.spark import landing_source
 from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 
 INPUT = "_input"  # struct of the parsed input columns: what the quarantine shows next to the raw record
@@ -44,13 +44,23 @@ def parse_text(rows: DataFrame, source: SourceSpec, keep: tuple[str, ...] = ()) 
     text = F.when(size <= source.max_record_bytes, F.col(RAW).cast("string"))
     staged = rows.select(ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, *keep, size.alias("_size"), text.alias("_text"))
     schema, opts = read_schema(source), text_options(source)
-    parse = F.from_csv(F.col("_text"), schema, opts) if source.format == "csv" else F.from_json(F.col("_text"), schema, opts)
+    parse = (
+        F.from_csv(F.col("_text"), schema, opts)
+        if source.format == "csv"
+        else F.from_json(F.col("_text"), schema, opts)
+    )
     parsed = staged.select("*", parse.alias("_parsed"))
     return parsed.select(
-        ROW_ID, SOURCE_PARTITION, SOURCE_OFFSET, RAW, *keep,
+        ROW_ID,
+        SOURCE_PARTITION,
+        SOURCE_OFFSET,
+        RAW,
+        *keep,
         *[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns],
         F.struct(*[F.col(f"_parsed.`{c}`").alias(c) for c in source.columns]).alias(INPUT),
-        gather(parse_errors(source, F.col(RAW), F.col("_size"), F.col("_text"), F.col(f"_parsed.{CORRUPT}"))).alias(ERRORS),
+        gather(parse_errors(source, F.col(RAW), F.col("_size"), F.col("_text"), F.col(f"_parsed.{CORRUPT}"))).alias(
+            ERRORS
+        ),
     )
 
 
@@ -64,8 +74,14 @@ def parse_errors(source: SourceSpec, raw: Column, size: Column, text: Column, co
     limit = source.max_record_bytes
     return [
         F.when(raw.isNull() | (size == 0), error(PARSE, PARSER, None, "empty_record", "record has no content")),
-        F.when(size > limit, error(PARSE, PARSER, None, "oversized", F.format_string(f"record is %d bytes, limit {limit}", size))),
-        F.when(corrupt.isNotNull(), error(PARSE, PARSER, None, "malformed_record", f"record is not {expected}", F.substring(text, 1, 200))),
+        F.when(
+            size > limit,
+            error(PARSE, PARSER, None, "oversized", F.format_string(f"record is %d bytes, limit {limit}", size)),
+        ),
+        F.when(
+            corrupt.isNotNull(),
+            error(PARSE, PARSER, None, "malformed_record", f"record is not {expected}", F.substring(text, 1, 200)),
+        ),
     ]
 
 
@@ -84,10 +100,21 @@ def read_json_document(spark: SparkSession, source: SourceSpec, path: str) -> Da
     its raw bytes, and a document that does not parse is one record with its whole text."""
     opts = landing_source.options(path, storage_options=load_settings().storage_options)
     elements = spark.read.format("landing_document").options(**opts).load()
-    rows = elements.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW, "_document_error")
+    rows = elements.select(
+        F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW, "_document_error"
+    )
     parsed = parse_text(rows, source, keep=("_document_error",))
-    broken = error(PARSE, PARSER, None, "malformed_record", "document is not valid JSON", F.substring(F.col(RAW).cast("string"), 1, 200))
-    return parsed.withColumn(ERRORS, F.when(F.col("_document_error"), F.array(broken)).otherwise(F.col(ERRORS))).drop("_document_error")
+    broken = error(
+        PARSE,
+        PARSER,
+        None,
+        "malformed_record",
+        "document is not valid JSON",
+        F.substring(F.col(RAW).cast("string"), 1, 200),
+    )
+    return parsed.withColumn(ERRORS, F.when(F.col("_document_error"), F.array(broken)).otherwise(F.col(ERRORS))).drop(
+        "_document_error"
+    )
 
 
 def read_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
@@ -98,7 +125,14 @@ def read_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: i
     raise ValueError(f"{source.format} is not a file format")
 
 
-def read_kafka(spark: SparkSession, source: SourceSpec, bootstrap_servers: str, topic: str, ranges_json: str, kafka_config: dict | None = None) -> DataFrame:
+def read_kafka(
+    spark: SparkSession,
+    source: SourceSpec,
+    bootstrap_servers: str,
+    topic: str,
+    ranges_json: str,
+    kafka_config: dict | None = None,
+) -> DataFrame:
     """Exact Kafka offset ranges (the kafka_offsets data source), message values parsed as JSON."""
     messages = (
         spark.read.format("kafka_offsets")
@@ -110,7 +144,12 @@ def read_kafka(spark: SparkSession, source: SourceSpec, bootstrap_servers: str, 
         .load()
     )
     row_id = F.shiftleft(F.col("kafka_partition").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("kafka_offset")
-    rows = messages.select(row_id.alias(ROW_ID), F.col("kafka_partition").alias(SOURCE_PARTITION), F.col("kafka_offset").alias(SOURCE_OFFSET), F.col("value").alias(RAW))
+    rows = messages.select(
+        row_id.alias(ROW_ID),
+        F.col("kafka_partition").alias(SOURCE_PARTITION),
+        F.col("kafka_offset").alias(SOURCE_OFFSET),
+        F.col("value").alias(RAW),
+    )
     return parse_text(rows, source)
 
 
@@ -121,4 +160,8 @@ def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]
     for p, o in positions:
         spans.setdefault(p, []).append(o)
     ranges = [OffsetRange(p, min(offsets), max(offsets) + 1) for p, offsets in spans.items()]
-    return {(m.partition, m.offset): m.value for m in kafka.read_range(topic, ranges) if (m.partition, m.offset) in positions}
+    return {
+        (m.partition, m.offset): m.value
+        for m in kafka.read_range(topic, ranges)
+        if (m.partition, m.offset) in positions
+    }

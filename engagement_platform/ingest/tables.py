@@ -11,9 +11,17 @@ from engagement_platform.lake.delta import TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 
 SPARK_TO_ARROW = {
-    "string": pa.string(), "boolean": pa.bool_(), "int": pa.int32(), "integer": pa.int32(), "short": pa.int16(),
-    "long": pa.int64(), "bigint": pa.int64(), "double": pa.float64(), "float": pa.float32(),
-    "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "long": pa.int64(),
+    "bigint": pa.int64(),
+    "double": pa.float64(),
+    "float": pa.float32(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
 }
 
 
@@ -25,13 +33,23 @@ def _arrow_type(type_: str) -> pa.DataType:
 
 
 def target_spec(config: PipelineConfig) -> TableSpec:
-    schema = pa.schema([(name, _arrow_type(spec.type)) for name, spec in config.target.columns.items()]
-                       + [("batch_id", pa.int64()), ("ingested_at", pa.timestamp("us", tz="UTC"))])
-    return TableSpec(name=config.target.table, schema=schema, partition_by=tuple(config.target.partition_by),
-                     description=config.description or f"Target table of ingest pipeline {config.name}.")
+    schema = pa.schema(
+        [(name, _arrow_type(spec.type)) for name, spec in config.target.columns.items()]
+        + [("batch_id", pa.int64()), ("ingested_at", pa.timestamp("us", tz="UTC"))]
+    )
+    return TableSpec(
+        name=config.target.table,
+        schema=schema,
+        partition_by=tuple(config.target.partition_by),
+        description=config.description or f"Target table of ingest pipeline {config.name}.",
+    )
 
 
 def quarantine_spec(config: PipelineConfig) -> TableSpec:
-    return TableSpec(name=config.target.quarantine_table, schema=QUARANTINE_SCHEMA, partition_by=("pipeline", "quarantine_date"),
-                     stats_columns=("source_offset", "batch_id", "error_code"),
-                     description=f"Records pipeline {config.name} rejected: raw content, input columns, position, every reason.")
+    return TableSpec(
+        name=config.target.quarantine_table,
+        schema=QUARANTINE_SCHEMA,
+        partition_by=("pipeline", "quarantine_date"),
+        stats_columns=("source_offset", "batch_id", "error_code"),
+        description=f"Records pipeline {config.name} rejected: raw content, input columns, position, every reason.",
+    )

@@ -39,7 +39,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
-from engagement_platform.lake.file_writes import DEFAULT_STATS_COLUMNS, WrittenFile, commit_files, transform_files, writer_tag
+from engagement_platform.lake.file_writes import (
+    DEFAULT_STATS_COLUMNS,
+    WrittenFile,
+    commit_files,
+    transform_files,
+    writer_tag,
+)
 from engagement_platform.streams.batch import CommitStep, Outcomes
 
 CHANGE_TYPE = "_change_type"
@@ -56,7 +62,10 @@ def change_log_name(table: str) -> str:
 
 def change_log_spec(data: TableSpec, name: str | None = None) -> TableSpec:
     """The change log of `data`: its columns + _change_type + _commit_version, partitioned the same way."""
-    data_stats = data.stats_columns or tuple(c for c in data.schema.names if c not in data.partition_by)[:DEFAULT_STATS_COLUMNS - 1]
+    data_stats = (
+        data.stats_columns
+        or tuple(c for c in data.schema.names if c not in data.partition_by)[: DEFAULT_STATS_COLUMNS - 1]
+    )
     return TableSpec(
         name=name or change_log_name(data.name),
         schema=data.schema.append(pa.field(CHANGE_TYPE, pa.string())).append(pa.field(COMMIT_VERSION, pa.int64())),
@@ -81,7 +90,9 @@ def stamped(rows: pa.Table, version: int) -> pa.Table:
     return rows.append_column(COMMIT_VERSION, pa.repeat(pa.scalar(version, pa.int64()), rows.num_rows))
 
 
-def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, rows: pa.Table) -> CommitStep:
+def change_log_step(
+    lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, rows: pa.Table
+) -> CommitStep:
     """Commit step of `log` for the batch's commit of `table` (an earlier step of the same batch).
 
     `rows` are the commit's changes (the data table's columns + _change_type); they get `_commit_version`
@@ -99,8 +110,16 @@ def change_log_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, ba
     return CommitStep(log.name, commit)
 
 
-def change_log_files_step(lake: DeltaLake, log: TableSpec, table: str, app_id: str, batch_id: int, files: list[WrittenFile],
-                          expected: int, skip: Callable[[], bool] = lambda: False) -> CommitStep:
+def change_log_files_step(
+    lake: DeltaLake,
+    log: TableSpec,
+    table: str,
+    app_id: str,
+    batch_id: int,
+    files: list[WrittenFile],
+    expected: int,
+    skip: Callable[[], bool] = lambda: False,
+) -> CommitStep:
     """Commit step of `log` for log files writers already wrote into its folder (lake/file_writes.py), their
     rows stamped with `_commit_version` = `expected`, the version the writers expected the data commit to get.
 
@@ -117,8 +136,14 @@ def change_log_files_step(lake: DeltaLake, log: TableSpec, table: str, app_id: s
             return lake.append(log, log.schema.empty_table(), txn)
         adds = files
         if version != expected:
-            adds = transform_files(lake.uri(log.name), log, files, lambda rows: stamped(rows, version), writer_tag(app_id, batch_id),
-                                   lake.storage_options)
+            adds = transform_files(
+                lake.uri(log.name),
+                log,
+                files,
+                lambda rows: stamped(rows, version),
+                writer_tag(app_id, batch_id),
+                lake.storage_options,
+            )
         return commit_files(lake, log, adds, txn)
 
     return CommitStep(log.name, commit)
@@ -142,5 +167,9 @@ def logged_changes(lake: DeltaLake, log_name: str, versions: list[int], org_id: 
         return lake.table(log_name).to_pyarrow_dataset().schema.empty_table()
     filters = [("org_id", "=", org_id)] if org_id is not None else []
     # The range lets the read skip files by their _commit_version statistics; `in` keeps only the versions asked.
-    filters += [(COMMIT_VERSION, ">=", min(versions)), (COMMIT_VERSION, "<=", max(versions)), (COMMIT_VERSION, "in", sorted(set(versions)))]
+    filters += [
+        (COMMIT_VERSION, ">=", min(versions)),
+        (COMMIT_VERSION, "<=", max(versions)),
+        (COMMIT_VERSION, "in", sorted(set(versions))),
+    ]
     return lake.read(log_name, filters=filters)

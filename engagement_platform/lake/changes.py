@@ -19,7 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import DeltaError
 
-from engagement_platform.lake.change_log import CHANGE_TYPE, COMMIT_VERSION, change_log_name, logged_changes, logged_versions
+from engagement_platform.lake.change_log import (
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    change_log_name,
+    logged_changes,
+    logged_versions,
+)
 from engagement_platform.lake.delta import DeltaLake, TableSpec, sql_literal
 
 START = -1  # checkpoint of a consumer that has read nothing yet
@@ -28,13 +34,21 @@ COMMIT_TIMESTAMP = "_commit_timestamp"
 
 @dataclass(frozen=True)
 class ChangeSet:
-    rows: pa.Table  # changed rows + _change_type (insert | update_postimage | delete) + _commit_version + _commit_timestamp
+    rows: (
+        pa.Table
+    )  # changed rows + _change_type (insert | update_postimage | delete) + _commit_version + _commit_timestamp
     checkpoint: int  # give it back on the next call
     table_versions: list[int]
 
 
-def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id: str | None, checkpoint: int = START,
-                  preimages: bool = False) -> ChangeSet:
+def changes_since(
+    lake: DeltaLake,
+    notifications: TableSpec,
+    table: str,
+    org_id: str | None,
+    checkpoint: int = START,
+    preimages: bool = False,
+) -> ChangeSet:
     """The changed rows of `table` notified after `checkpoint`: one org's, or every org's with `org_id` None.
     `preimages`: keep the update pre-images (a consumer that subtracts the old row, an aggregate, needs them)."""
     if not lake.exists(notifications.name):
@@ -52,8 +66,9 @@ def changes_since(lake: DeltaLake, notifications: TableSpec, table: str, org_id:
     except (DeltaError, OSError) as exc:  # the versions' log entries or change-data files are gone
         raise ChangesExpired(
             f"{table}: the changes of versions {versions[0]}..{versions[-1]} (checkpoint {checkpoint}) are no longer kept: removed files "
-            f"and log entries stay half of EP_ERASURE_WINDOW (README \"Erasure that holds\"). Re-read the org in full "
-            f"(read_org_dates) and continue from checkpoint {current}. ({type(exc).__name__}: {str(exc)[:200]})") from exc
+            f'and log entries stay half of EP_ERASURE_WINDOW (README "Erasure that holds"). Re-read the org in full '
+            f"(read_org_dates) and continue from checkpoint {current}. ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from exc
     return ChangeSet(rows, current, versions)
 
 
@@ -65,7 +80,9 @@ class ChangesExpired(Exception):
     """A consumer fell further behind than the lake keeps changes: it must re-read in full."""
 
 
-def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str | None, preimages: bool = False) -> pa.Table:
+def changes_at(
+    lake: DeltaLake, table: str, versions: list[int], org_id: str | None, preimages: bool = False
+) -> pa.Table:
     """One org's (or, with None, every org's) changed rows of `table` at `versions` (sorted, at least one), in the
     change feed's columns (update pre-images left out unless asked for): logged versions from the change log,
     the others from the change data feed."""
@@ -75,8 +92,14 @@ def changes_at(lake: DeltaLake, table: str, versions: list[int], org_id: str | N
     in_log = set(logged)
     from_log = [v for v in versions if v in in_log]
     if from_log:
-        pieces.append(as_feed_rows(lake, table, logged_changes(lake, log, from_log, org_id), lake.table(log).metadata().partition_columns))
-    rows = pa.concat_tables(pieces, promote_options="permissive")  # columns matched by name, the change feed's order first
+        pieces.append(
+            as_feed_rows(
+                lake, table, logged_changes(lake, log, from_log, org_id), lake.table(log).metadata().partition_columns
+            )
+        )
+    rows = pa.concat_tables(
+        pieces, promote_options="permissive"
+    )  # columns matched by name, the change feed's order first
     if not preimages:
         rows = rows.filter(pc.not_equal(rows[CHANGE_TYPE], "update_preimage"))
     return rows.sort_by([(COMMIT_VERSION, "ascending")])
@@ -111,12 +134,18 @@ def as_feed_rows(lake: DeltaLake, table: str, logged: pa.Table, partition_by: li
     _change_type, _commit_version (uint64) and _commit_timestamp, the data commit's timestamp from the
     table's history (null once log cleanup removed that commit's entry)."""
     meta = (CHANGE_TYPE, COMMIT_VERSION)
-    data = [c for c in logged.column_names if c not in partition_by and c not in meta] + [c for c in partition_by if c in logged.column_names]
+    data = [c for c in logged.column_names if c not in partition_by and c not in meta] + [
+        c for c in partition_by if c in logged.column_names
+    ]
     versions = logged[COMMIT_VERSION].to_pylist()
     stamps = commit_timestamps(lake, table, sorted(set(versions)))
     return pa.table(
-        [*(logged[c] for c in data), logged[CHANGE_TYPE].cast(pa.string()), logged[COMMIT_VERSION].cast(pa.uint64()),
-         pa.array([stamps.get(v) for v in versions], pa.timestamp("ms"))],
+        [
+            *(logged[c] for c in data),
+            logged[CHANGE_TYPE].cast(pa.string()),
+            logged[COMMIT_VERSION].cast(pa.uint64()),
+            pa.array([stamps.get(v) for v in versions], pa.timestamp("ms")),
+        ],
         names=[*data, CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP],
     )
 
@@ -130,8 +159,14 @@ def commit_timestamps(lake: DeltaLake, table: str, versions: list[int]) -> dict[
     return {int(h["version"]): int(h["timestamp"]) for h in history if h.get("version") in wanted}
 
 
-def read_org_dates(lake: DeltaLake, table: str, org_id: str, start: date | None = None, end: date | None = None,
-                   date_column: str = "engagement_date") -> pa.Table:
+def read_org_dates(
+    lake: DeltaLake,
+    table: str,
+    org_id: str,
+    start: date | None = None,
+    end: date | None = None,
+    date_column: str = "engagement_date",
+) -> pa.Table:
     """Batch read of one org's rows in an inclusive date range (partition pruning + data skipping)."""
     filters = [("org_id", "=", org_id)]
     if start:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -63,13 +63,24 @@ class BatchState:
 
 def outcome_states(plan: BatchPlan, outcomes: Outcomes) -> list[BatchState]:
     """A finished batch's state rows: each table committed (or already there), then the batch done."""
-    states = [BatchState(plan, name, "committed" if v is not None else "already_committed", v) for name, v in outcomes.items()]
+    states = [
+        BatchState(plan, name, "committed" if v is not None else "already_committed", v) for name, v in outcomes.items()
+    ]
     return states + [BatchState(plan, BATCH, "done", detail={f"{k}_version": v for k, v in outcomes.items()})]
 
 
 def _row(plan: BatchPlan, process: str, state: str, at: datetime, **columns) -> dict:
     topic, ranges = to_columns(plan.slice)
-    return dict(stream=plan.stream, batch_id=plan.batch_id, process=process, state=state, topic=topic, ranges=ranges, recorded_at=at, **columns)
+    return dict(
+        stream=plan.stream,
+        batch_id=plan.batch_id,
+        process=process,
+        state=state,
+        topic=topic,
+        ranges=ranges,
+        recorded_at=at,
+        **columns,
+    )
 
 
 @dataclass(frozen=True)
@@ -92,13 +103,33 @@ class CheckpointStore:
     def _append_states(self, states: list[BatchState], **metadata) -> None:
         """State rows in one commit, then the compaction rule: a stream's partition is compacted when one
         of its batches numbered a multiple of COMPACT_EVERY is done."""
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         # State rows are an audit log: several per batch are fine, so the txn is per process and state.
-        self._append([(BatchTxn(f"{s.plan.stream}/{s.process}/{s.state}", s.plan.batch_id),
-                       _row(s.plan, s.process, s.state, now, table_version=s.table_version, detail=json.dumps(s.detail, default=str)))
-                      for s in states], **metadata)
+        self._append(
+            [
+                (
+                    BatchTxn(f"{s.plan.stream}/{s.process}/{s.state}", s.plan.batch_id),
+                    _row(
+                        s.plan,
+                        s.process,
+                        s.state,
+                        now,
+                        table_version=s.table_version,
+                        detail=json.dumps(s.detail, default=str),
+                    ),
+                )
+                for s in states
+            ],
+            **metadata,
+        )
         # Each batch appends a few tiny files and every sensor tick reads the stream's partition.
-        for stream in sorted({s.plan.stream for s in states if s.process == BATCH and s.state == "done" and s.plan.batch_id % COMPACT_EVERY == 0}):
+        for stream in sorted(
+            {
+                s.plan.stream
+                for s in states
+                if s.process == BATCH and s.state == "done" and s.plan.batch_id % COMPACT_EVERY == 0
+            }
+        ):
             self.lake.compact(CHECKPOINTS.name, partition_filters=[("stream", "=", stream)])
 
     def record_plan(self, plan: BatchPlan) -> bool:
@@ -107,11 +138,15 @@ class CheckpointStore:
 
     def record_plans(self, plans: list[BatchPlan]) -> list[BatchPlan]:
         """record_plan for many plans in one commit (one txn per plan): the plans stored now."""
-        now = datetime.now(timezone.utc)
-        written = self._append([(BatchTxn(f"{p.stream}/plan", p.batch_id), _row(p, PLAN, "planned", now)) for p in plans])
+        now = datetime.now(UTC)
+        written = self._append(
+            [(BatchTxn(f"{p.stream}/plan", p.batch_id), _row(p, PLAN, "planned", now)) for p in plans]
+        )
         return [p for p, new in zip(plans, written) if new]
 
-    def record_state(self, plan: BatchPlan, process: str, state: str, table_version: int | None = None, **detail) -> None:
+    def record_state(
+        self, plan: BatchPlan, process: str, state: str, table_version: int | None = None, **detail
+    ) -> None:
         self._append_states([BatchState(plan, process, state, table_version, detail)])
 
     def mark_done(self, plan: BatchPlan, **detail) -> None:
@@ -166,7 +201,11 @@ class CheckpointStore:
                 out[stream] = LatestBatch(None, False, None)
                 continue
             latest = plans[-1]
-            out[stream] = LatestBatch(latest, states_from_rows(rows, latest.batch_id).get(BATCH) == "done", planned_at_in(rows, latest.batch_id))
+            out[stream] = LatestBatch(
+                latest,
+                states_from_rows(rows, latest.batch_id).get(BATCH) == "done",
+                planned_at_in(rows, latest.batch_id),
+            )
         return out
 
     def planned_at(self, stream: str, batch_id: int) -> datetime | None:
@@ -190,7 +229,10 @@ def planned_at_in(rows: pa.Table, batch_id: int) -> datetime | None:
 def plans_from_rows(stream: str, rows: pa.Table) -> list[BatchPlan]:
     """The stream's plans among checkpoint rows (of that stream), by batch id."""
     rows = rows.filter(pc.equal(rows["process"], PLAN)).to_pylist()
-    return sorted((BatchPlan(stream, r["batch_id"], from_columns(r["topic"], r["ranges"])) for r in rows), key=lambda p: p.batch_id)
+    return sorted(
+        (BatchPlan(stream, r["batch_id"], from_columns(r["topic"], r["ranges"])) for r in rows),
+        key=lambda p: p.batch_id,
+    )
 
 
 def states_from_rows(rows: pa.Table, batch_id: int) -> dict[str, str]:

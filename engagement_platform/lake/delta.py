@@ -18,7 +18,6 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-
 LOG_RETENTION = "delta.logRetentionDuration"
 HISTORY_ATTEMPTS = 20  # reads of a history that another writer's commit raced (history): each one is a fresh load
 
@@ -55,7 +54,11 @@ class BatchTxn:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def commit_properties(self, extra: dict[str, Any] | None = None) -> CommitProperties:
-        meta = {"app_id": self.app_id, "batch_id": str(self.version), **{k: str(v) for k, v in {**(extra or {}), **self.metadata}.items()}}
+        meta = {
+            "app_id": self.app_id,
+            "batch_id": str(self.version),
+            **{k: str(v) for k, v in {**(extra or {}), **self.metadata}.items()},
+        }
         return CommitProperties(
             app_transactions=[Transaction(app_id=self.app_id, version=self.version)],
             custom_metadata=meta,
@@ -71,9 +74,14 @@ def batches_commit_properties(txns: list[BatchTxn], metadata: dict[str, Any] | N
             newest[txn.app_id] = txn
     if len(newest) == 1:
         return next(iter(newest.values())).commit_properties(metadata)
-    return CommitProperties(app_transactions=[Transaction(app_id=t.app_id, version=t.version) for t in newest.values()],
-                            custom_metadata={"batches": str(len(newest)), **{k: str(v) for k, v in (metadata or {}).items()},
-                                             **{batch_key(t.app_id): str(t.version) for t in newest.values()}})
+    return CommitProperties(
+        app_transactions=[Transaction(app_id=t.app_id, version=t.version) for t in newest.values()],
+        custom_metadata={
+            "batches": str(len(newest)),
+            **{k: str(v) for k, v in (metadata or {}).items()},
+            **{batch_key(t.app_id): str(t.version) for t in newest.values()},
+        },
+    )
 
 
 def batch_key(app_id: str) -> str:
@@ -165,8 +173,9 @@ class DeltaLake:
         )
         return table.version()  # the write left the object at its own commit (updating it could pass a later writer's)
 
-    def append_many(self, spec: TableSpec, rows: list[tuple[BatchTxn, dict]],
-                    metadata: dict[str, Any] | None = None) -> tuple[int | None, list[bool]]:
+    def append_many(
+        self, spec: TableSpec, rows: list[tuple[BatchTxn, dict]], metadata: dict[str, Any] | None = None
+    ) -> tuple[int | None, list[bool]]:
         """Rows of several batches in ONE commit carrying every batch's txn (the rows whose txn the table
         already has are left out, so each is still written exactly once): (the version written, None when
         nothing was left; for each row, whether it was written)."""
@@ -179,9 +188,18 @@ class DeltaLake:
         if not todo:
             return None, fresh
         props = batches_commit_properties([txn for txn, _ in todo], metadata)
-        data = pa.Table.from_pylist([{name: row.get(name) for name in spec.schema.names} for _, row in todo], schema=spec.schema)
-        write_deltalake(table, data, mode="append", schema_mode="merge", partition_by=list(spec.partition_by) or None,
-                        target_file_size=spec.target_file_size, commit_properties=props)
+        data = pa.Table.from_pylist(
+            [{name: row.get(name) for name in spec.schema.names} for _, row in todo], schema=spec.schema
+        )
+        write_deltalake(
+            table,
+            data,
+            mode="append",
+            schema_mode="merge",
+            partition_by=list(spec.partition_by) or None,
+            target_file_size=spec.target_file_size,
+            commit_properties=props,
+        )
         return table.version(), fresh  # its own commit's version, as in append
 
     def delete(self, spec: TableSpec, predicate: str, txn: BatchTxn) -> dict[str, Any] | None:
@@ -224,10 +242,18 @@ class DeltaLake:
         table = self.table(name)
         if (table.transaction_version(app_id) or -1) < version:
             return None  # every batch commit carries its txn: not committed yet, no history to read
-        return self.newest_commit(name, lambda c: (c.get("app_id") == app_id and c.get("batch_id") == str(version))
-                                  or c.get(batch_key(app_id)) == str(version), recent)
+        return self.newest_commit(
+            name,
+            lambda c: (
+                (c.get("app_id") == app_id and c.get("batch_id") == str(version))
+                or c.get(batch_key(app_id)) == str(version)
+            ),
+            recent,
+        )
 
-    def newest_commit(self, name: str, matches: Callable[[dict[str, Any]], bool], recent: int = 200) -> dict[str, Any] | None:
+    def newest_commit(
+        self, name: str, matches: Callable[[dict[str, Any]], bool], recent: int = 200
+    ) -> dict[str, Any] | None:
         """The newest commit (history entry) that `matches`: the newest `recent` commits are read first, the whole
         history only when none of them matches."""
         for limit in (recent, None):
@@ -243,7 +269,9 @@ class DeltaLake:
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def read(self, name: str, filters: list[tuple[str, str, Any]] | None = None, columns: list[str] | None = None) -> pa.Table:
+    def read(
+        self, name: str, filters: list[tuple[str, str, Any]] | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
         """Rows with partition pruning and file skipping (min/max stats) from the filters (a string column
         that is not a partition column is compared as text_column)."""
         table = self.table(name)
@@ -251,15 +279,22 @@ class DeltaLake:
         expr = None
         for col, op, value in filters or []:
             kind = dataset.schema.field(col).type
-            text = col not in partitions and (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
+            text = col not in partitions and (
+                pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+            )
             term = _compare(text_column(col) if text else pc.field(col), op, value)
             expr = term if expr is None else expr & term
         return dataset.to_table(columns=columns, filter=expr)
 
-    def changes(self, name: str, starting_version: int, ending_version: int | None = None, predicate: str | None = None) -> pa.Table:
+    def changes(
+        self, name: str, starting_version: int, ending_version: int | None = None, predicate: str | None = None
+    ) -> pa.Table:
         """Change data feed rows (`_change_type`, `_commit_version`, `_commit_timestamp`)."""
         reader = self.table(name).load_cdf(
-            starting_version=starting_version, ending_version=ending_version, predicate=predicate, allow_out_of_range=True
+            starting_version=starting_version,
+            ending_version=ending_version,
+            predicate=predicate,
+            allow_out_of_range=True,
         )
         table = pa.RecordBatchReader.from_stream(reader).read_all()
         # delta-rs returns string_view columns; plain strings sort/compare everywhere.
@@ -270,7 +305,9 @@ class DeltaLake:
     def compact(self, name: str, partition_filters=None, target_size: int | None = None) -> dict[str, Any]:
         return self.table(name).optimize.compact(partition_filters=partition_filters, target_size=target_size)
 
-    def z_order(self, name: str, columns: list[str], partition_filters=None, target_size: int | None = None) -> dict[str, Any]:
+    def z_order(
+        self, name: str, columns: list[str], partition_filters=None, target_size: int | None = None
+    ) -> dict[str, Any]:
         return self.table(name).optimize.z_order(columns, partition_filters=partition_filters, target_size=target_size)
 
     def vacuum(self, name: str, retention_hours: int, dry_run: bool = False) -> list[str]:

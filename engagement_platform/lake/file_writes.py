@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 import numpy as np
@@ -77,7 +77,7 @@ def filesystem(uri: str, storage_options: Mapping[str, str] | None = None) -> tu
 
         return pafs.LocalFileSystem(), os.path.abspath(uri)
     if uri.startswith("s3://"):
-        return s3_filesystem(storage_options or {}), uri[len("s3://"):].rstrip("/")
+        return s3_filesystem(storage_options or {}), uri[len("s3://") :].rstrip("/")
     if uri.startswith(("az://", "abfs://", "abfss://")):
         scheme, rest = uri.split("://", 1)
         container, _, path = rest.partition("/")
@@ -96,20 +96,32 @@ def azure_filesystem(storage_options: Mapping[str, str]) -> pafs.AzureFileSystem
     """pyarrow's Azure (Blob / ADLS Gen2) file system configured from delta-rs's storage option names; an
     AZURE_ENDPOINT (an emulator, "http://host:port/<account>") serves both the blob and the dfs API."""
     opts = {k.upper(): v for k, v in storage_options.items()}
-    kwargs = {"account_name": opts.get("AZURE_STORAGE_ACCOUNT_NAME"), "account_key": opts.get("AZURE_STORAGE_ACCOUNT_KEY")}
+    kwargs = {
+        "account_name": opts.get("AZURE_STORAGE_ACCOUNT_NAME"),
+        "account_key": opts.get("AZURE_STORAGE_ACCOUNT_KEY"),
+    }
     endpoint = opts.get("AZURE_ENDPOINT")
     if endpoint:
         scheme, _, rest = endpoint.partition("://")
         authority = rest.split("/", 1)[0]
-        kwargs.update(blob_storage_authority=authority, blob_storage_scheme=scheme, dfs_storage_authority=authority, dfs_storage_scheme=scheme)
+        kwargs.update(
+            blob_storage_authority=authority,
+            blob_storage_scheme=scheme,
+            dfs_storage_authority=authority,
+            dfs_storage_scheme=scheme,
+        )
     return pafs.AzureFileSystem(**{k: v for k, v in kwargs.items() if v})
 
 
 def s3_filesystem(storage_options: Mapping[str, str]) -> pafs.S3FileSystem:
     """pyarrow's S3 file system configured from delta-rs's storage option names."""
     opts = {k.upper(): v for k, v in storage_options.items()}
-    kwargs = {"access_key": opts.get("AWS_ACCESS_KEY_ID"), "secret_key": opts.get("AWS_SECRET_ACCESS_KEY"),
-              "session_token": opts.get("AWS_SESSION_TOKEN"), "region": opts.get("AWS_REGION")}
+    kwargs = {
+        "access_key": opts.get("AWS_ACCESS_KEY_ID"),
+        "secret_key": opts.get("AWS_SECRET_ACCESS_KEY"),
+        "session_token": opts.get("AWS_SESSION_TOKEN"),
+        "region": opts.get("AWS_REGION"),
+    }
     endpoint = opts.get("AWS_ENDPOINT_URL")
     if endpoint:
         scheme, _, host = endpoint.partition("://")
@@ -138,13 +150,20 @@ def delta_stats(rows: pa.Table, columns: Iterable[str]) -> str:
         low, high = _json_bound(bounds["min"], column.type, up=False), _json_bound(bounds["max"], column.type, up=True)
         if low is not None and high is not None:
             mins[name], maxs[name] = low, high
-    return json.dumps({"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
-                      separators=(",", ":"))
+    return json.dumps(
+        {"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, separators=(",", ":")
+    )
 
 
 def _has_bounds(type_: pa.DataType) -> bool:
-    return (pa.types.is_integer(type_) or pa.types.is_floating(type_) or pa.types.is_string(type_)
-            or pa.types.is_large_string(type_) or pa.types.is_date32(type_) or pa.types.is_timestamp(type_))
+    return (
+        pa.types.is_integer(type_)
+        or pa.types.is_floating(type_)
+        or pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_date32(type_)
+        or pa.types.is_timestamp(type_)
+    )
 
 
 def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool):
@@ -158,8 +177,8 @@ def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool):
     if pa.types.is_date32(type_):
         return value.isoformat()
     if pa.types.is_timestamp(type_):
-        stamp = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        stamp = stamp.astimezone(timezone.utc)
+        stamp = value if value.tzinfo else value.replace(tzinfo=UTC)
+        stamp = stamp.astimezone(UTC)
         floored = stamp.replace(microsecond=stamp.microsecond // 1000 * 1000)
         if up and floored != stamp:
             floored += timedelta(milliseconds=1)
@@ -178,7 +197,9 @@ def partition_slices(rows: pa.Table, partition_by: Iterable[str]) -> list[tuple[
     change = np.zeros(rows.num_rows, dtype=bool)
     change[0] = True
     for name in partition_by:
-        codes = pc.fill_null(pc.dictionary_encode(rows[name]).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
+        codes = pc.fill_null(pc.dictionary_encode(rows[name]).combine_chunks().indices, -1).to_numpy(
+            zero_copy_only=False
+        )
         change[1:] |= codes[1:] != codes[:-1]
     starts = np.flatnonzero(change).tolist() + [rows.num_rows]
     out = []
@@ -193,7 +214,7 @@ def _partition_value(value) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
     return str(value)
 
 
@@ -201,8 +222,9 @@ def _partition_dir(values: Mapping[str, str | None]) -> str:
     return "/".join(f"{k}={HIVE_NULL if v is None else quote(v, safe='')}" for k, v in values.items())
 
 
-def write_files(table_uri: str, spec: TableSpec, rows: pa.Table, tag: str,
-                storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+def write_files(
+    table_uri: str, spec: TableSpec, rows: pa.Table, tag: str, storage_options: Mapping[str, str] | None = None
+) -> list[WrittenFile]:
     """Write `rows` (the table's columns) into the table's folder: one Parquet file per partition value,
     named after `tag` (writer_tag), without the partition columns (Delta keeps them in the log)."""
     fs, root = filesystem(table_uri, storage_options)
@@ -212,34 +234,59 @@ def write_files(table_uri: str, spec: TableSpec, rows: pa.Table, tag: str,
     for values, part in partition_slices(rows, spec.partition_by):
         data = part.drop_columns(list(spec.partition_by))
         folder = _partition_dir(values)
-        relative = f"{folder}/part-{tag}-{uuid.uuid4().hex}.snappy.parquet" if folder else f"part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
+        relative = (
+            f"{folder}/part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
+            if folder
+            else f"part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
+        )
         sink = pa.BufferOutputStream()
         pq.write_table(data, sink, compression="snappy")
         payload = sink.getvalue()
-        if folder and isinstance(fs, pafs.LocalFileSystem):  # object stores have no folders: a marker would cost requests
+        if folder and isinstance(
+            fs, pafs.LocalFileSystem
+        ):  # object stores have no folders: a marker would cost requests
             fs.create_dir(f"{root}/{folder}", recursive=True)
         with fs.open_output_stream(f"{root}/{relative}") as out:
             out.write(payload)
-        written.append(WrittenFile(relative, payload.size, values, delta_stats(part, columns), int(time.time() * 1000), part.num_rows))
+        written.append(
+            WrittenFile(
+                relative, payload.size, values, delta_stats(part, columns), int(time.time() * 1000), part.num_rows
+            )
+        )
     return written
 
 
-def commit_files(lake: DeltaLake, spec: TableSpec, adds: list[WrittenFile], txn: BatchTxn,
-                 removes: list[WrittenFile] = (), metadata: Mapping[str, str] | None = None) -> int | None:
+def commit_files(
+    lake: DeltaLake,
+    spec: TableSpec,
+    adds: list[WrittenFile],
+    txn: BatchTxn,
+    removes: list[WrittenFile] = (),
+    metadata: Mapping[str, str] | None = None,
+) -> int | None:
     """One commit of the batch's adds and removes with its txn (and `metadata` in its commit info); None when
     the batch was already committed (its files from this attempt are then orphans: `delete_uncommitted` removes them)."""
     table = lake.ensure(spec)
     if lake.already_committed(spec.name, txn):
         return None
     actions = [f.add_action() for f in adds] + [f.remove_action() for f in removes]
-    table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
-                                   commit_properties=txn.commit_properties(dict(metadata or {})))
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=spec.schema,
+        partition_by=list(spec.partition_by) or None,
+        commit_properties=txn.commit_properties(dict(metadata or {})),
+    )
     # The commit's own version, found by its txn: another writer may have committed right after it.
     return lake.find_batch_commit(spec.name, txn.app_id, txn.version)
 
 
-def commit_files_of_batches(lake: DeltaLake, spec: TableSpec, batches: list[tuple[BatchTxn, list[WrittenFile], list[WrittenFile]]],
-                            metadata: Mapping[str, str] | None = None) -> tuple[int | None, list[bool]]:
+def commit_files_of_batches(
+    lake: DeltaLake,
+    spec: TableSpec,
+    batches: list[tuple[BatchTxn, list[WrittenFile], list[WrittenFile]]],
+    metadata: Mapping[str, str] | None = None,
+) -> tuple[int | None, list[bool]]:
     """Several batches' (txn, adds, removes) in ONE commit carrying every batch's txn; a batch whose txn the
     table already has is left out (its files from this attempt are orphans for `delete_uncommitted`).
     Returns (the version written, None when nothing was left; for each batch, whether it was written)."""
@@ -248,9 +295,16 @@ def commit_files_of_batches(lake: DeltaLake, spec: TableSpec, batches: list[tupl
     todo = [b for b, new in zip(batches, fresh) if new]
     if not todo:
         return None, fresh
-    actions = [f.add_action() for _, adds, _ in todo for f in adds] + [f.remove_action() for _, _, removes in todo for f in removes]
-    table.create_write_transaction(actions, mode="append", schema=spec.schema, partition_by=list(spec.partition_by) or None,
-                                   commit_properties=batches_commit_properties([txn for txn, _, _ in todo], dict(metadata or {})))
+    actions = [f.add_action() for _, adds, _ in todo for f in adds] + [
+        f.remove_action() for _, _, removes in todo for f in removes
+    ]
+    table.create_write_transaction(
+        actions,
+        mode="append",
+        schema=spec.schema,
+        partition_by=list(spec.partition_by) or None,
+        commit_properties=batches_commit_properties([txn for txn, _, _ in todo], dict(metadata or {})),
+    )
     return lake.find_batch_commit(spec.name, todo[0][0].app_id, todo[0][0].version), fresh
 
 
@@ -275,29 +329,50 @@ def read_parquet(fs: pafs.FileSystem, path: str, columns: list[str] | None = Non
         return pq.read_table(pa.BufferReader(source.read()), columns=columns)
 
 
-def read_file(table_uri: str, spec: TableSpec, written: WrittenFile, storage_options: Mapping[str, str] | None = None,
-              columns: list[str] | None = None) -> pa.Table:
+def read_file(
+    table_uri: str,
+    spec: TableSpec,
+    written: WrittenFile,
+    storage_options: Mapping[str, str] | None = None,
+    columns: list[str] | None = None,
+) -> pa.Table:
     """A written file's rows with its partition columns put back, in the table's column order (only `columns`,
     in that order, when given: the others are not read)."""
     fs, root = filesystem(table_uri, storage_options)
     names = list(columns) if columns is not None else spec.schema.names
-    data = read_parquet(fs, f"{root}/{written.path}", [n for n in names if n not in spec.partition_by] if columns is not None else None)
+    data = read_parquet(
+        fs, f"{root}/{written.path}", [n for n in names if n not in spec.partition_by] if columns is not None else None
+    )
     for name in spec.partition_by:
         if name in names:
             value = written.partition_values.get(name)
-            data = data.append_column(name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type))
+            data = data.append_column(
+                name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type)
+            )
     return data.select(names).cast(pa.schema([spec.schema.field(n) for n in names]))
 
 
-def rewrite_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], keep, tag: str,
-                  storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+def rewrite_files(
+    table_uri: str,
+    spec: TableSpec,
+    files: list[WrittenFile],
+    keep,
+    tag: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[WrittenFile]:
     """Files of an uncommitted batch without the rows `keep(rows) -> boolean mask` rejects: each file is read,
     filtered and written anew, then deleted (nothing references it yet). Returns the new files."""
     return transform_files(table_uri, spec, files, lambda rows: rows.filter(keep(rows)), tag, storage_options)
 
 
-def transform_files(table_uri: str, spec: TableSpec, files: list[WrittenFile], change, tag: str,
-                    storage_options: Mapping[str, str] | None = None) -> list[WrittenFile]:
+def transform_files(
+    table_uri: str,
+    spec: TableSpec,
+    files: list[WrittenFile],
+    change,
+    tag: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[WrittenFile]:
     """Files of an uncommitted batch with their rows passed through `change(rows) -> rows`: each file is
     read, changed and written anew, then deleted (nothing references it yet). Returns the new files."""
     fs, root = filesystem(table_uri, storage_options)
@@ -316,5 +391,8 @@ def unreferenced_files(lake: DeltaLake, spec: TableSpec) -> list[str]:
     fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
     live = {p.rsplit("/", 1)[-1] for p in lake.table(spec.name).file_uris()} if lake.exists(spec.name) else set()
     infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
-    return sorted(i.path[len(root) + 1:] for i in infos if i.is_file and i.base_name.endswith(".parquet")
-                  and "/_delta_log/" not in i.path and i.base_name not in live)
+    return sorted(
+        i.path[len(root) + 1 :]
+        for i in infos
+        if i.is_file and i.base_name.endswith(".parquet") and "/_delta_log/" not in i.path and i.base_name not in live
+    )

@@ -138,19 +138,21 @@ def partition_layout(
         ranges = [(lows[i], highs[i]) for i in idx if lows[i] is not None and highs[i] is not None]
         ratio, depth = range_overlap(ranges)
         total = sum(size[i] for i in idx)
-        rows.append({
-            partition_column: value,
-            "files": len(idx),
-            "small_files": sum(size[i] < small_file_bytes for i in idx),
-            "files_without_stats": len(idx) - len(ranges),
-            "rows": sum(records[i] or 0 for i in idx),
-            "total_bytes": total,
-            "mean_file_bytes": total / len(idx),
-            "range_min": min((lo for lo, _ in ranges), default=None),
-            "range_max": max((hi for _, hi in ranges), default=None),
-            "overlap_ratio": ratio,
-            "max_depth": depth,
-        })
+        rows.append(
+            {
+                partition_column: value,
+                "files": len(idx),
+                "small_files": sum(size[i] < small_file_bytes for i in idx),
+                "files_without_stats": len(idx) - len(ranges),
+                "rows": sum(records[i] or 0 for i in idx),
+                "total_bytes": total,
+                "mean_file_bytes": total / len(idx),
+                "range_min": min((lo for lo, _ in ranges), default=None),
+                "range_max": max((hi for _, hi in ranges), default=None),
+                "overlap_ratio": ratio,
+                "max_depth": depth,
+            }
+        )
     rows.sort(key=lambda r: (-r["overlap_ratio"], -r["files"], r[partition_column] or ""))
     layout = pa.Table.from_pylist(rows, schema=_layout_schema(partition_column, pa.int64()))
     for name in ("range_min", "range_max"):  # back from day numbers to the column's own type
@@ -171,10 +173,7 @@ def needs_upkeep(layout: pa.Table, max_overlap_ratio: float) -> list[str]:
     nothing wrote to since the last upkeep is never rewritten again.
     """
     key = layout.schema.names[0]
-    return [
-        r[key] for r in layout.to_pylist()
-        if r["small_files"] > 1 or r["overlap_ratio"] > max_overlap_ratio
-    ]
+    return [r[key] for r in layout.to_pylist() if r["small_files"] > 1 or r["overlap_ratio"] > max_overlap_ratio]
 
 
 def upkeep(
@@ -294,7 +293,9 @@ def _writer_properties(target_file_bytes: int, bytes_per_row: float) -> WriterPr
     """
     rows = int(target_file_bytes / ROW_GROUPS_PER_FILE / max(bytes_per_row, 1.0))
     rows = min(max(rows, MIN_ROW_GROUP_ROWS), MAX_ROW_GROUP_ROWS)
-    return WriterProperties(max_row_group_size=rows, compression="ZSTD", compression_level=4)  # delta-rs' optimize default codec
+    return WriterProperties(
+        max_row_group_size=rows, compression="ZSTD", compression_level=4
+    )  # delta-rs' optimize default codec
 
 
 def _sum(layout: pa.Table, column: str) -> int:

@@ -9,7 +9,7 @@ check reports) recomputes them independently.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 
@@ -42,17 +42,29 @@ def inserted_counts(rows: pa.Table) -> dict[str, dict[str, int]]:
 
 
 def notification_rows(
-    lake: DeltaLake, spec: TableSpec, table: str, version: int, app_name: str, batch_id: int, at: datetime | None = None,
+    lake: DeltaLake,
+    spec: TableSpec,
+    table: str,
+    version: int,
+    app_name: str,
+    batch_id: int,
+    at: datetime | None = None,
     counts: dict[str, dict[str, int]] | None = None,
 ) -> pa.Table:
     """Rows for one commit; `counts` defaults to the commit's changes (change_counts)."""
-    at = at or datetime.now(timezone.utc)
+    at = at or datetime.now(UTC)
     if counts is None:
         counts = change_counts(lake, table, version)
     rows = [
         dict(
-            org_id=org, ingestion_hour=at.strftime("%Y-%m-%dT%H"), table_name=table, table_version=version,
-            last_modified_time=at, app_name=app_name, batch_id=batch_id, **c,
+            org_id=org,
+            ingestion_hour=at.strftime("%Y-%m-%dT%H"),
+            table_name=table,
+            table_version=version,
+            last_modified_time=at,
+            app_name=app_name,
+            batch_id=batch_id,
+            **c,
         )
         for org, c in sorted(counts.items())
     ]
@@ -66,9 +78,10 @@ def notifications_since(lake: DeltaLake, spec: TableSpec, org_id: str, after_ver
     instead (changes_since)."""
     if not lake.exists(spec.name):
         return spec.schema.empty_table()
-    rows = lake.read(spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)])
+    rows = lake.read(
+        spec.name, filters=[("org_id", "=", org_id), ("table_name", "=", table), ("table_version", ">", after_version)]
+    )
     return rows.sort_by("table_version")
-
 
 
 @dataclass(frozen=True)
@@ -79,14 +92,20 @@ class NotificationAudit:
     rows_notified: int
 
 
-def audit_notifications(lake: DeltaLake, notifications: str, table: str, table_version: int | None, app_name: str, batch_id: int) -> NotificationAudit:
+def audit_notifications(
+    lake: DeltaLake, notifications: str, table: str, table_version: int | None, app_name: str, batch_id: int
+) -> NotificationAudit:
     """Compare one batch's rows in the notification table `notifications` with the changes (change_counts) of
     its commit of `table`; `table_version` None (the batch committed nothing to `table`) expects no changes."""
     expected = change_counts(lake, table, table_version) if table_version is not None else {}
-    rows = lake.read(
-        notifications,
-        filters=[("table_name", "=", table), ("app_name", "=", app_name), ("batch_id", "=", batch_id)],
-    ).to_pylist() if lake.exists(notifications) else []
+    rows = (
+        lake.read(
+            notifications,
+            filters=[("table_name", "=", table), ("app_name", "=", app_name), ("batch_id", "=", batch_id)],
+        ).to_pylist()
+        if lake.exists(notifications)
+        else []
+    )
     notified = {r["org_id"]: {k: r[k] for k in ("inserted", "updated", "deleted")} for r in rows}
     orgs = set(expected) | set(notified)
     mismatched = sum(1 for org in orgs if expected.get(org) != notified.get(org)) + (len(rows) - len(notified))

@@ -32,5 +32,10 @@ QUARANTINE_SCHEMA = pa.schema(
 
 def kafka_quarantine_spec(name: str, description: str) -> TableSpec:
     """A Kafka stream's quarantine table: partitioned by pipeline and day, statistics on the source position."""
-    return TableSpec(name=name, schema=QUARANTINE_SCHEMA, partition_by=("pipeline", "quarantine_date"),
-                     stats_columns=("source_partition", "source_offset", "batch_id", "error_code"), description=description)
+    return TableSpec(
+        name=name,
+        schema=QUARANTINE_SCHEMA,
+        partition_by=("pipeline", "quarantine_date"),
+        stats_columns=("source_partition", "source_offset", "batch_id", "error_code"),
+        description=description,
+    )

@@ -23,7 +23,15 @@ from deltalake import CommitProperties
 from deltalake.exceptions import CommitFailedError
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, sql_literal, text_column
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, filesystem, read_file, write_files, writer_tag
+from engagement_platform.lake.file_writes import (
+    WrittenFile,
+    commit_files,
+    delete_uncommitted,
+    filesystem,
+    read_file,
+    write_files,
+    writer_tag,
+)
 from engagement_platform.lake.suppression import Suppressed
 
 VACUUM_APP_ID = "lake.erasure_window.vacuum"
@@ -39,12 +47,20 @@ def live_files(lake: DeltaLake, spec: TableSpec, partition: dict[str, str] | Non
         values = {c: actions[f"partition.{c}"][i].as_py() for c in spec.partition_by}
         if partition and any(values.get(k) != v for k, v in partition.items()):
             continue
-        out.append(WrittenFile(path, actions["size_bytes"][i].as_py(), values, "{}", actions["modification_time"][i].as_py()))
+        out.append(
+            WrittenFile(path, actions["size_bytes"][i].as_py(), values, "{}", actions["modification_time"][i].as_py())
+        )
     return out
 
 
-def erase_rows(lake: DeltaLake, spec: TableSpec, files: Iterable[WrittenFile], remove: Callable[[pa.Table], pa.Array],
-               txn: BatchTxn, metadata: Callable[[], dict] | None = None) -> tuple[int | None, int]:
+def erase_rows(
+    lake: DeltaLake,
+    spec: TableSpec,
+    files: Iterable[WrittenFile],
+    remove: Callable[[pa.Table], pa.Array],
+    txn: BatchTxn,
+    metadata: Callable[[], dict] | None = None,
+) -> tuple[int | None, int]:
     """Rewrite `files` without the rows `remove(rows) -> boolean mask` marks, in one commit carrying `txn`:
     (the commit's version, None when the batch already committed or nothing matched; rows removed).
     Files an earlier attempt of the batch wrote but never committed are deleted first. `metadata()` is asked
@@ -67,7 +83,9 @@ def erase_rows(lake: DeltaLake, spec: TableSpec, files: Iterable[WrittenFile], r
             adds += write_files(uri, spec, kept, tag, lake.storage_options)
     if not removes:
         return None, 0
-    return commit_files(lake, spec, adds, txn, removes, {"rewrite": "erase_rows", **(metadata() if metadata else {})}), removed
+    return commit_files(
+        lake, spec, adds, txn, removes, {"rewrite": "erase_rows", **(metadata() if metadata else {})}
+    ), removed
 
 
 def keyed_predicate(columns: tuple[str, str], keys: set[tuple[str, str]]) -> str | None:
@@ -76,23 +94,40 @@ def keyed_predicate(columns: tuple[str, str], keys: set[tuple[str, str]]) -> str
     for a, b in keys:
         grouped.setdefault(a, set()).add(b)
     first, second = columns
-    parts = [f"({first} = {sql_literal(a)} AND {second} IN ({', '.join(sql_literal(b) for b in sorted(bs))}))"
-             for a, bs in sorted(grouped.items())]
+    parts = [
+        f"({first} = {sql_literal(a)} AND {second} IN ({', '.join(sql_literal(b) for b in sorted(bs))}))"
+        for a, bs in sorted(grouped.items())
+    ]
     return " OR ".join(parts) or None
 
 
-def quarantined_keys_naming(lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, expr: ds.Expression | None = None) -> set[tuple[str, str]]:
+def quarantined_keys_naming(
+    lake: DeltaLake, spec: TableSpec, suppressed: Suppressed, expr: ds.Expression | None = None
+) -> set[tuple[str, str]]:
     """(pipeline, row_id) of the quarantined records (QUARANTINE_SCHEMA) whose raw content or parsed input
     names a suppressed subject of their org / tenant (any, for a record without one)."""
     if not suppressed or not lake.exists(spec.name):
         return set()
-    scoped = text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()  # a data column of the quarantines
-    rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=["pipeline", "row_id", "org_id", "raw", "input"],
-                                                                filter=scoped if expr is None else scoped & expr)
-    return {(r["pipeline"], r["row_id"]) for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])}
+    scoped = (
+        text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+    )  # a data column of the quarantines
+    rows = (
+        lake.table(spec.name)
+        .to_pyarrow_dataset()
+        .to_table(
+            columns=["pipeline", "row_id", "org_id", "raw", "input"], filter=scoped if expr is None else scoped & expr
+        )
+    )
+    return {
+        (r["pipeline"], r["row_id"])
+        for r in rows.to_pylist()
+        if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])
+    }
 
 
-def delete_quarantined(lake: DeltaLake, spec: TableSpec, keys: set[tuple[str, str]], txn: BatchTxn) -> tuple[int | None, int]:
+def delete_quarantined(
+    lake: DeltaLake, spec: TableSpec, keys: set[tuple[str, str]], txn: BatchTxn
+) -> tuple[int | None, int]:
     """Delete those records by key with `txn`: (the commit's version, None when nothing matched; rows deleted)."""
     predicate = keyed_predicate(("pipeline", "row_id"), keys)
     if predicate is None:
@@ -130,9 +165,15 @@ def vacuum_tables(lake: DeltaLake, names: Iterable[str], retention_hours: int) -
         if not lake.exists(name):
             continue
         try:
-            out[name] = len(lake.table(name).vacuum(
-                retention_hours=retention_hours, dry_run=False, enforce_retention_duration=retention_hours >= 168, full=True,
-                commit_properties=CommitProperties(custom_metadata={"app_id": VACUUM_APP_ID})))
+            out[name] = len(
+                lake.table(name).vacuum(
+                    retention_hours=retention_hours,
+                    dry_run=False,
+                    enforce_retention_duration=retention_hours >= 168,
+                    full=True,
+                    commit_properties=CommitProperties(custom_metadata={"app_id": VACUUM_APP_ID}),
+                )
+            )
         except CommitFailedError:
             out[name] = -1
     return out

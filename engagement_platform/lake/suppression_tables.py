@@ -28,8 +28,15 @@ HIT_SCHEMA = pa.schema([("scope", pa.string()), ("subject_hash", pa.string())])
 def erased_subjects_spec(name: str, scope: str) -> TableSpec:
     return TableSpec(
         name=name,
-        schema=pa.schema([(scope, pa.string()), ("subject_hash", pa.string()), ("request_id", pa.string()),
-                          ("erased_at", _TS), ("batch_id", pa.int64())]),
+        schema=pa.schema(
+            [
+                (scope, pa.string()),
+                ("subject_hash", pa.string()),
+                ("request_id", pa.string()),
+                ("erased_at", _TS),
+                ("batch_id", pa.int64()),
+            ]
+        ),
         change_data_feed=False,
         stats_columns=(scope, "subject_hash", "batch_id"),
         description=f"The suppression list: one row per erased subject (keyed hash, never the id) per {scope}.",
@@ -39,8 +46,16 @@ def erased_subjects_spec(name: str, scope: str) -> TableSpec:
 def suppressed_records_spec(name: str, scope: str) -> TableSpec:
     return TableSpec(
         name=name,
-        schema=pa.schema([(scope, pa.string()), ("subject_hash", pa.string()), ("stream", pa.string()), ("batch_id", pa.int64()),
-                          ("records", pa.int64()), ("recorded_at", _TS)]),
+        schema=pa.schema(
+            [
+                (scope, pa.string()),
+                ("subject_hash", pa.string()),
+                ("stream", pa.string()),
+                ("batch_id", pa.int64()),
+                ("records", pa.int64()),
+                ("recorded_at", _TS),
+            ]
+        ),
         change_data_feed=False,
         stats_columns=("stream", "batch_id", "recorded_at"),
         description=f"Records dropped because they name an erased subject: per batch, stream, {scope} and subject hash.",
@@ -59,7 +74,9 @@ def load_suppressed(lake: DeltaLake, spec: TableSpec, secret: bytes, version: in
 def hits_table(hits: Iterable[tuple[str, str]]) -> pa.Table:
     """(scope, hash) per dropped record as a table (what Spark tasks hand back)."""
     scopes, hashes = zip(*hits) if hits else ((), ())
-    return pa.table({"scope": pa.array(scopes, pa.string()), "subject_hash": pa.array(hashes, pa.string())}, schema=HIT_SCHEMA)
+    return pa.table(
+        {"scope": pa.array(scopes, pa.string()), "subject_hash": pa.array(hashes, pa.string())}, schema=HIT_SCHEMA
+    )
 
 
 def suppressed_rows(spec: TableSpec, hits: pa.Table, stream: str, batch_id: int, at: datetime) -> pa.Table:
@@ -69,17 +86,25 @@ def suppressed_rows(spec: TableSpec, hits: pa.Table, stream: str, batch_id: int,
         return spec.schema.empty_table()
     grouped = hits.group_by(["scope", "subject_hash"]).aggregate([("subject_hash", "count")])
     n = grouped.num_rows
-    return pa.table({
-        scope: grouped["scope"], "subject_hash": grouped["subject_hash"], "stream": pa.array([stream] * n, pa.string()),
-        "batch_id": pa.array([batch_id] * n, pa.int64()), "records": pc.cast(grouped["subject_hash_count"], pa.int64()),
-        "recorded_at": pa.array([at] * n, _TS),
-    }, schema=spec.schema)
+    return pa.table(
+        {
+            scope: grouped["scope"],
+            "subject_hash": grouped["subject_hash"],
+            "stream": pa.array([stream] * n, pa.string()),
+            "batch_id": pa.array([batch_id] * n, pa.int64()),
+            "records": pc.cast(grouped["subject_hash_count"], pa.int64()),
+            "recorded_at": pa.array([at] * n, _TS),
+        },
+        schema=spec.schema,
+    )
 
 
 def suppressed_step(lake: DeltaLake, spec: TableSpec, rows: pa.Table) -> CommitStep:
     """The batch's audit rows, committed with its txn; no commit when it dropped nothing."""
+
     def commit(txn: BatchTxn, _: Outcomes) -> int | None:
         return lake.append(spec, rows, txn) if rows.num_rows else None
+
     return CommitStep(spec.name, commit)
 
 

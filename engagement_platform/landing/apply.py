@@ -13,24 +13,32 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
-from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result
 from engagement_platform.ingest.sources import read_file
+from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.suppression_tables import (
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+    suppression_of,
+)
 from engagement_platform.landing.files import LandedFile, file_size, landed_files
 from engagement_platform.landing.suppressed import drop_suppressed_records
-from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step, suppression_of
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
+
 
 def stream_name(config: PipelineConfig) -> str:
     return f"ingest.{config.name}"
@@ -101,37 +109,53 @@ class LandingResult:
 
     def metadata(self) -> dict:
         return {
-            "batch_id": self.plan.batch_id, "files": len(self.files), "first_file": self.files[0].path if self.files else "-",
-            "last_file": self.files[-1].path if self.files else "-", "records_read": self.records_read,
-            "rows_written": self.rows_written, "rows_rejected": self.rows_rejected, "records_suppressed": self.records_suppressed, "errors": self.errors,
-            "error_rate": round(self.error_rate, 6), **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
-            **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+            "batch_id": self.plan.batch_id,
+            "files": len(self.files),
+            "first_file": self.files[0].path if self.files else "-",
+            "last_file": self.files[-1].path if self.files else "-",
+            "records_read": self.records_read,
+            "rows_written": self.rows_written,
+            "rows_rejected": self.rows_rejected,
+            "records_suppressed": self.records_suppressed,
+            "errors": self.errors,
+            "error_rate": round(self.error_rate, 6),
+            **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
+            **{f"{k}_version": v for k, v in self.versions.items()},
+            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
         }
 
 
-def compute_file(spark: SparkSession, config: PipelineConfig, path: str, batch_id: int, at: datetime,
-                 split_bytes: int | None = None) -> tuple[pa.Table, pa.Table, int]:
+def compute_file(
+    spark: SparkSession, config: PipelineConfig, path: str, batch_id: int, at: datetime, split_bytes: int | None = None
+) -> tuple[pa.Table, pa.Table, int]:
     """(target rows, quarantine rows, records read) for one file."""
     pipeline = Pipeline.from_config(config)
     result = pipeline.transform(read_file(spark, config.source, path, split_bytes)).toArrow()
-    good, quarantine = split_result(result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at))
+    good, quarantine = split_result(
+        result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at)
+    )
     n = good.num_rows
-    good = (good.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
-            .append_column("ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))))
+    good = good.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
+        "ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))
+    )
     return good, quarantine, result.num_rows
 
 
-def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan) -> LandingResult:
+def run_file_batch(
+    spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, config: PipelineConfig, plan: BatchPlan
+) -> LandingResult:
     files = planned_files(plan)
     storage = load_settings().storage_options
     for planned in files:  # all checked before anything is read: a batch reads every file or none
         size = file_size(planned.path, storage)
         if size != planned.size:
-            raise RuntimeError(f"{planned.path} changed since it was planned ({planned.size} bytes then, {size} now): "
-                               "landing files must be complete when they appear (write elsewhere, then rename)")
+            raise RuntimeError(
+                f"{planned.path} changed since it was planned ({planned.size} bytes then, {size} now): "
+                "landing files must be complete when they appear (write elsewhere, then rename)"
+            )
     seconds = {}
     t0 = time.perf_counter()
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     results = [compute_file(spark, config, planned.path, plan.batch_id, at) for planned in files]
     # Spark's Arrow result of a file with no rows may type its columns differently (e.g. null): promote.
     good = pa.concat_tables([g for g, _, _ in results], promote_options="permissive")
@@ -141,23 +165,46 @@ def run_file_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoint
     tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None
     if tables:  # records naming an erased subject are dropped, counted by hash (landing/suppressed.py)
         erased, counts = tables
-        good, quarantine, hits = drop_suppressed_records(good, quarantine, config.suppression, load_suppressed(lake, erased, load_settings().erasure.secret))
-        steps.append(suppressed_step(lake, counts, suppressed_rows(counts, hits_table(hits), stream_name(config), plan.batch_id, at)))
+        good, quarantine, hits = drop_suppressed_records(
+            good, quarantine, config.suppression, load_suppressed(lake, erased, load_settings().erasure.secret)
+        )
+        steps.append(
+            suppressed_step(
+                lake, counts, suppressed_rows(counts, hits_table(hits), stream_name(config), plan.batch_id, at)
+            )
+        )
         suppressed_n = len(hits)
     seconds["compute"] = time.perf_counter() - t0
     target, quarantined = target_spec(config), quarantine_spec(config)
     t1 = time.perf_counter()
-    versions = commit_batch(plan, app_id(config), [
-        CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
-        CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
-        *steps,
-    ], checkpoints, files=len(files), first_file=files[0].path)
+    versions = commit_batch(
+        plan,
+        app_id(config),
+        [
+            CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
+            CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
+            *steps,
+        ],
+        checkpoints,
+        files=len(files),
+        first_file=files[0].path,
+    )
     seconds["commit"] = time.perf_counter() - t1
     codes: dict[str, int] = {}
     for code in quarantine["error_code"].to_pylist():
         codes[code] = codes.get(code, 0) + 1
-    return LandingResult(plan, read, good.num_rows, read - good.num_rows - suppressed_n, quarantine.num_rows, codes, versions, seconds,
-                         records_suppressed=suppressed_n, files=file_counts(files, [n for _, _, n in results], quarantine))
+    return LandingResult(
+        plan,
+        read,
+        good.num_rows,
+        read - good.num_rows - suppressed_n,
+        quarantine.num_rows,
+        codes,
+        versions,
+        seconds,
+        records_suppressed=suppressed_n,
+        files=file_counts(files, [n for _, _, n in results], quarantine),
+    )
 
 
 def file_counts(files: Sequence[FileSlice], read: Sequence[int], quarantine: pa.Table) -> list[FileCounts]:

@@ -40,24 +40,50 @@ def pipeline_assets(config: PipelineConfig) -> list:
         group_name=GROUP,
         kinds={"spark", "deltalake"},
         description=f"Pipeline {config.name}: each partition is one batch of landing files, parsed, converted and validated exactly once. {config.description}",
-        metadata={"converters": ", ".join(c.plugin for c in config.converters) or "-",
-                  "validators": ", ".join(v.plugin for v in config.validators) or "-",
-                  "max_error_rate": config.error_rate.max_error_rate},
+        metadata={
+            "converters": ", ".join(c.plugin for c in config.converters) or "-",
+            "validators": ", ".join(v.plugin for v in config.validators) or "-",
+            "max_error_rate": config.error_rate.max_error_rate,
+        },
     )
-    def _pipeline(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource) -> MaterializeResult:
+    def _pipeline(
+        context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, coordinator: CoordinatorResource
+    ) -> MaterializeResult:
         plan = coordinator.checkpoints.plan(stream, int(context.partition_key))
         result = run_riding_out_faults(
-            context, stream, lambda: run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan),
-            coordinator, lock_name=target.name, on_fault=spark_reconnect(spark))  # the lock is the target table
-        report_table_commits(context, stream, plan.batch_id, result.versions, files=len(result.files), first_file=result.files[0].path)
-        return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_pipeline_checks(lake.lake, config, result))
+            context,
+            stream,
+            lambda: run_file_batch(spark.spark_session, lake.lake, coordinator.checkpoints, config, plan),
+            coordinator,
+            lock_name=target.name,
+            on_fault=spark_reconnect(spark),
+        )  # the lock is the target table
+        report_table_commits(
+            context, stream, plan.batch_id, result.versions, files=len(result.files), first_file=result.files[0].path
+        )
+        return MaterializeResult(
+            metadata={**result.metadata(), **stranded_metadata(context)},
+            check_results=evaluate_pipeline_checks(lake.lake, config, result),
+        )
 
-    landing = AssetSpec(key=landing_key(config), group_name=GROUP, kinds={"file"},
-                        description=f"Landing folder of pipeline {config.name}: files matching {config.source.path} ({config.source.format}).")
+    landing = AssetSpec(
+        key=landing_key(config),
+        group_name=GROUP,
+        kinds={"file"},
+        description=f"Landing folder of pipeline {config.name}: files matching {config.source.path} ({config.source.format}).",
+    )
     tables = [
-        AssetSpec(key=spec.name, deps=[key], group_name=GROUP, kinds={"deltalake"}, description=description,
-                  metadata={"partitioned_by": ", ".join(spec.partition_by) or "-"})
-        for spec, description in ((target, f"Rows of pipeline {config.name} that passed every stage."),
-                                  (quarantine, f"Records pipeline {config.name} rejected, one row per error, in the one error schema."))
+        AssetSpec(
+            key=spec.name,
+            deps=[key],
+            group_name=GROUP,
+            kinds={"deltalake"},
+            description=description,
+            metadata={"partitioned_by": ", ".join(spec.partition_by) or "-"},
+        )
+        for spec, description in (
+            (target, f"Rows of pipeline {config.name} that passed every stage."),
+            (quarantine, f"Records pipeline {config.name} rejected, one row per error, in the one error schema."),
+        )
     ]
     return [landing, _pipeline, *tables]

@@ -19,7 +19,14 @@ HEADER = "id,name,bday,level,email,points"
 def member_line(rng: random.Random, member_id: int, bad: bool) -> str:
     first, last = rng.choice(FIRST), rng.choice(LAST)
     bday = f"{rng.randint(1, 12):02d}/{rng.randint(1, 28):02d}/{rng.randint(1940, 2006)}"
-    fields = [str(member_id), f"{first} {last}", bday, rng.choice(LEVELS), f"{first.lower()}.{last.lower()}@example.com", str(rng.randint(0, 50_000))]
+    fields = [
+        str(member_id),
+        f"{first} {last}",
+        bday,
+        rng.choice(LEVELS),
+        f"{first.lower()}.{last.lower()}@example.com",
+        str(rng.randint(0, 50_000)),
+    ]
     if bad:
         kind = rng.randrange(6)
         if kind == 0:
@@ -37,8 +44,15 @@ def member_line(rng: random.Random, member_id: int, bad: bool) -> str:
     return ",".join(fields)
 
 
-def write_members_file(folder: str, name: str, rows: int, seed: int, bad_ratio: float = 0.03, first_id: int = 1,
-                       storage_options: dict | None = None) -> str:
+def write_members_file(
+    folder: str,
+    name: str,
+    rows: int,
+    seed: int,
+    bad_ratio: float = 0.03,
+    first_id: int = 1,
+    storage_options: dict | None = None,
+) -> str:
     """Land a members file (a local folder or an object-store prefix) under a dot-name, then move it in: the
     landing sensor never sees a half-written file."""
     rng = random.Random(seed)

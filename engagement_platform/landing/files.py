@@ -43,9 +43,9 @@ def _segment(part: str) -> str:
             out += "[^/]*"
         elif c == "?":
             out += "[^/]"
-        elif c == "[" and "]" in part[j + 2:]:
+        elif c == "[" and "]" in part[j + 2 :]:
             end = part.index("]", j + 2)
-            body = part[j + 1:end]
+            body = part[j + 1 : end]
             out += "[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]"
             j = end
         else:
@@ -60,7 +60,7 @@ def landed_files(root: str, pattern: str, storage_options: Mapping[str, str] | N
     regex = glob_regex(pattern)
     found = []
     for info in fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True)):
-        relative = info.path[len(base):].lstrip("/")
+        relative = info.path[len(base) :].lstrip("/")
         if info.is_file and not any(part.startswith(".") for part in relative.split("/")) and regex.fullmatch(relative):
             found.append(LandedFile(join(root, relative), info.size, info.mtime.timestamp() if info.mtime else 0.0))
     return sorted(found, key=lambda f: f.path)

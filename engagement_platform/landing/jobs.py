@@ -5,7 +5,14 @@ Definitions; and the daily landing retention (landing/retention.py)."""
 from datetime import timedelta
 
 from dagster import (
-    AssetExecutionContext, AssetSelection, DefaultScheduleStatus, MaterializeResult, RunRequest, asset, define_asset_job, in_process_executor,
+    AssetExecutionContext,
+    AssetSelection,
+    DefaultScheduleStatus,
+    MaterializeResult,
+    RunRequest,
+    asset,
+    define_asset_job,
+    in_process_executor,
     schedule,
 )
 
@@ -48,15 +55,25 @@ def landing_retention(context: AssetExecutionContext, lake: LakeResource) -> Mat
     """Landed files already ingested by a done batch, deleted once older than half of EP_ERASURE_WINDOW."""
     settings = load_settings()
     older_than = timedelta(seconds=settings.erasure.retention_seconds)
-    deleted = expire_landed_files(settings.landing_root, load_pipelines(settings.pipelines_dir), lake.checkpoints, older_than)
+    deleted = expire_landed_files(
+        settings.landing_root, load_pipelines(settings.pipelines_dir), lake.checkpoints, older_than
+    )
     return MaterializeResult(metadata={"files_deleted": len(deleted), "older_than_seconds": older_than.total_seconds()})
 
 
-landing_retention_job = define_asset_job("landing_retention_job", selection=[LANDING_RETENTION],
-                                         description="Delete landed files already ingested, once older than half the erasure window.")
+landing_retention_job = define_asset_job(
+    "landing_retention_job",
+    selection=[LANDING_RETENTION],
+    description="Delete landed files already ingested, once older than half the erasure window.",
+)
 
 
-@schedule(job=landing_retention_job, cron_schedule="37 3 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING)
+@schedule(
+    job=landing_retention_job,
+    cron_schedule="37 3 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+)
 def landing_retention_schedule(context):
     """Daily, like the lakes' upkeeps: the erasure window holds while it runs at least once per half window."""
     return RunRequest()

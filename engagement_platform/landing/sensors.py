@@ -25,20 +25,36 @@ from engagement_platform.streams.planning import BatchPlan
 
 def _tags(plan: BatchPlan) -> dict[str, str]:
     files = planned_files(plan)
-    return {"ingest/file": files[0].path, "ingest/files": str(len(files)), "ingest/bytes": str(sum(f.size for f in files))}
+    return {
+        "ingest/file": files[0].path,
+        "ingest/files": str(len(files)),
+        "ingest/bytes": str(sum(f.size for f in files)),
+    }
 
 
 def _cursor(plan: BatchPlan) -> str:
     files = planned_files(plan)
-    return json.dumps({"batch_id": plan.batch_id, "files": len(files), "last_file": files[-1].path, "bytes": sum(f.size for f in files)})
+    return json.dumps(
+        {
+            "batch_id": plan.batch_id,
+            "files": len(files),
+            "last_file": files[-1].path,
+            "bytes": sum(f.size for f in files),
+        }
+    )
 
 
 def landing_sensor(config: PipelineConfig, job):
     stream = stream_name(config)
     partitions = pipeline_batches(config)
 
-    @sensor(name=f"ingest_{config.name}_landing_sensor", job=job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING,
-            description=f"New files under the landing root matching {config.source.path} -> the files waiting are the next batch of pipeline {config.name}.")
+    @sensor(
+        name=f"ingest_{config.name}_landing_sensor",
+        job=job,
+        minimum_interval_seconds=10,
+        default_status=DefaultSensorStatus.RUNNING,
+        description=f"New files under the landing root matching {config.source.path} -> the files waiting are the next batch of pipeline {config.name}.",
+    )
     def _sensor(context: SensorEvaluationContext, coordinator: CoordinatorResource):
         store = coordinator.checkpoints
         latest, done = store.latest(stream)
@@ -50,15 +66,22 @@ def landing_sensor(config: PipelineConfig, job):
         files = landing_files(load_settings().landing_root, config)
         planned = {(f.path, f.size) for p in store.plans(stream) for f in planned_files(p)}
         waiting = [f for f in files if (f.path, f.size) not in planned]
-        observation = AssetObservation(asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)})
+        observation = AssetObservation(
+            asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)}
+        )
         if not waiting:
-            return SensorResult(skip_reason=f"no new files for {config.name} ({len(files)} already ingested)", asset_events=[observation])
+            return SensorResult(
+                skip_reason=f"no new files for {config.name} ({len(files)} already ingested)",
+                asset_events=[observation],
+            )
         landed = next_batch_files(waiting, config.source.max_files_per_batch, config.source.max_bytes_per_batch)
         batch_id = (latest.batch_id + 1) if latest else 1
         # A run launched while another writer of the target holds its lock would only wait: plan it on a later tick.
         busy = coordinator.lock_wait(stream, batch_id, config.target.table)
         if busy:
-            return SensorResult(skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}", asset_events=[observation])
+            return SensorResult(
+                skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}", asset_events=[observation]
+            )
         plan = files_plan(config, batch_id, [(f.path, f.size) for f in landed])
         store.record_plan(plan)
         return SensorResult(

@@ -12,8 +12,9 @@ from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine
 
 
-def drop_suppressed_records(good: pa.Table, quarantine: pa.Table, spec: SuppressionSpec,
-                            suppressed: Suppressed) -> tuple[pa.Table, pa.Table, list[tuple[str, str]]]:
+def drop_suppressed_records(
+    good: pa.Table, quarantine: pa.Table, spec: SuppressionSpec, suppressed: Suppressed
+) -> tuple[pa.Table, pa.Table, list[tuple[str, str]]]:
     """(target rows, quarantine rows, (scope, hash) per dropped record)."""
     if not suppressed:
         return good, quarantine, []
@@ -21,7 +22,9 @@ def drop_suppressed_records(good: pa.Table, quarantine: pa.Table, spec: Suppress
     ids = [good[c].to_pylist() for c in spec.subject_columns]
     keep, hits = [], []
     for i, scope in enumerate(scopes):
-        found = suppressed.hit(None if scope is None else str(scope), [None if v[i] is None else str(v[i]) for v in ids])
+        found = suppressed.hit(
+            None if scope is None else str(scope), [None if v[i] is None else str(v[i]) for v in ids]
+        )
         keep.append(found is None)
         if found:
             hits.append((str(scope), found))

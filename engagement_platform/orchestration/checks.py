@@ -42,7 +42,9 @@ def check_specs(checks: Sequence[BatchChecks], asset: AssetKey) -> list[AssetChe
     return [spec for c in checks for spec in c.specs(asset)]
 
 
-def evaluate_checks(checks: Sequence[BatchChecks], lake: DeltaLake, checkpoints: CheckpointStore, result: BatchResult) -> list[AssetCheckResult]:
+def evaluate_checks(
+    checks: Sequence[BatchChecks], lake: DeltaLake, checkpoints: CheckpointStore, result: BatchResult
+) -> list[AssetCheckResult]:
     return [r for c in checks for r in c.evaluate(lake, checkpoints, result)]
 
 
@@ -51,13 +53,23 @@ def offset_ranges_contiguous() -> BatchChecks:
 
     def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: BatchResult) -> list[AssetCheckResult]:
         gaps, overlaps = offset_gaps_and_overlaps(checkpoints.plans(result.plan.stream))
-        return [AssetCheckResult(check_name=OFFSET_RANGES_CONTIGUOUS, passed=gaps == 0 and overlaps == 0,
-                                 metadata={"gap_offsets": gaps, "overlap_offsets": overlaps})]
+        return [
+            AssetCheckResult(
+                check_name=OFFSET_RANGES_CONTIGUOUS,
+                passed=gaps == 0 and overlaps == 0,
+                metadata={"gap_offsets": gaps, "overlap_offsets": overlaps},
+            )
+        ]
 
-    return BatchChecks({OFFSET_RANGES_CONTIGUOUS: "Planned offset ranges of the stream have no gap and no overlap per partition."}, evaluate)
+    return BatchChecks(
+        {OFFSET_RANGES_CONTIGUOUS: "Planned offset ranges of the stream have no gap and no overlap per partition."},
+        evaluate,
+    )
 
 
-def notifications_match_changes(notifications: str, table: str, app_id: str, commit: str = "data commit") -> BatchChecks:
+def notifications_match_changes(
+    notifications: str, table: str, app_id: str, commit: str = "data commit"
+) -> BatchChecks:
     """The batch's rows in the notification table `notifications` equal the row-level changes of its commit
     of `table` (its change log or change data feed, lake/change_log.py; `commit` names that commit in the
     description: "data commit", "delete commit", ...)."""
@@ -65,20 +77,42 @@ def notifications_match_changes(notifications: str, table: str, app_id: str, com
     def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: BatchResult) -> list[AssetCheckResult]:
         batch_id = result.plan.batch_id
         version = result.versions.get(table)
-        if version is None and lake.exists(table):  # committed by an earlier attempt of this batch, or nothing to change
+        if version is None and lake.exists(
+            table
+        ):  # committed by an earlier attempt of this batch, or nothing to change
             version = lake.find_batch_commit(table, app_id, batch_id)
         audit = audit_notifications(lake, notifications, table, version, app_id, batch_id)
-        return [AssetCheckResult(
-            check_name=NOTIFICATIONS_MATCH_CHANGES, passed=audit.orgs_mismatched == 0,
-            metadata={"orgs_mismatched": audit.orgs_mismatched, "orgs_changed": audit.orgs_changed,
-                      "rows_changed": audit.rows_changed, "rows_notified": audit.rows_notified, "data_version": version},
-        )]
+        return [
+            AssetCheckResult(
+                check_name=NOTIFICATIONS_MATCH_CHANGES,
+                passed=audit.orgs_mismatched == 0,
+                metadata={
+                    "orgs_mismatched": audit.orgs_mismatched,
+                    "orgs_changed": audit.orgs_changed,
+                    "rows_changed": audit.rows_changed,
+                    "rows_notified": audit.rows_notified,
+                    "data_version": version,
+                },
+            )
+        ]
 
-    return BatchChecks({NOTIFICATIONS_MATCH_CHANGES: f"The batch's notification rows equal the {commit}'s row-level changes, per org."}, evaluate)
+    return BatchChecks(
+        {
+            NOTIFICATIONS_MATCH_CHANGES: f"The batch's notification rows equal the {commit}'s row-level changes, per org."
+        },
+        evaluate,
+    )
 
 
-def conservation(check_name: str, read: tuple[str, int], parts: Mapping[str, int], planned: int | None = None, *,
-                 extra: Mapping[str, int] | None = None, unread_warns: bool = True) -> AssetCheckResult:
+def conservation(
+    check_name: str,
+    read: tuple[str, int],
+    parts: Mapping[str, int],
+    planned: int | None = None,
+    *,
+    extra: Mapping[str, int] | None = None,
+    unread_warns: bool = True,
+) -> AssetCheckResult:
     """read = sum(parts): every record (or request) read ended up somewhere (a table, the quarantine, the
     pending table). `read` is (metadata key, count); `parts` and `extra` are metadata too.
 

@@ -14,14 +14,14 @@ Every run holds a liveness node in ZooKeeper; the sensor fails a run in flight w
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    AssetSelection,
     AssetsDefinition,
+    AssetSelection,
     DefaultSensorStatus,
     DynamicPartitionsDefinition,
     MaterializeResult,
@@ -133,8 +133,13 @@ class KafkaStream:
 
 def build_kafka_stream(definition: KafkaStreamDefinition) -> KafkaStream:
     partitions = DynamicPartitionsDefinition(name=definition.partitions_name or f"{definition.name}_batches")
-    topic = topic_asset(definition.topic_asset_key, definition.topic, definition.topic_description, definition.group,
-                        definition.observation_metadata)
+    topic = topic_asset(
+        definition.topic_asset_key,
+        definition.topic,
+        definition.topic_description,
+        definition.group,
+        definition.observation_metadata,
+    )
     stream_asset = _stream_asset(definition, partitions)
     job = define_asset_job(
         definition.job_name or f"{definition.name}_job",
@@ -162,33 +167,58 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
     )
     own_table = definition.asset_key.to_user_string()  # a stream whose asset is its table reports it once, as itself
 
-    def run(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource,
-            checkpoints: CheckpointStore, coordinator: CoordinatorResource | None) -> MaterializeResult:
+    def run(
+        context: AssetExecutionContext,
+        spark: SparkResource,
+        lake: LakeResource,
+        kafka: KafkaResource,
+        checkpoints: CheckpointStore,
+        coordinator: CoordinatorResource | None,
+    ) -> MaterializeResult:
         spec = definition.spec
         plan = checkpoints.plan(spec.name, int(context.partition_key))
 
         def attempt():  # a new context per attempt: the Spark session may be a new one
-            batch = BatchContext(spark.spark_session, lake.lake, checkpoints, kafka.servers,
-                                 coordinator.coordinator() if coordinator is not None and coordinator.is_enabled else None)
+            batch = BatchContext(
+                spark.spark_session,
+                lake.lake,
+                checkpoints,
+                kafka.servers,
+                coordinator.coordinator() if coordinator is not None and coordinator.is_enabled else None,
+            )
             return spec.run_batch(batch, plan)
 
         # With a coordinator: lock (waiting its turn, the wait in the metadata) + predecessor, fenced commits, unlock.
-        result = run_riding_out_faults(context, spec.name, attempt, coordinator, spec.lock_name, on_fault=spark_reconnect(spark))
-        report_table_commits(context, spec.name, plan.batch_id, {t: v for t, v in result.versions.items() if t != own_table})
-        return MaterializeResult(metadata={**result.metadata(), **stranded_metadata(context)}, check_results=evaluate_checks(checks, lake.lake, checkpoints, result))
+        result = run_riding_out_faults(
+            context, spec.name, attempt, coordinator, spec.lock_name, on_fault=spark_reconnect(spark)
+        )
+        report_table_commits(
+            context, spec.name, plan.batch_id, {t: v for t, v in result.versions.items() if t != own_table}
+        )
+        return MaterializeResult(
+            metadata={**result.metadata(), **stranded_metadata(context)},
+            check_results=evaluate_checks(checks, lake.lake, checkpoints, result),
+        )
 
     if definition.spec.lock_name is None:
         # No lock (an append-only stream: delta-rs never fails a blind append on a concurrent commit), so
         # no coordinator either; exactly-once comes from the batch's txn, order from one run per stream.
         # Its run's liveness node is held on a session of its own (the run takes no CoordinatorResource).
-        def unlocked(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource) -> MaterializeResult:
+        def unlocked(
+            context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource
+        ) -> MaterializeResult:
             with run_liveness(context, lake):
                 return run(context, spark, lake, kafka, lake.checkpoints, None)
 
         return decorate(unlocked)
 
-    def locked(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource, kafka: KafkaResource,
-               coordinator: CoordinatorResource) -> MaterializeResult:
+    def locked(
+        context: AssetExecutionContext,
+        spark: SparkResource,
+        lake: LakeResource,
+        kafka: KafkaResource,
+        coordinator: CoordinatorResource,
+    ) -> MaterializeResult:
         return run(context, spark, lake, kafka, coordinator.checkpoints, coordinator)
 
     return decorate(locked)
@@ -206,7 +236,11 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
         # Only the checkpoint store is needed: a stream without a lock never gives up on coordination
         # (its runs' liveness is asked of ZooKeeper as the settings name it).
         def unlocked(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
-            return unless_unavailable(lambda: kafka_stream_tick(context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake)))
+            return unless_unavailable(
+                lambda: kafka_stream_tick(
+                    context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake)
+                )
+            )
 
         return decorate(unlocked)
 
@@ -215,7 +249,11 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
             ask = coordinator.predecessor_wait if after_give_up else coordinator.lock_wait
             return ask(plan.stream, plan.batch_id, definition.spec.lock_name)
 
-        return unless_unavailable(lambda: kafka_stream_tick(context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator))
+        return unless_unavailable(
+            lambda: kafka_stream_tick(
+                context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator
+            )
+        )
 
     return decorate(locked)
 
@@ -229,15 +267,24 @@ def batch_cursor(plan: BatchPlan) -> str:
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
-def cadence_wait(cadence: Cadence, plan: BatchPlan, previous_planned_at: datetime | None, max_records_per_partition: int) -> str | None:
+def cadence_wait(
+    cadence: Cadence, plan: BatchPlan, previous_planned_at: datetime | None, max_records_per_partition: int
+) -> str | None:
     """The cadence's reason to hold a new slice back, or None (`previous_planned_at`: None when the stream never planned)."""
     full = reached_bound((r.size for r in plan.ranges), max_records_per_partition)
-    waited = (datetime.now(timezone.utc) - previous_planned_at).total_seconds() if previous_planned_at is not None else None
+    waited = (datetime.now(UTC) - previous_planned_at).total_seconds() if previous_planned_at is not None else None
     return cadence.wait_reason(plan.record_count, full, waited)
 
 
-def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamDefinition, partitions: DynamicPartitionsDefinition,
-                      kafka: KafkaResource, store: CheckpointStore, turn_wait: TurnWait | None, liveness: CoordinatorResource | None = None):
+def kafka_stream_tick(
+    context: SensorEvaluationContext,
+    definition: KafkaStreamDefinition,
+    partitions: DynamicPartitionsDefinition,
+    kafka: KafkaResource,
+    store: CheckpointStore,
+    turn_wait: TurnWait | None,
+    liveness: CoordinatorResource | None = None,
+):
     """One tick: the gate, the cursor against the store, then resume the unfinished batch (failing its run
     if `liveness` finds the run's process gone), or plan the next
     slice (or, with no new messages, what `idle_plan` asks for) unless `turn_wait` says its run would wait:
@@ -264,7 +311,9 @@ def kafka_stream_tick(context: SensorEvaluationContext, definition: KafkaStreamD
     observed = [topic_observation(watermarks, definition.topic_asset_key, extra)]
     settings = load_settings()
     plan = plan_next_batch(stream, topic, latest, watermarks, settings.max_records_per_partition)
-    idle = definition.idle_plan(store, latest, watermarks) if plan is None and definition.idle_plan is not None else None
+    idle = (
+        definition.idle_plan(store, latest, watermarks) if plan is None and definition.idle_plan is not None else None
+    )
     plan = idle.plan if idle is not None else plan
     if plan is None:
         return SensorResult(

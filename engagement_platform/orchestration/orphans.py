@@ -51,8 +51,9 @@ def retry_tags(last: DagsterRun | None) -> dict[str, str]:
     return {STRANDED_SINCE_TAG: last.tags[STRANDED_SINCE_TAG]}
 
 
-def reap_orphans(instance: DagsterInstance, runs: Sequence[DagsterRun],
-                 coordinator: CoordinatorResource | None) -> tuple[list[DagsterRun], str]:
+def reap_orphans(
+    instance: DagsterInstance, runs: Sequence[DagsterRun], coordinator: CoordinatorResource | None
+) -> tuple[list[DagsterRun], str]:
     """Marks failed those of `runs` (unfinished runs of a stream) whose process is gone; returns the
     runs still in flight, and a note for the skip reason when liveness could not be checked ("" if it was)."""
     if coordinator is None or not any(r.status in JUDGED for r in runs):
@@ -86,12 +87,17 @@ def reap_orphans(instance: DagsterInstance, runs: Sequence[DagsterRun],
             still.append(run)
             continue
         since = min(started, float(run.tags.get(STRANDED_SINCE_TAG, started)))
-        mark_orphaned(instance, record.dagster_run, (
-            f"Process gone: no liveness node in ZooKeeper for run {run.run_id} for {missing_s:.0f}s, started "
-            f"{now - started:.0f}s ago, last event {now - last_event:.0f}s ago (bound {bound:g}s): a crash of the Dagster host "
-            f"or a kill of the run's process group. "
-            f"Marked failed by the stream's sensor, which requests the batch again; this attempt does not count towards the pause."),
-            since)
+        mark_orphaned(
+            instance,
+            record.dagster_run,
+            (
+                f"Process gone: no liveness node in ZooKeeper for run {run.run_id} for {missing_s:.0f}s, started "
+                f"{now - started:.0f}s ago, last event {now - last_event:.0f}s ago (bound {bound:g}s): a crash of the Dagster host "
+                f"or a kill of the run's process group. "
+                f"Marked failed by the stream's sensor, which requests the batch again; this attempt does not count towards the pause."
+            ),
+            since,
+        )
     return still, ""
 
 
@@ -139,4 +145,3 @@ def _launched_at(instance: DagsterInstance, run_id: str) -> float | None:
 def _last_event_at(instance: DagsterInstance, run_id: str) -> float | None:
     records = instance.get_records_for_run(run_id, limit=1, ascending=False).records
     return records[0].timestamp if records else None
-

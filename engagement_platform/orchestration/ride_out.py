@@ -13,7 +13,12 @@ from typing import TypeVar
 
 from dagster import AssetExecutionContext, DagsterRunStatus
 
-from engagement_platform.orchestration.runs import LOCK_WAIT_METADATA, coordinated_batch, coordination_failures, unavailable_service
+from engagement_platform.orchestration.runs import (
+    LOCK_WAIT_METADATA,
+    coordinated_batch,
+    coordination_failures,
+    unavailable_service,
+)
 from engagement_platform.resources import CoordinatorResource, SparkResource
 from engagement_platform.streams.coordinator import CoordinationGaveUp, Lease, LeaseLost, LockBusy, PredecessorRefused
 
@@ -38,9 +43,14 @@ def passing_fault(error: BaseException) -> str | None:
     return f"{service} unavailable" if service else None
 
 
-def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: Callable[[], T],
-                          coordinator: CoordinatorResource | None = None, lock_name: str | None = None,
-                          on_fault: Callable[[str], None] | None = None) -> T:
+def run_riding_out_faults(
+    context: AssetExecutionContext,
+    stream: str,
+    attempt: Callable[[], T],
+    coordinator: CoordinatorResource | None = None,
+    lock_name: str | None = None,
+    on_fault: Callable[[str], None] | None = None,
+) -> T:
     """The run's batch (its partition): `attempt()` (compute and commit from the batch's plan) inside the
     coordinator's lock when there is one (coordinated_batch), riding out passing faults (ride_out) for
     `ride_out_faults_s` (RIDE_OUT_S without a coordinator). Exactly-once holds as for a retry run: every
@@ -48,14 +58,28 @@ def run_riding_out_faults(context: AssetExecutionContext, stream: str, attempt: 
     committed is skipped."""
     batch_id = int(context.partition_key)
     hold = (lambda: coordinated_batch(context, coordinator, stream, lock_name)) if coordinator is not None else None
-    return ride_out(context, f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else ""), attempt, hold,
-                    coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S, on_fault,
-                    then="; a later tick retries the batch from its plan", batch_id=batch_id)
+    return ride_out(
+        context,
+        f"{stream} batch {batch_id}" + (": coordinator" if coordinator is not None else ""),
+        attempt,
+        hold,
+        coordinator.ride_out_faults_s if coordinator is not None else RIDE_OUT_S,
+        on_fault,
+        then="; a later tick retries the batch from its plan",
+        batch_id=batch_id,
+    )
 
 
-def ride_out(context: AssetExecutionContext, what: str, attempt: Callable[[], T],
-             hold: Callable[[], AbstractContextManager[Lease | None]] | None = None, patience_s: float = RIDE_OUT_S,
-             on_fault: Callable[[str], None] | None = None, then: str = "", **failure_metadata) -> T:
+def ride_out(
+    context: AssetExecutionContext,
+    what: str,
+    attempt: Callable[[], T],
+    hold: Callable[[], AbstractContextManager[Lease | None]] | None = None,
+    patience_s: float = RIDE_OUT_S,
+    on_fault: Callable[[str], None] | None = None,
+    then: str = "",
+    **failure_metadata,
+) -> T:
     """`attempt()` inside `hold()` (a lock: the lease fences its commits; None: no lock), tried again in the
     same run after a passing fault (passing_fault) while less than `patience_s` has passed since the first
     one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark session
@@ -86,10 +110,14 @@ def ride_out(context: AssetExecutionContext, what: str, attempt: Callable[[], T]
                 if fault is None or time.monotonic() - first_fault >= patience_s:
                     raise
                 pause = RIDE_OUT_PAUSES_S[min(attempts - 1, len(RIDE_OUT_PAUSES_S) - 1)]
-                context.log.warning(f"{what}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
-                                    f"in this run starts from the plan in {pause:g}s (rides out faults for {patience_s:g}s)")
+                context.log.warning(
+                    f"{what}: {fault} ({type(e).__name__}: {str(e)[:300]}); attempt {attempts + 1} "
+                    f"in this run starts from the plan in {pause:g}s (rides out faults for {patience_s:g}s)"
+                )
                 time.sleep(pause)
-                if not still_running(context):  # asked after the pause: the sensor may have taken the batch over meanwhile
+                if not still_running(
+                    context
+                ):  # asked after the pause: the sensor may have taken the batch over meanwhile
                     raise
                 attempts += 1
                 if on_fault is not None:
@@ -108,12 +136,16 @@ def still_running(context: AssetExecutionContext) -> bool:
 
 def spark_reconnect(spark: SparkResource) -> Callable[[str], None]:
     """run_riding_out_faults' on_fault for a run on `spark`: a new session after the Spark server was away."""
+
     def on_fault(fault: str) -> None:
         if fault == "spark unavailable":
             spark.reconnect()
+
     return on_fault
 
 
 def add_asset_output_metadata(context: AssetExecutionContext, metadata: dict) -> None:
     """Metadata on the asset's output (its check results are outputs too, so the name is needed)."""
-    context.add_output_metadata(metadata, output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key))
+    context.add_output_metadata(
+        metadata, output_name=context.assets_def.get_output_name_for_asset_key(context.asset_key)
+    )

@@ -52,7 +52,6 @@ from dagster import (
     SensorResult,
     SkipReason,
 )
-
 from pyspark.errors.exceptions.connect import SparkConnectException
 
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, reap_orphans, retry_tags
@@ -66,8 +65,11 @@ T = TypeVar("T")
 STREAM_TAG = "engagement/stream"  # dagster.yaml limits runs to one per value of this tag
 MAX_ATTEMPTS = 3
 UNFINISHED = {
-    DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-    DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING,
+    DagsterRunStatus.QUEUED,
+    DagsterRunStatus.NOT_STARTED,
+    DagsterRunStatus.STARTING,
+    DagsterRunStatus.STARTED,
+    DagsterRunStatus.CANCELING,
 }
 FAILED = {DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED}
 COORDINATION_TAG = "engagement/coordination"  # "gave_up" | "lease_lost" on runs that ended that way
@@ -78,8 +80,14 @@ KAFKA_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaE
 # Transport failures, and the server's SparkContext stopped under a running query (the server shutting down:
 # seen in soak run 10 as an UnknownException, which counted as an attempt of the batch).
 # A client whose server restarted between two calls is refused with SESSION_CHANGED: a new client works.
-SPARK_UNREACHABLE = ("StatusCode.UNAVAILABLE", "failed to connect to all addresses", "Connection refused", "Socket closed",
-                     "Cannot call methods on a stopped SparkContext", "INVALID_HANDLE.SESSION_CHANGED")
+SPARK_UNREACHABLE = (
+    "StatusCode.UNAVAILABLE",
+    "failed to connect to all addresses",
+    "Connection refused",
+    "Socket closed",
+    "Cannot call methods on a stopped SparkContext",
+    "INVALID_HANDLE.SESSION_CHANGED",
+)
 FREE_RETRIES = 6  # runs of one batch that may die (killed, orphaned, a service away) before retries back off
 BACKOFF_S = (30.0, 600.0)  # the first pause after FREE_RETRIES, and the longest: it doubles in between
 LOCK_WAIT_METADATA = "seconds_waiting_for_lock"  # on the materialization of every coordinated batch
@@ -136,12 +144,14 @@ def backoff_wait(instance, ended: list[DagsterRun], what: str) -> str | None:
     left = pause - (time.time() - last_end)
     if left <= 0:
         return None
-    return (f"{what}: {deaths} runs died without its code failing (killed, orphaned, or a service unreachable); "
-            f"next attempt in {left:.0f} s (backoff {pause:.0f} s)")
+    return (
+        f"{what}: {deaths} runs died without its code failing (killed, orphaned, or a service unreachable); "
+        f"next attempt in {left:.0f} s (backoff {pause:.0f} s)"
+    )
 
 
 def unavailable_service(error: BaseException | None) -> str | None:
-    """"kafka" or "spark" when `error`, or an error it was raised from, says that service could not be reached (a
+    """ "kafka" or "spark" when `error`, or an error it was raised from, says that service could not be reached (a
     broker or Spark Connect server restarting: the batch is not at fault); None for anything else, which counts."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
@@ -195,8 +205,10 @@ def resume_unfinished(
     ended = [r for r in runs if r.status in FAILED]
     failed = sum(counts_as_attempt(r) for r in ended)  # coordination give-ups and orphans are not attempts
     if failed >= MAX_ATTEMPTS:
-        return SkipReason(f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
-                          f"stream paused until partition {latest.partition_key} is re-executed")
+        return SkipReason(
+            f"{latest.stream} batch {latest.batch_id} failed {failed} times; "
+            f"stream paused until partition {latest.partition_key} is re-executed"
+        )
     last = ended[0] if ended else None  # get_runs lists the newest first
     backing_off = backoff_wait(context.instance, ended, f"{latest.stream} batch {latest.batch_id}")
     if backing_off:
@@ -217,13 +229,23 @@ def waits_for_its_turn(plan: BatchPlan, reason: str) -> str:
     return f"{plan.stream} batch {plan.batch_id} waits for its turn: {reason}"
 
 
-def report_table_commits(context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra) -> None:
+def report_table_commits(
+    context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra
+) -> None:
     """A stream run reports a materialization of each table it committed (the tables are downstream assets)."""
     for table, version in versions.items():
-        context.log_event(AssetMaterialization(
-            asset_key=table, description=f"{stream} batch {batch_id}",
-            metadata={"batch_id": batch_id, "table_version": version if version is not None else "already committed", "stream": stream, **extra},
-        ))
+        context.log_event(
+            AssetMaterialization(
+                asset_key=table,
+                description=f"{stream} batch {batch_id}",
+                metadata={
+                    "batch_id": batch_id,
+                    "table_version": version if version is not None else "already committed",
+                    "stream": stream,
+                    **extra,
+                },
+            )
+        )
 
 
 @contextmanager
@@ -246,13 +268,17 @@ def coordination_failures(context: AssetExecutionContext, what: str, then: str, 
         if service is None:
             raise
         context.instance.add_run_tags(context.run_id, {UNAVAILABLE_TAG: service})
-        raise Failure(description=f"{what}: {service} unavailable: {str(e)[:500]}. The batch is retried from its plan{then}.",
-                      metadata={"unavailable": service, **metadata}, allow_retries=False) from e
+        raise Failure(
+            description=f"{what}: {service} unavailable: {str(e)[:500]}. The batch is retried from its plan{then}.",
+            metadata={"unavailable": service, **metadata},
+            allow_retries=False,
+        ) from e
 
 
 @contextmanager
-def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str,
-                      lock_name: str | None = None) -> Iterator[Lease | None]:
+def coordinated_batch(
+    context: AssetExecutionContext, coordinator: CoordinatorResource, stream: str, lock_name: str | None = None
+) -> Iterator[Lease | None]:
     """acquire -> the block (compute and commit, fenced by the lease) -> release, for the run's
     partition (= batch id). While the lock is held by someone else the run waits (a log line per
     round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited
@@ -264,14 +290,18 @@ def coordinated_batch(context: AssetExecutionContext, coordinator: CoordinatorRe
     batch_id = int(context.partition_key)
 
     def waiting(busy: LockBusy, waited_s: float) -> None:
-        context.log.info(f"{stream} batch {batch_id} waits for its turn: lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
-                         f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
+        context.log.info(
+            f"{stream} batch {batch_id} waits for its turn: lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
+            f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)"
+        )
 
     with ExitStack() as held:
         lease = held.enter_context(acquire_in_turn(context, coordinator, stream, batch_id, lock_name, waiting))
         with fenced(lease):
             if lease is not None:
-                context.log.info(f"{stream} batch {batch_id}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
+                context.log.info(
+                    f"{stream} batch {batch_id}: holding {lease} after waiting {lease.waited_s:.1f}s for it"
+                )
             yield lease
 
 
@@ -279,8 +309,9 @@ PREDECESSOR_ROUND_S = 15.0  # longest sleep between two registrations of a run t
 
 
 @contextmanager
-def acquire_in_turn(context, coordinator: CoordinatorResource, stream: str, batch_id: int, lock_name: str | None,
-                    on_lock_wait) -> Iterator[Lease | None]:
+def acquire_in_turn(
+    context, coordinator: CoordinatorResource, stream: str, batch_id: int, lock_name: str | None, on_lock_wait
+) -> Iterator[Lease | None]:
     """The coordinator's batch, entered once the predecessor rule lets the batch in. A refusal whose
     bounded wait ends within the run's patience (`max_lock_wait_s`) is waited out with the lock released
     (the predecessor must be free to run), since the rule admits any batch once the wait ends; a refusal
@@ -318,5 +349,7 @@ def cursor_ahead_of_store(cursor: str | None, stream: str, latest: BatchPlan | N
     known = latest.batch_id if latest is not None else 0
     if not isinstance(named, int) or named <= known:
         return None
-    return (f"{stream}: the sensor's cursor names batch {named} but the checkpoint store's latest batch is {known or 'none'}: "
-            f"the lake was reset or the lake resource points at another lake. Reset this sensor's cursor to start {stream} over in this lake.")
+    return (
+        f"{stream}: the sensor's cursor names batch {named} but the checkpoint store's latest batch is {known or 'none'}: "
+        f"the lake was reset or the lake resource points at another lake. Reset this sensor's cursor to start {stream} over in this lake."
+    )

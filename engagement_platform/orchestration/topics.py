@@ -26,18 +26,31 @@ def topic_observation(watermarks: Watermarks, key: AssetKey, extra: dict | None 
     return AssetObservation(asset_key=key, metadata={**watermark_metadata(watermarks), **(extra or {})})
 
 
-def topic_asset(key: AssetKey, topic: Callable[[], str], description: str, group: str,
-                observation_metadata: ObservationMetadata | None = None) -> AssetsDefinition:
+def topic_asset(
+    key: AssetKey,
+    topic: Callable[[], str],
+    description: str,
+    group: str,
+    observation_metadata: ObservationMetadata | None = None,
+) -> AssetsDefinition:
     """The topic as an observable source asset; its data version is the sum of the high watermarks, so it
     changes exactly when messages arrive. `topic` is read at observation time (settings, not import time)."""
 
     def observe(kafka: KafkaResource, checkpoints: CheckpointStore | None) -> ObserveResult:
         marks = kafka.client.watermarks(topic())
-        extra = observation_metadata(checkpoints, marks) if observation_metadata is not None and checkpoints is not None else {}
-        return ObserveResult(data_version=DataVersion(str(sum(h for _, h in marks.values()))), metadata={**watermark_metadata(marks), **extra})
+        extra = (
+            observation_metadata(checkpoints, marks)
+            if observation_metadata is not None and checkpoints is not None
+            else {}
+        )
+        return ObserveResult(
+            data_version=DataVersion(str(sum(h for _, h in marks.values()))),
+            metadata={**watermark_metadata(marks), **extra},
+        )
 
     decorate = observable_source_asset(key=key, group_name=group, description=description)
     if observation_metadata is None:  # only a topic with figures of its own needs the lake
+
         def observe_topic(kafka: KafkaResource) -> ObserveResult:
             return observe(kafka, None)
 

@@ -54,16 +54,27 @@ def cdc_observation_metadata(checkpoints: CheckpointStore, watermarks: Watermark
     return cdc_lag_metadata(watermarks, staged_offsets(checkpoints))
 
 
-def tenants_in_flight(instance: DagsterInstance, job_names: tuple[str, ...] = (PROCESSOR_JOB, SEGMENTS_JOB)) -> set[str]:
+def tenants_in_flight(
+    instance: DagsterInstance, job_names: tuple[str, ...] = (PROCESSOR_JOB, SEGMENTS_JOB)
+) -> set[str]:
     """Tenants with an unfinished run of any of these jobs. Both jobs evaluate a tenant's segments, and two
     evaluations of one tenant at once would clean up each other's uncommitted files: neither sensor requests
     a run for a tenant another run is working on."""
-    return {r.tags.get("dagster/partition") for name in job_names
-            for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))}
+    return {
+        r.tags.get("dagster/partition")
+        for name in job_names
+        for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))
+    }
 
 
-def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResource, spark: SparkResource, tenant: str, owner: str,
-                  attempt: Callable[[], T]) -> T:
+def tenant_locked(
+    context: AssetExecutionContext,
+    coordinator: CoordinatorResource,
+    spark: SparkResource,
+    tenant: str,
+    owner: str,
+    attempt: Callable[[], T],
+) -> T:
     """`attempt()` under the tenant lock (commits fenced), riding out passing faults (ride_out: a lost lease,
     ZooKeeper, the broker or Spark away) for `ride_out_faults_s`, each new attempt planned afresh from the
     tenant's progress (so what an earlier attempt committed is skipped) and on a new Spark session after
@@ -74,8 +85,10 @@ def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResour
     zk = coordinator.coordinator() if coordinator.is_enabled else None
 
     def waiting(busy: LockBusy, waited_s: float) -> None:
-        context.log.info(f"{owner} waits for its turn: tenant lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
-                         f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)")
+        context.log.info(
+            f"{owner} waits for its turn: tenant lock {busy.lock_name} held by {holder_owner(busy.holder or 'unknown')} "
+            f"({waited_s:.0f}s so far, gives up after {coordinator.max_lock_wait_s:g}s)"
+        )
 
     @contextmanager
     def hold() -> Iterator[Lease | None]:
@@ -84,13 +97,31 @@ def tenant_locked(context: AssetExecutionContext, coordinator: CoordinatorResour
                 context.log.info(f"{owner}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
             yield lease
 
-    return ride_out(context, f"{owner}: tenant lock", attempt, hold, coordinator.ride_out_faults_s, spark_reconnect(spark), tenant=tenant)
+    return ride_out(
+        context,
+        f"{owner}: tenant lock",
+        attempt,
+        hold,
+        coordinator.ride_out_faults_s,
+        spark_reconnect(spark),
+        tenant=tenant,
+    )
 
 
 profile_tables = [
-    AssetSpec(key=PROFILE_PROGRESS.name, deps=[RAW_ASSET], group_name=GROUP, kinds={"deltalake"},
-              description="Progress map: per tenant and processor batch, the staging versions and buckets merged into its raw table."),
-    AssetSpec(key=QUARANTINE_PROFILE_CDC.name, deps=[STAGING_ASSET, BACKFILL_ASSET], group_name=GROUP, kinds={"deltalake"},
-              description="CDC records and snapshot rows that never reached a table: raw bytes, topic:partition:offset or file:line, reason."),
+    AssetSpec(
+        key=PROFILE_PROGRESS.name,
+        deps=[RAW_ASSET],
+        group_name=GROUP,
+        kinds={"deltalake"},
+        description="Progress map: per tenant and processor batch, the staging versions and buckets merged into its raw table.",
+    ),
+    AssetSpec(
+        key=QUARANTINE_PROFILE_CDC.name,
+        deps=[STAGING_ASSET, BACKFILL_ASSET],
+        group_name=GROUP,
+        kinds={"deltalake"},
+        description="CDC records and snapshot rows that never reached a table: raw bytes, topic:partition:offset or file:line, reason.",
+    ),
 ]
 PROFILE_TABLES = Parts(assets=profile_tables)

@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-
 UPSERT, DELETE = "upsert", "delete"
 
 

@@ -21,11 +21,11 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.settings import load_settings
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS
+from engagement_platform.settings import load_settings
 
 
 def profile_cdc_topic() -> str:
@@ -65,9 +65,13 @@ class TenantLag:
     replication_lag_seconds: float
 
     def metadata(self) -> dict:
-        return {"replication_lag_seconds": round(self.replication_lag_seconds, 3), "staged_unprocessed_records": self.staged_unprocessed,
-                "staged_records": self.staged_records, "max_staged_cdc_ts": _iso(self.max_staged_ts),
-                "max_processed_cdc_ts": _iso(self.max_processed_ts)}
+        return {
+            "replication_lag_seconds": round(self.replication_lag_seconds, 3),
+            "staged_unprocessed_records": self.staged_unprocessed,
+            "staged_records": self.staged_records,
+            "max_staged_cdc_ts": _iso(self.max_staged_ts),
+            "max_processed_cdc_ts": _iso(self.max_processed_ts),
+        }
 
 
 def _iso(ts: datetime | None) -> str:
@@ -84,13 +88,15 @@ def _column(actions: pa.Table, *names: str) -> pa.ChunkedArray:
 def _files(lake: DeltaLake, version: int | None = None) -> pa.Table:
     """Staging data files: path, tenant, rows, min/max cdc_ts (from the log, no data read)."""
     actions = pa.table(lake.table(PROFILE_CDC_STAGING.name, version=version).get_add_actions(flatten=True))
-    return pa.table({
-        "path": _column(actions, "path"),
-        "tenant": _column(actions, "partition.tenant", "partition_values.tenant"),
-        "rows": _column(actions, "num_records"),
-        "min_ts": pc.cast(_column(actions, "min.cdc_ts"), pa.timestamp("us", tz="UTC")),
-        "max_ts": pc.cast(_column(actions, "max.cdc_ts"), pa.timestamp("us", tz="UTC")),
-    })
+    return pa.table(
+        {
+            "path": _column(actions, "path"),
+            "tenant": _column(actions, "partition.tenant", "partition_values.tenant"),
+            "rows": _column(actions, "num_records"),
+            "min_ts": pc.cast(_column(actions, "min.cdc_ts"), pa.timestamp("us", tz="UTC")),
+            "max_ts": pc.cast(_column(actions, "max.cdc_ts"), pa.timestamp("us", tz="UTC")),
+        }
+    )
 
 
 def _processed(lake: DeltaLake) -> dict[str, tuple[int, datetime | None]]:

@@ -25,8 +25,14 @@ def tenant_lock_name(tenant: str) -> str:
 
 
 @contextmanager
-def tenant_lock(coordinator: Coordinator | None, tenant: str, owner: str, timeout_s: float = LOCK_TIMEOUT_S,
-                patience_s: float | None = None, on_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease | None]:
+def tenant_lock(
+    coordinator: Coordinator | None,
+    tenant: str,
+    owner: str,
+    timeout_s: float = LOCK_TIMEOUT_S,
+    patience_s: float | None = None,
+    on_wait: Callable[[LockBusy, float], None] | None = None,
+) -> Iterator[Lease | None]:
     """Hold the tenant's lock for the block, commits fenced by it; `coordinator` None = no lock
     (EP_COORDINATOR=off). While another run holds it, waits in rounds of `timeout_s` up to `patience_s`
     in all (Coordinator.wait_for_lock: `on_wait` after each round; the lease's `waited_s` says how long),
@@ -44,8 +50,13 @@ def tenant_lock(coordinator: Coordinator | None, tenant: str, owner: str, timeou
 
 
 @contextmanager
-def tenant_locks(coordinator: Coordinator | None, tenants: list[str], owner: str, timeout_s: float = LOCK_TIMEOUT_S,
-                 patience_s: float | None = None) -> Iterator[list[Lease]]:
+def tenant_locks(
+    coordinator: Coordinator | None,
+    tenants: list[str],
+    owner: str,
+    timeout_s: float = LOCK_TIMEOUT_S,
+    patience_s: float | None = None,
+) -> Iterator[list[Lease]]:
     """Hold several tenants' locks for the block (taken in sorted order, so two such runs cannot deadlock),
     commits fenced by all of them and by the lock the run already holds; `coordinator` None = no locks."""
     if coordinator is None:

@@ -23,8 +23,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
-from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.ingest.pipeline import Pipeline
+from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.profiles.tables import BUCKET_SECONDS, BUCKET_SPARK_FORMAT
 
 PIPELINE_FILE = Path(__file__).parent / "staging" / "pipeline.yaml"  # the CDC record as the dumper validates it
@@ -52,10 +52,12 @@ def with_parsed_json(parsed: DataFrame) -> DataFrame:
     # applies spark.sql.mapKeyDedupPolicy=LAST_WIN (spark/session.py), so the promoted columns take the
     # last value, as the processor's JSON fold (tenant_merge.loads) and json.loads do.
     fields = F.from_json("fields", FIELDS_MAP, STRICT_JSON)
-    return parsed.withColumns({
-        FIELDS_OBJECT: F.map_from_entries(F.map_entries(fields)),
-        RELATED_LIST: F.from_json("related_ids", "array<string>", STRICT_JSON),
-    })
+    return parsed.withColumns(
+        {
+            FIELDS_OBJECT: F.map_from_entries(F.map_entries(fields)),
+            RELATED_LIST: F.from_json("related_ids", "array<string>", STRICT_JSON),
+        }
+    )
 
 
 class JsonShape(ColumnValidator):
@@ -65,10 +67,19 @@ class JsonShape(ColumnValidator):
     def errors(self) -> list[Column]:
         fields, related = F.col("fields"), F.col("related_ids")
         return [
-            F.when(fields.isNotNull() & F.col(FIELDS_OBJECT).isNull(),
-                   self.err("fields", "invalid_json", "fields is not a JSON object", F.substring(fields, 1, 200))),
-            F.when(related.isNotNull() & F.col(RELATED_LIST).isNull(),
-                   self.err("related_ids", "invalid_json", "related_ids is not a JSON array of ids", F.substring(related, 1, 200))),
+            F.when(
+                fields.isNotNull() & F.col(FIELDS_OBJECT).isNull(),
+                self.err("fields", "invalid_json", "fields is not a JSON object", F.substring(fields, 1, 200)),
+            ),
+            F.when(
+                related.isNotNull() & F.col(RELATED_LIST).isNull(),
+                self.err(
+                    "related_ids",
+                    "invalid_json",
+                    "related_ids is not a JSON array of ids",
+                    F.substring(related, 1, 200),
+                ),
+            ),
         ]
 
 
@@ -91,13 +102,17 @@ def with_staging_columns(validated: DataFrame) -> DataFrame:
     Evaluated on every row (bad ones give nulls, never errors), so it fuses into the same projection.
     """
     ts = F.col("cdc_ts")
-    bucket = F.date_format(F.timestamp_seconds(F.floor(F.unix_seconds(ts) / BUCKET_SECONDS) * BUCKET_SECONDS), BUCKET_SPARK_FORMAT)
-    return validated.withColumns({
-        "bucket": bucket,
-        # null when the record does not carry it: the processor then keeps the stored neighbours
-        "related_ids": F.col(RELATED_LIST),
-        **promoted_columns(F.col(FIELDS_OBJECT)),
-    }).drop(*PARSED_JSON)
+    bucket = F.date_format(
+        F.timestamp_seconds(F.floor(F.unix_seconds(ts) / BUCKET_SECONDS) * BUCKET_SECONDS), BUCKET_SPARK_FORMAT
+    )
+    return validated.withColumns(
+        {
+            "bucket": bucket,
+            # null when the record does not carry it: the processor then keeps the stored neighbours
+            "related_ids": F.col(RELATED_LIST),
+            **promoted_columns(F.col(FIELDS_OBJECT)),
+        }
+    ).drop(*PARSED_JSON)
 
 
 def promoted_columns(fields: Column) -> dict[str, Column]:

@@ -61,8 +61,13 @@ def table_files(lake: DeltaLake, name: str) -> list[str]:
 READ_TASKS = 4  # Spark tasks that read an object store's files (each with its share of the files)
 
 
-def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: Mapping[str, str] | None = None,
-               path_column: str | None = None) -> DataFrame:
+def read_files(
+    spark: SparkSession,
+    uris: list[str],
+    ddl: str,
+    storage_options: Mapping[str, str] | None = None,
+    path_column: str | None = None,
+) -> DataFrame:
     """The files as one DataFrame with schema `ddl` (an empty one when there are none), plus a string column
     `path_column` naming each row's file when asked (partition values live only in the paths). Local files
     go through Spark's Parquet reader; files on an object store through pyarrow in Spark tasks, with the
@@ -86,7 +91,10 @@ def read_files(spark: SparkSession, uris: list[str], ddl: str, storage_options: 
                     rows = read_parquet(fs, path)
                     if path_column:
                         rows = rows.append_column(path_column, pa.array([uri] * rows.num_rows, pa.string()))
-                    columns = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in schema]
+                    columns = [
+                        rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+                        for f in schema
+                    ]
                     yield from pa.Table.from_arrays(columns, schema=schema).to_batches()
 
     return spark.range(len(shares), numPartitions=len(shares)).mapInArrow(read, struct)
@@ -106,6 +114,11 @@ def staged_stats(lake: DeltaLake, name: str, uris_by_tenant: dict[str, list[str]
         files = [by_path.get(uri.split(f"/{name}/", 1)[-1]) for uri in uris]
         if not files or any(f is None or None in f for f in files):
             return None
-        out[tenant] = {"tenant": tenant, "changes_read": sum(f[0] for f in files), "max_cdc_ts": max(f[1] for f in files),
-                       "max_cdc_seq": max(f[2] for f in files), "last_bucket": max(f[3] for f in files)}
+        out[tenant] = {
+            "tenant": tenant,
+            "changes_read": sum(f[0] for f in files),
+            "max_cdc_ts": max(f[1] for f in files),
+            "max_cdc_seq": max(f[2] for f in files),
+            "last_bucket": max(f[3] for f in files),
+        }
     return out

@@ -18,7 +18,9 @@ def drop_suppressed_changes(rows: pa.Table, suppressed: Suppressed) -> tuple[pa.
     if not suppressed or rows.num_rows == 0:
         return rows, []
     keep, hits = [], []
-    for tenant, primary, related in zip(rows["tenant"].to_pylist(), rows["primary_id"].to_pylist(), rows["related_ids"].to_pylist()):
+    for tenant, primary, related in zip(
+        rows["tenant"].to_pylist(), rows["primary_id"].to_pylist(), rows["related_ids"].to_pylist()
+    ):
         found = suppressed.hit(tenant, [primary, *(related or [])])
         keep.append(found is None)
         if found:
@@ -35,8 +37,16 @@ def mark_suppressed(suppressed: Suppressed) -> Callable[[Iterator[pa.RecordBatch
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            found = [suppressed.hit(tenant, [primary, *(related or [])]) for tenant, primary, related in
-                     zip(batch.column("tenant").to_pylist(), batch.column("primary_id").to_pylist(), batch.column("related_ids").to_pylist())]
-            yield pa.RecordBatch.from_arrays([*batch.columns, pa.array(found, pa.string())], names=[*batch.schema.names, SUPPRESSED_HASH])
+            found = [
+                suppressed.hit(tenant, [primary, *(related or [])])
+                for tenant, primary, related in zip(
+                    batch.column("tenant").to_pylist(),
+                    batch.column("primary_id").to_pylist(),
+                    batch.column("related_ids").to_pylist(),
+                )
+            ]
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.array(found, pa.string())], names=[*batch.schema.names, SUPPRESSED_HASH]
+            )
 
     return run

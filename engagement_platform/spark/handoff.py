@@ -21,8 +21,9 @@ def handoff(kind: str, table: pa.Table) -> Iterator[pa.RecordBatch]:
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as writer:
             writer.write_table(table.slice(start, CHUNK_ROWS))
-        yield pa.RecordBatch.from_arrays([pa.array([kind]), pa.array([sink.getvalue().to_pybytes()], pa.binary())],
-                                         names=["kind", "payload"])
+        yield pa.RecordBatch.from_arrays(
+            [pa.array([kind]), pa.array([sink.getvalue().to_pybytes()], pa.binary())], names=["kind", "payload"]
+        )
 
 
 def collect_handoff(frame: DataFrame) -> dict[str, pa.Table]:

@@ -8,9 +8,8 @@ file systems).
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
-
 from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -49,10 +48,12 @@ HANDOFF_STAMP = "%Y%m%dT%H%M%SZ"  # a handoff folder's name starts with its crea
 
 def new_handoff(parent: str, now: datetime, token: str) -> str:
     """The folder one run hands its tables over in: `parent`/<UTC time>-<token>."""
-    return f"{parent}/{now.astimezone(timezone.utc).strftime(HANDOFF_STAMP)}-{token}"
+    return f"{parent}/{now.astimezone(UTC).strftime(HANDOFF_STAMP)}-{token}"
 
 
-def sweep_handoffs(parent: str, now: datetime, older_than: timedelta, storage_options: Mapping[str, str] | None = None) -> list[str]:
+def sweep_handoffs(
+    parent: str, now: datetime, older_than: timedelta, storage_options: Mapping[str, str] | None = None
+) -> list[str]:
     """Delete the handoff folders under `parent` created more than `older_than` before `now`: what a run
     that crashed between writing and deleting its folder left behind (nothing else reads them). The age
     comes from the folder's name, which object stores keep (they have no directory mtime); a folder
@@ -68,9 +69,9 @@ def sweep_handoffs(parent: str, now: datetime, older_than: timedelta, storage_op
         if info.type != pafs.FileType.Directory:
             continue
         try:
-            created = datetime.strptime(info.base_name.split("-", 1)[0], HANDOFF_STAMP).replace(tzinfo=timezone.utc)
+            created = datetime.strptime(info.base_name.split("-", 1)[0], HANDOFF_STAMP).replace(tzinfo=UTC)
         except ValueError:
-            created = info.mtime.astimezone(timezone.utc) if info.mtime is not None else None
+            created = info.mtime.astimezone(UTC) if info.mtime is not None else None
         if created is not None and now - created > older_than:
             try:
                 filesystem.delete_dir(info.path)
@@ -80,7 +81,9 @@ def sweep_handoffs(parent: str, now: datetime, older_than: timedelta, storage_op
     return swept
 
 
-def sweep_all_handoffs(lake_root: str, older_than: timedelta, storage_options: Mapping[str, str] | None = None) -> list[str]:
+def sweep_all_handoffs(
+    lake_root: str, older_than: timedelta, storage_options: Mapping[str, str] | None = None
+) -> list[str]:
     """sweep_handoffs over every stream's folder under `<lake root>/_handoff` (the upkeep's pass: erased
     subjects' requests in a crashed run's handoff leave within the erasure window)."""
     parent = handoff_parent(lake_root, "").rstrip("/")
@@ -89,7 +92,7 @@ def sweep_all_handoffs(lake_root: str, older_than: timedelta, storage_options: M
         streams = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     except FileNotFoundError:
         return []
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     swept = []
     for info in streams:
         if info.type == pafs.FileType.Directory:

@@ -70,7 +70,9 @@ class LandingLinesReader(DataSourceReader):
         with self._open(self.path) as f:
             data = f.read()
         spans = line_spans(data, self.split_bytes)
-        return [LineSpan(self.path, s, e, line, self.skip_lines) for s, e, line in spans] or [LineSpan(self.path, 0, 0, 1, 0)]
+        return [LineSpan(self.path, s, e, line, self.skip_lines) for s, e, line in spans] or [
+            LineSpan(self.path, 0, 0, 1, 0)
+        ]
 
     def read(self, span: LineSpan):
         import pyarrow as pa
@@ -90,7 +92,9 @@ class LandingLinesReader(DataSourceReader):
             if line.strip():  # blank lines are not records
                 numbers.append(number)
                 raws.append(line)
-        yield pa.RecordBatch.from_arrays([pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"])
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"]
+        )
 
 
 DOCUMENT_SCHEMA = "_source_offset long, _raw binary, _document_error boolean"
@@ -164,15 +168,22 @@ class LandingDocumentReader(LandingLinesReader):
 
         with self._open(span.path) as f:
             elements, broken = document_elements(f.read())
-        yield pa.RecordBatch.from_arrays([pa.array(range(len(elements)), pa.int64()), pa.array(elements, pa.binary()),
-                                          pa.array([broken] * len(elements), pa.bool_())], names=["_source_offset", "_raw", "_document_error"])
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(range(len(elements)), pa.int64()),
+                pa.array(elements, pa.binary()),
+                pa.array([broken] * len(elements), pa.bool_()),
+            ],
+            names=["_source_offset", "_raw", "_document_error"],
+        )
 
 
-def options(path: str, skip_lines: int = 0, split_bytes: int | None = None, storage_options: dict | None = None) -> dict[str, str]:
+def options(
+    path: str, skip_lines: int = 0, split_bytes: int | None = None, storage_options: dict | None = None
+) -> dict[str, str]:
     opts = {"path": path, "skip_lines": str(skip_lines)}
     if storage_options and "://" in path:  # executors do not share the driver's environment
         opts["storage_options"] = json.dumps(storage_options)
     if split_bytes:
         opts["split_bytes"] = str(split_bytes)
     return opts
-

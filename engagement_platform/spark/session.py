@@ -47,9 +47,17 @@ _CLOSED = "SESSION_CLOSED"
 # until its ride-out could take a new client. Here a call gives up after ~15-20 s (the ride-out then tries the
 # batch again on a new client, RIDE_OUT_S), and the client notices a server that is back within 2 s.
 RECONNECT_BACKOFF_MS = 2_000
-CALL_RETRIES = {"max_retries": 12, "initial_backoff": 50, "backoff_multiplier": 2.0, "max_backoff": RECONNECT_BACKOFF_MS}
-CHANNEL_OPTIONS = {"grpc.initial_reconnect_backoff_ms": 500, "grpc.min_reconnect_backoff_ms": 500,
-                   "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS}
+CALL_RETRIES = {
+    "max_retries": 12,
+    "initial_backoff": 50,
+    "backoff_multiplier": 2.0,
+    "max_backoff": RECONNECT_BACKOFF_MS,
+}
+CHANNEL_OPTIONS = {
+    "grpc.initial_reconnect_backoff_ms": 500,
+    "grpc.min_reconnect_backoff_ms": 500,
+    "grpc.max_reconnect_backoff_ms": RECONNECT_BACKOFF_MS,
+}
 
 
 class SharedSessionClosed(RuntimeError):
@@ -188,11 +196,14 @@ def connect_shared(remote: str) -> SparkSession:
     try:
         _SHARED[remote] = _configured(spark)
         return spark
-    except Exception as e:  # pyspark's Connect errors do not share a narrower base class (_configured closed the client)
+    except (
+        Exception
+    ) as e:  # pyspark's Connect errors do not share a narrower base class (_configured closed the client)
         if _CLOSED not in str(e):
             raise
         raise SharedSessionClosed(
             f"the Spark Connect server closed the shared session {session_id} (its idle timeout, "
             f"spark.connect.session.manager.defaultSessionTimeout, passed, or a client stopped it). Restart the "
             f"server, raise that timeout, or set {SESSION_MODE_ENV}=per-run (one session per run: each leaves "
-            f"Python worker daemons on a Spark 4.2 server)") from e
+            f"Python worker daemons on a Spark 4.2 server)"
+        ) from e

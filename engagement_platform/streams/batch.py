@@ -137,7 +137,9 @@ class FilesStep:
 
     lake: DeltaLake
     spec: TableSpec
-    files: Callable[[Outcomes], tuple[list[WrittenFile], list[WrittenFile]]]  # (adds, removes), given its outcomes so far
+    files: Callable[
+        [Outcomes], tuple[list[WrittenFile], list[WrittenFile]]
+    ]  # (adds, removes), given its outcomes so far
     phase: str = ""
 
     @property
@@ -165,7 +167,9 @@ class Committed:
     seconds: dict[str, float]  # per step phase, and "checkpoints"
 
 
-def commit_batch(plan: BatchPlan, app_id: str, steps: list[CommitStep], checkpoints: CheckpointStore, **metadata) -> Outcomes:
+def commit_batch(
+    plan: BatchPlan, app_id: str, steps: list[CommitStep], checkpoints: CheckpointStore, **metadata
+) -> Outcomes:
     """Commit one batch's steps in order, then its checkpoint states (commit_batches for one batch)."""
     return commit_batches([Batch(plan, app_id, steps, metadata)], checkpoints).outcomes[0]
 
@@ -201,8 +205,14 @@ def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: 
     return Committed([b.outcomes for b in batches], seconds)
 
 
-def _run_own_steps(batches: list[Batch], indexes: list[int], position: int, lease: Lease | None, threads: int,
-                   failed: dict[int, BaseException]) -> None:
+def _run_own_steps(
+    batches: list[Batch],
+    indexes: list[int],
+    position: int,
+    lease: Lease | None,
+    threads: int,
+    failed: dict[int, BaseException],
+) -> None:
     def run(batch: Batch) -> None:
         step = batch.steps[position]
         batch.outcomes[step.name] = step.commit(batch.txn(_fence(lease)), batch.outcomes)
@@ -216,7 +226,9 @@ def _run_own_steps(batches: list[Batch], indexes: list[int], position: int, leas
                 failed[i] = exc
         return
     with ThreadPoolExecutor(min(threads, len(batches))) as pool:
-        futures = [(i, pool.submit(copy_context().run, run, batch)) for i, batch in zip(indexes, batches)]  # steps see the caller's context
+        futures = [
+            (i, pool.submit(copy_context().run, run, batch)) for i, batch in zip(indexes, batches)
+        ]  # steps see the caller's context
         for i, future in futures:
             try:
                 future.result()
@@ -224,8 +236,14 @@ def _run_own_steps(batches: list[Batch], indexes: list[int], position: int, leas
                 failed[i] = exc
 
 
-def _run_append_step(batches: list[Batch], indexes: list[int], position: int, lease: Lease | None,
-                     failed: dict[int, BaseException], metadata: dict) -> None:
+def _run_append_step(
+    batches: list[Batch],
+    indexes: list[int],
+    position: int,
+    lease: Lease | None,
+    failed: dict[int, BaseException],
+    metadata: dict,
+) -> None:
     """One commit of every batch's rows (each row with its batch's txn), then each batch's failpoint."""
     step: AppendStep | FilesStep = batches[0].steps[position]
     try:
@@ -235,13 +253,15 @@ def _run_append_step(batches: list[Batch], indexes: list[int], position: int, le
             version, written = commit_files_of_batches(step.lake, step.spec, parts, {**metadata, **_fence(lease)})
         else:
             rows = [[(batch.txn(), row) for row in batch.steps[position].rows(batch.outcomes)] for batch in batches]
-            version, written = step.lake.append_many(step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)})
+            version, written = step.lake.append_many(
+                step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)}
+            )
     except Exception as exc:  # the batches of the other steps still finish
         for i in indexes:
             failed[i] = exc
         return
     for batch, batch_rows in zip(batches, rows):
-        mine, written = written[:len(batch_rows)], written[len(batch_rows):]
+        mine, written = written[: len(batch_rows)], written[len(batch_rows) :]
         batch.outcomes[step.name] = version if any(mine) else None
     for batch in batches:
         failpoint(batch.plan.stream, step.name)

@@ -34,8 +34,10 @@ class Cadence:
             return None
         if seconds_since_last_plan is None or seconds_since_last_plan >= self.max_wait_seconds:
             return None
-        return (f"{records} new records, fewer than the batch minimum {self.min_records}: the batch is due in "
-                f"{self.max_wait_seconds - seconds_since_last_plan:.0f} s at the latest (cadence: max wait {self.max_wait_seconds:g} s)")
+        return (
+            f"{records} new records, fewer than the batch minimum {self.min_records}: the batch is due in "
+            f"{self.max_wait_seconds - seconds_since_last_plan:.0f} s at the latest (cadence: max wait {self.max_wait_seconds:g} s)"
+        )
 
 
 def reached_bound(range_sizes: Iterable[int], max_records_per_partition: int) -> bool:

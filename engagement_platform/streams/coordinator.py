@@ -48,12 +48,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.security import make_digest_acl
 from kazoo.exceptions import BadVersionError, KazooException, LockTimeout, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import make_digest_acl
 
 OP_TIMEOUT_S = 5.0  # upper bound for one ZooKeeper round trip we wait on (check, unlock, register)
 
@@ -116,8 +116,14 @@ class Lease:
         return f"Lease({self.lock_name!r}, owner={self.owner!r}, token={self.token})"
 
 
-def allowed(current: dict | None, job_name: str, owner: str, predecessors: frozenset[str],
-            registered_s_ago: float | None = None, max_wait_s: float | None = None) -> bool:
+def allowed(
+    current: dict | None,
+    job_name: str,
+    owner: str,
+    predecessors: frozenset[str],
+    registered_s_ago: float | None = None,
+    max_wait_s: float | None = None,
+) -> bool:
     """The predecessor rule (pure): nobody registered yet, a retry of the same batch, any job when
     the set is empty, the last registered job in the set, or (bounded wait) any last registered job
     once it registered at least `max_wait_s` ago.
@@ -160,8 +166,14 @@ def process_started_at() -> float:
 def run_liveness_info(run_id: str, labels: dict[str, str]) -> dict:
     """What a run's liveness node says about it: host, process, when the process started, and `labels`
     (stream, batch or partition) so a person reading ZooKeeper knows which run it is."""
-    return {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(), "process_started_at": round(process_started_at(), 3),
-            "registered_at": datetime.now(timezone.utc).isoformat(), **labels}
+    return {
+        "run_id": run_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "process_started_at": round(process_started_at(), 3),
+        "registered_at": datetime.now(UTC).isoformat(),
+        **labels,
+    }
 
 
 def secured(auth: str | None) -> dict:
@@ -178,16 +190,26 @@ def secured(auth: str | None) -> dict:
 
 
 class Coordinator:
-    def __init__(self, hosts: str, root: str = "/engagement_platform", session_timeout_s: float = 10.0, auth: str | None = None,
-                 reconnect_wait_s: float = 60.0):
+    def __init__(
+        self,
+        hosts: str,
+        root: str = "/engagement_platform",
+        session_timeout_s: float = 10.0,
+        auth: str | None = None,
+        reconnect_wait_s: float = 60.0,
+    ):
         self.hosts, self.root = hosts, "/" + root.strip("/")
         self.session_timeout_s = session_timeout_s
         # How long a lease check waits for a suspended connection to come back. Never less than the session
         # timeout: a session can come back at any point within it, so giving up sooner fails leases that hold.
         self.reconnect_wait_s = max(reconnect_wait_s, session_timeout_s)
         # Reconnect quickly after a server restart (default backoff grows to a minute).
-        self.client = KazooClient(hosts=hosts, timeout=session_timeout_s,
-                                  connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0}, **secured(auth))
+        self.client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout_s,
+            connection_retry={"max_tries": -1, "delay": 0.1, "max_delay": 1.0},
+            **secured(auth),
+        )
         self._stale: set[tuple[str, int]] = set()  # lock znodes an unlock could not delete (server away)
         self._started = False  # once started, kazoo reconnects by itself: never restart a suspended client
         self._runs: dict[str, bytes] = {}  # run id -> liveness data this session holds (re-created on a new session)
@@ -229,7 +251,9 @@ class Coordinator:
         self.start(timeout_s=max(timeout_s, 0.5))
         while not self.client.connected:  # reconnecting after a server restart: kazoo retries by itself
             if time.monotonic() >= deadline:
-                raise CoordinationGaveUp(f"lock {lock_name}: ZooKeeper {self.hosts} not reconnected within {timeout_s:g}s")
+                raise CoordinationGaveUp(
+                    f"lock {lock_name}: ZooKeeper {self.hosts} not reconnected within {timeout_s:g}s"
+                )
             time.sleep(0.05)
         self._sweep_stale()  # our own lock znodes an unlock could not delete while the server was away
         identity = json.dumps({"owner": owner, "host": socket.gethostname(), "pid": os.getpid()})
@@ -249,7 +273,9 @@ class Coordinator:
             watchdog.cancel()
         if not acquired:
             if not self.client.connected:
-                raise CoordinationGaveUp(f"lock {lock_name} not obtained within {timeout_s:g}s (held by unknown: ZooKeeper unreachable)")
+                raise CoordinationGaveUp(
+                    f"lock {lock_name} not obtained within {timeout_s:g}s (held by unknown: ZooKeeper unreachable)"
+                )
             holder = self.holder(lock_name)
             raise LockBusy(f"lock {lock_name} not obtained within {timeout_s:g}s (held by {holder})", lock_name, holder)
         path = f"{recipe.path}/{recipe.node}"
@@ -263,8 +289,14 @@ class Coordinator:
             raise CoordinationGaveUp(str(e)) from e
         return lease
 
-    def wait_for_lock(self, lock_name: str, owner: str, timeout_s: float, patience_s: float | None = None,
-                      on_wait: Callable[[LockBusy, float], None] | None = None) -> Lease:
+    def wait_for_lock(
+        self,
+        lock_name: str,
+        owner: str,
+        timeout_s: float,
+        patience_s: float | None = None,
+        on_wait: Callable[[LockBusy, float], None] | None = None,
+    ) -> Lease:
         """`lock` in rounds of `timeout_s` while the lock is busy (LockBusy), up to `patience_s` in all
         (default: one round), calling `on_wait(busy, seconds waited so far)` after each round; then the
         last LockBusy, naming the whole wait. Other give-ups (ZooKeeper away) end the wait at once.
@@ -279,8 +311,11 @@ class Coordinator:
             except LockBusy as busy:
                 waited = time.monotonic() - started
                 if deadline - time.monotonic() < 0.05:
-                    raise LockBusy(f"lock {lock_name} not obtained within {round(waited, 1):g}s (held by {busy.holder})",
-                                   lock_name, busy.holder) from busy
+                    raise LockBusy(
+                        f"lock {lock_name} not obtained within {round(waited, 1):g}s (held by {busy.holder})",
+                        lock_name,
+                        busy.holder,
+                    ) from busy
                 if on_wait is not None:
                     on_wait(busy, waited)
                 continue
@@ -385,14 +420,17 @@ class Coordinator:
     def seconds_since(self, mtime_ms: int) -> float:
         return max(self.server_time_ms() - mtime_ms, 0) / 1000
 
-    def register(self, lease: Lease, job_name: str, predecessors: frozenset[str], max_predecessor_wait_s: float | None = None) -> None:
+    def register(
+        self, lease: Lease, job_name: str, predecessors: frozenset[str], max_predecessor_wait_s: float | None = None
+    ) -> None:
         """Register `job_name` as the last job on the lease's lock if the last registered job is an
         allowed predecessor (see `allowed`; its age only read when the set says no); a compare-and-swap
         on the znode's version, so a registration that raced ours (a fencing failure) makes this one give up."""
         lease.check()
         path = self.predecessor_path(lease.lock_name)
-        record = json.dumps({"job": job_name, "owner": lease.owner, "token": lease.token,
-                             "at": datetime.now(timezone.utc).isoformat()}).encode()
+        record = json.dumps(
+            {"job": job_name, "owner": lease.owner, "token": lease.token, "at": datetime.now(UTC).isoformat()}
+        ).encode()
         try:
             try:
                 data, stat = self.client.get_async(path).get(timeout=OP_TIMEOUT_S)
@@ -405,9 +443,12 @@ class Coordinator:
                 age = self.seconds_since(mtime) if is_bounded(max_predecessor_wait_s) and mtime is not None else None
                 if not allowed(current, job_name, lease.owner, predecessors, age, max_predecessor_wait_s):
                     remaining = max(max_predecessor_wait_s - age, 0.0) if age is not None else None
-                    raise PredecessorRefused(f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
-                                             f"({current.get('owner')}), expected one of {sorted(predecessors)}"
-                                             f"{wait_ends(age, max_predecessor_wait_s)}", remaining)
+                    raise PredecessorRefused(
+                        f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
+                        f"({current.get('owner')}), expected one of {sorted(predecessors)}"
+                        f"{wait_ends(age, max_predecessor_wait_s)}",
+                        remaining,
+                    )
             if version is None:
                 self.client.create_async(path, record, makepath=True).get(timeout=OP_TIMEOUT_S)
             else:
@@ -485,8 +526,14 @@ class Coordinator:
     # ---- one batch ------------------------------------------------------------------------------
 
     @contextmanager
-    def batch(self, job: JobSpec, owner: str, timeout_s: float, patience_s: float | None = None,
-              on_lock_wait: Callable[[LockBusy, float], None] | None = None) -> Iterator[Lease]:
+    def batch(
+        self,
+        job: JobSpec,
+        owner: str,
+        timeout_s: float,
+        patience_s: float | None = None,
+        on_lock_wait: Callable[[LockBusy, float], None] | None = None,
+    ) -> Iterator[Lease]:
         """lock (`wait_for_lock`: rounds of `timeout_s` up to `patience_s`) -> register (with the job's
         bounded predecessor wait) -> yield the lease -> unlock (also on error, and when register gives up)."""
         lease = self.wait_for_lock(job.lock_name, owner, timeout_s, patience_s, on_lock_wait)

@@ -104,8 +104,10 @@ class ReplacingProducer:
         if not (isinstance(error, KafkaError) and error.fatal()):
             raise exc
         again = list(self.in_flight.values())
-        self.replaced.append(f"{time.strftime('%H:%M:%S')}: the producer failed fatally ({error.str()[:160]}); "
-                             f"a new one sends its {len(again)} unreported messages again")
+        self.replaced.append(
+            f"{time.strftime('%H:%M:%S')}: the producer failed fatally ({error.str()[:160]}); "
+            f"a new one sends its {len(again)} unreported messages again"
+        )
         self.producer, self.in_flight = self.new(), {}  # the old one is never polled again: its reports never come
         for args in again:
             self.produce(*args)
@@ -121,15 +123,21 @@ class KafkaClient:
     def _admin(self) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.extra_config})
 
-    def create_topics(self, topics: dict[str, int], replication: int = 1, timeout: float = 30, config: dict[str, str] | None = None) -> None:
+    def create_topics(
+        self, topics: dict[str, int], replication: int = 1, timeout: float = 30, config: dict[str, str] | None = None
+    ) -> None:
         """Create missing topics (name -> partition count) with the topic `config` (e.g. retention.ms); existing
         ones keep their partitions, and get `config` set where the broker allows it."""
         admin = self._admin()
         existing = set(admin.list_topics(timeout=timeout).topics)
-        new = [NewTopic(t, num_partitions=n, replication_factor=replication, config=dict(config or {})) for t, n in topics.items() if t not in existing]
+        new = [
+            NewTopic(t, num_partitions=n, replication_factor=replication, config=dict(config or {}))
+            for t, n in topics.items()
+            if t not in existing
+        ]
         if config and existing & set(topics):
             self._alter_topic_config(admin, sorted(existing & set(topics)), config, timeout)
-        for topic, future in (admin.create_topics(new) if new else {}).items():
+        for _topic, future in (admin.create_topics(new) if new else {}).items():
             try:
                 future.result(timeout)
             except KafkaException as exc:
@@ -143,8 +151,16 @@ class KafkaClient:
 
     @staticmethod
     def _alter_topic_config(admin: AdminClient, topics: list[str], config: dict[str, str], timeout: float) -> None:
-        resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[
-            ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()]) for t in topics]
+        resources = [
+            ConfigResource(
+                ConfigResource.Type.TOPIC,
+                t,
+                incremental_configs=[
+                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()
+                ],
+            )
+            for t in topics
+        ]
         for resource, future in admin.incremental_alter_configs(resources).items():
             try:
                 future.result(timeout)
@@ -230,7 +246,9 @@ class KafkaClient:
             }
         )
 
-    def produce(self, topic: str, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None) -> dict[int, int]:
+    def produce(
+        self, topic: str, records: Iterable[tuple[bytes | None, bytes]], partition: int | None = None
+    ) -> dict[int, int]:
         """Produce (key, value) pairs, flush, and return partition -> next offset seen in delivery reports."""
         producer = self.producer()
         last: dict[int, int] = {}

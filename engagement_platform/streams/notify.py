@@ -17,8 +17,16 @@ if TYPE_CHECKING:
     from engagement_platform.streams.planning import BatchPlan
 
 
-def notification_step(lake: DeltaLake, notifications: TableSpec, table: str, app_id: str, plan: BatchPlan, at: datetime,
-                      appended: pa.Table | None = None, appended_counts: dict[str, dict[str, int]] | None = None) -> CommitStep:
+def notification_step(
+    lake: DeltaLake,
+    notifications: TableSpec,
+    table: str,
+    app_id: str,
+    plan: BatchPlan,
+    at: datetime,
+    appended: pa.Table | None = None,
+    appended_counts: dict[str, dict[str, int]] | None = None,
+) -> CommitStep:
     """Commit step of `notifications` for the batch's commit of `table` (an earlier step of the same batch).
 
     Counts come from `appended`, the rows this attempt appended to `table` (an append's change feed holds

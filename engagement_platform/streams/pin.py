@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from engagement_platform.lake.delta import DeltaLake
 
@@ -39,10 +39,14 @@ class Pin:
         return {AS_OF: self.as_of.isoformat(), **{version_key(t): v for t, v in self.versions.items()}}
 
 
-def pin_batch(lake: DeltaLake, anchor_table: str, app_id: str, batch_id: int, tables: Iterable[str], now: datetime | None = None) -> Pin:
+def pin_batch(
+    lake: DeltaLake, anchor_table: str, app_id: str, batch_id: int, tables: Iterable[str], now: datetime | None = None
+) -> Pin:
     """The pin stored in the metadata of `app_id`'s commit of batch `batch_id` to `anchor_table` once that
     commit exists; before that, `now` (default: the clock) and the current versions of `tables`."""
     commit = lake.batch_commit(anchor_table, app_id, batch_id) or {}
-    as_of = datetime.fromisoformat(commit[AS_OF]) if AS_OF in commit else (now or datetime.now(timezone.utc))
-    versions = {t: int(commit[version_key(t)]) if version_key(t) in commit else current_version(lake, t) for t in tables}
+    as_of = datetime.fromisoformat(commit[AS_OF]) if AS_OF in commit else (now or datetime.now(UTC))
+    versions = {
+        t: int(commit[version_key(t)]) if version_key(t) in commit else current_version(lake, t) for t in tables
+    }
     return Pin(as_of, versions)

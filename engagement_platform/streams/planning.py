@@ -10,10 +10,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.slices import S, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, Slice, TableVersionsSlice, as_kind
+from engagement_platform.streams.slices import (
+    FileSetSlice,
+    FileSlice,
+    KafkaSlice,
+    S,
+    Slice,
+    SnapshotSlice,
+    TableVersionsSlice,
+    as_kind,
+)
 
-__all__ = ["BatchPlan", "FileSetSlice", "FileSlice", "KafkaSlice", "SnapshotSlice", "Slice", "TableVersionsSlice", "offset_gaps_and_overlaps", "plan_next_batch",
-           "uncommitted_records"]
+__all__ = [
+    "BatchPlan",
+    "FileSetSlice",
+    "FileSlice",
+    "KafkaSlice",
+    "SnapshotSlice",
+    "Slice",
+    "TableVersionsSlice",
+    "offset_gaps_and_overlaps",
+    "plan_next_batch",
+    "uncommitted_records",
+]
 
 
 @dataclass(frozen=True)
@@ -44,7 +63,9 @@ class BatchPlan:
     @property
     def kafka(self) -> KafkaSlice:
         if not isinstance(self.slice, KafkaSlice):
-            raise TypeError(f"{self.stream} batch {self.batch_id} reads a {type(self.slice).__name__}, not Kafka offsets")
+            raise TypeError(
+                f"{self.stream} batch {self.batch_id} reads a {type(self.slice).__name__}, not Kafka offsets"
+            )
         return self.slice
 
     @property

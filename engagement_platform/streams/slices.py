@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from datetime import datetime
-from typing import ClassVar, TypeVar, Union
+from typing import ClassVar, TypeVar
 
 from engagement_platform.streams.kafka import OffsetRange
 
@@ -94,7 +94,7 @@ class FileSetSlice:
         if len(self.files) == 1:
             return self.files[0].path
         prefix = os.path.commonprefix([f.path for f in self.files])
-        return prefix[:prefix.rfind("/") + 1] if "/" in prefix else prefix
+        return prefix[: prefix.rfind("/") + 1] if "/" in prefix else prefix
 
     @property
     def key(self) -> str:
@@ -158,7 +158,7 @@ class SnapshotSlice:
         return f"{self.path}?until={self.until.isoformat()}[{len(self.files)} files, {sum(s for _, s in self.files)} bytes]"
 
 
-Slice = Union[KafkaSlice, FileSlice, FileSetSlice, TableVersionsSlice, SnapshotSlice]
+Slice = KafkaSlice | FileSlice | FileSetSlice | TableVersionsSlice | SnapshotSlice
 S = TypeVar("S", KafkaSlice, FileSlice, FileSetSlice, TableVersionsSlice, SnapshotSlice)
 
 
@@ -192,7 +192,9 @@ def from_columns(topic: str, ranges: str) -> Slice:
     if kind == TableVersionsSlice.KIND:
         return TableVersionsSlice(value["table"], int(value["after"]), int(value["up_to"]))
     if kind == SnapshotSlice.KIND:
-        return SnapshotSlice(value["path"], datetime.fromisoformat(value["until"]), tuple((str(n), int(s)) for n, s in value["files"]))
+        return SnapshotSlice(
+            value["path"], datetime.fromisoformat(value["until"]), tuple((str(n), int(s)) for n, s in value["files"])
+        )
     raise ValueError(f"unknown slice kind {kind!r} in a checkpoint row")
 
 

@@ -48,7 +48,9 @@ class StreamSpec:
     lock_name: str | None = None  # coordinator lock it takes; None: none (an append-only stream)
 
 
-def batch_metadata(plan: BatchPlan, versions: Mapping[str, int | None], seconds: Mapping[str, float], **figures: Any) -> dict:
+def batch_metadata(
+    plan: BatchPlan, versions: Mapping[str, int | None], seconds: Mapping[str, float], **figures: Any
+) -> dict:
     """The metadata a Kafka-fed batch reports: its id and offset ranges, the stream's own `figures` (in
     the order given), each table's committed version (None: already there) and each phase's seconds."""
     return {

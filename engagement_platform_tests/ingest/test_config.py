@@ -61,7 +61,9 @@ def test_every_file_in_the_pipelines_folder_loads():
     assert "rewards_members" in [c.name for c in configs]
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "engagement_platform").rglob("pipeline.yaml")), ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "engagement_platform").rglob("pipeline.yaml")), ids=lambda p: p.parent.name
+)
 def test_every_pipeline_shipped_in_the_package_loads(path):
     Pipeline.from_config(load_pipeline(path))
 
@@ -106,45 +108,140 @@ BAD = {
     "unknown column key": (_set("target", "columns", "points", "maxx", 3), "target.columns.points.maxx", "unknown key"),
     "unknown source key": (_set("source", "delimiter", ";"), "source.delimiter", "unknown key"),
     # wrong types
-    "required not a boolean": (_set("target", "columns", "points", "required", "perhaps"), "target.columns.points.required", "valid boolean"),
+    "required not a boolean": (
+        _set("target", "columns", "points", "required", "perhaps"),
+        "target.columns.points.required",
+        "valid boolean",
+    ),
     "size not an integer": (_set("source", "max_record_bytes", "big"), "source.max_record_bytes", "valid integer"),
     "converters not a list": (_set("converters", {"plugin": "rename"}), "converters", "valid list"),
     "columns missing": (_pop("target", "columns"), "target.columns", "Field required"),
     "unknown source format": (_set("source", "format", "xml"), "source.format", "'csv', 'json', 'jsonl' or 'kafka'"),
-    "unknown target type": (_set("target", "columns", "points", "type", "integerz"), "target.columns.points.type", "unknown type 'integerz'"),
-    "error rate above 1": (_set("error_rate", "max_error_rate", 1.5), "error_rate.max_error_rate", "less than or equal to 1"),
+    "unknown target type": (
+        _set("target", "columns", "points", "type", "integerz"),
+        "target.columns.points.type",
+        "unknown type 'integerz'",
+    ),
+    "error rate above 1": (
+        _set("error_rate", "max_error_rate", 1.5),
+        "error_rate.max_error_rate",
+        "less than or equal to 1",
+    ),
     "name not snake case": (_set("name", "Rewards Members"), "name", "must be lower_snake_case"),
     "kafka without topic": (_set("source", "format", "kafka"), "source", "a kafka source needs 'topic'"),
-    "same table twice": (_set("target", "quarantine_table", "rewards_members"), "target", "table and quarantine_table must differ"),
+    "same table twice": (
+        _set("target", "quarantine_table", "rewards_members"),
+        "target",
+        "table and quarantine_table must differ",
+    ),
     # constraints that do not fit the column
-    "bad regex": (_set("target", "columns", "email", "regex", "(["), "target.columns.email.regex", "regex does not compile"),
-    "enum on a non-string": (_set("target", "columns", "points", "enum", ["1", "2"]), "target.columns.points", "enum applies to string columns only"),
-    "min on a string": (_set("target", "columns", "email", "min", 3), "target.columns.email", "min/max apply to numeric, date and timestamp"),
-    "unknown datetime pattern letter": (_set("target", "columns", "birth_date", "formats", ["yyyy-MM-ddTHH"]), "target.columns.birth_date.formats",
-                                        "format 'yyyy-MM-ddTHH' has letters that are not Spark datetime pattern letters: T"),
-    "week-based pattern in a plugin": (lambda d: d["converters"][2].update(formats=["MM/dd/yyyy", "YYYY-ww"]), "converters[2].formats",
-                                       "not Spark datetime pattern letters: Y, w"),
-    "formats on a number": (_set("target", "columns", "points", "formats", ["yyyy"]), "target.columns.points", "formats apply to date and timestamp"),
-    "number bound on a date": (_set("target", "columns", "birth_date", "min", 1900), "target.columns.birth_date", "min: 1900.0 is not an ISO date"),
-    "text bound on a number": (_set("target", "columns", "points", "max", "lots"), "target.columns.points", "max: 'lots' is not a number"),
-    "partition_by not in target": (_set("target", "partition_by", ["nope"]), "target", "partition_by names columns not in the target schema: ['nope']"),
+    "bad regex": (
+        _set("target", "columns", "email", "regex", "(["),
+        "target.columns.email.regex",
+        "regex does not compile",
+    ),
+    "enum on a non-string": (
+        _set("target", "columns", "points", "enum", ["1", "2"]),
+        "target.columns.points",
+        "enum applies to string columns only",
+    ),
+    "min on a string": (
+        _set("target", "columns", "email", "min", 3),
+        "target.columns.email",
+        "min/max apply to numeric, date and timestamp",
+    ),
+    "unknown datetime pattern letter": (
+        _set("target", "columns", "birth_date", "formats", ["yyyy-MM-ddTHH"]),
+        "target.columns.birth_date.formats",
+        "format 'yyyy-MM-ddTHH' has letters that are not Spark datetime pattern letters: T",
+    ),
+    "week-based pattern in a plugin": (
+        lambda d: d["converters"][2].update(formats=["MM/dd/yyyy", "YYYY-ww"]),
+        "converters[2].formats",
+        "not Spark datetime pattern letters: Y, w",
+    ),
+    "formats on a number": (
+        _set("target", "columns", "points", "formats", ["yyyy"]),
+        "target.columns.points",
+        "formats apply to date and timestamp",
+    ),
+    "number bound on a date": (
+        _set("target", "columns", "birth_date", "min", 1900),
+        "target.columns.birth_date",
+        "min: 1900.0 is not an ISO date",
+    ),
+    "text bound on a number": (
+        _set("target", "columns", "points", "max", "lots"),
+        "target.columns.points",
+        "max: 'lots' is not a number",
+    ),
+    "partition_by not in target": (
+        _set("target", "partition_by", ["nope"]),
+        "target",
+        "partition_by names columns not in the target schema: ['nope']",
+    ),
     # plugins and their own parameters
-    "unknown converter": (_append("converters", {"plugin": "frobnicate"}), "converters[4].plugin", "unknown converter 'frobnicate' (known: cast, coalesce"),
-    "unknown validator": (_append("validators", {"plugin": "is_nice", "column": "email"}), "validators[2].plugin", "unknown validator 'is_nice'"),
+    "unknown converter": (
+        _append("converters", {"plugin": "frobnicate"}),
+        "converters[4].plugin",
+        "unknown converter 'frobnicate' (known: cast, coalesce",
+    ),
+    "unknown validator": (
+        _append("validators", {"plugin": "is_nice", "column": "email"}),
+        "validators[2].plugin",
+        "unknown validator 'is_nice'",
+    ),
     "plugin param missing": (lambda d: d["converters"][2].pop("type"), "converters[2].type", "Field required"),
     "unknown plugin param": (lambda d: d["converters"][0].update(too="x"), "converters[0].too", "unknown key"),
-    "plugin param wrong type": (lambda d: d["converters"][1].update(into="first_name"), "converters[1].into", "valid list"),
-    "plugin type unknown": (lambda d: d["converters"][2].update(type="dat"), "converters[2].type", "unknown type 'dat'"),
-    "plugin regex bad": (lambda d: d["validators"][1].update(pattern="(["), "validators[1].pattern", "regex does not compile"),
-    "range without bounds": (_append("validators", {"plugin": "range", "column": "points"}), "validators[2]", "give min, max or both"),
-    "range bound of the wrong kind": (_append("validators", {"plugin": "range", "column": "birth_date", "max": 5}), "validators[2].max", "5.0 is not an ISO date"),
+    "plugin param wrong type": (
+        lambda d: d["converters"][1].update(into="first_name"),
+        "converters[1].into",
+        "valid list",
+    ),
+    "plugin type unknown": (
+        lambda d: d["converters"][2].update(type="dat"),
+        "converters[2].type",
+        "unknown type 'dat'",
+    ),
+    "plugin regex bad": (
+        lambda d: d["validators"][1].update(pattern="(["),
+        "validators[1].pattern",
+        "regex does not compile",
+    ),
+    "range without bounds": (
+        _append("validators", {"plugin": "range", "column": "points"}),
+        "validators[2]",
+        "give min, max or both",
+    ),
+    "range bound of the wrong kind": (
+        _append("validators", {"plugin": "range", "column": "birth_date", "max": 5}),
+        "validators[2].max",
+        "5.0 is not an ISO date",
+    ),
     # the suppression section (records that name people)
-    "suppression with two scopes": (_set("suppression", {"list_table": "engagement_erased_subjects", "subject_columns": ["email"], "scope": "o",
-                                                         "scope_column": "email"}), "suppression", "give exactly one of scope_column"),
-    "suppression of a column not in the target": (_set("suppression", {"list_table": "engagement_erased_subjects", "subject_columns": ["mail"],
-                                                                       "scope": "o"}), "(top level)", "suppression names columns not in the target schema: ['mail']"),
-    "suppression list not a list table": (_set("suppression", {"list_table": "gdpr_audit", "subject_columns": ["email"], "scope": "o"}),
-                                          "suppression", "must be a suppression list table"),
+    "suppression with two scopes": (
+        _set(
+            "suppression",
+            {
+                "list_table": "engagement_erased_subjects",
+                "subject_columns": ["email"],
+                "scope": "o",
+                "scope_column": "email",
+            },
+        ),
+        "suppression",
+        "give exactly one of scope_column",
+    ),
+    "suppression of a column not in the target": (
+        _set("suppression", {"list_table": "engagement_erased_subjects", "subject_columns": ["mail"], "scope": "o"}),
+        "(top level)",
+        "suppression names columns not in the target schema: ['mail']",
+    ),
+    "suppression list not a list table": (
+        _set("suppression", {"list_table": "gdpr_audit", "subject_columns": ["email"], "scope": "o"}),
+        "suppression",
+        "must be a suppression list table",
+    ),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +19,12 @@ from engagement_platform.ingest.builtin import Cast, Required
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import (
-    Pipeline, QuarantineContext, errors_frame, good_frame, quarantine_frame, split_result,
+    Pipeline,
+    QuarantineContext,
+    errors_frame,
+    good_frame,
+    quarantine_frame,
+    split_result,
 )
 from engagement_platform.ingest.sources import INPUT, read_file
 from engagement_platform.spark import landing_source
@@ -27,7 +32,7 @@ from engagement_platform.spark import landing_source
 REPO = Path(__file__).resolve().parents[2]
 REWARDS = REPO / "pipelines" / "rewards_members.yaml"
 ERROR_FRAME_COLUMNS = [(ROW_ID, LongType()), *[(f, StringType()) for f in ERROR_FIELDS]]
-AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def config_from(text: str) -> PipelineConfig:
@@ -59,10 +64,42 @@ MEMBERS_LINES = [
     "13,Cy Twin,2001-02-03,gold,cy@example.com,0",  # 16: good, no final newline
 ]
 MEMBERS_GOOD = {
-    2: dict(member_id=1, first_name="Ann", last_name="Lee", birth_date=date(1990, 1, 2), rewards_level="gold", email="ann@example.com", points=10),
-    4: dict(member_id=2, first_name="Bob", last_name=None, birth_date=date(1985, 3, 4), rewards_level="silver", email="bob@example.com", points=20),
-    14: dict(member_id=12, first_name="Ben", last_name="Ode", birth_date=date(2001, 2, 3), rewards_level="bronze", email="ben@example.com", points=1000000),
-    16: dict(member_id=13, first_name="Cy", last_name="Twin", birth_date=date(2001, 2, 3), rewards_level="gold", email="cy@example.com", points=0),
+    2: dict(
+        member_id=1,
+        first_name="Ann",
+        last_name="Lee",
+        birth_date=date(1990, 1, 2),
+        rewards_level="gold",
+        email="ann@example.com",
+        points=10,
+    ),
+    4: dict(
+        member_id=2,
+        first_name="Bob",
+        last_name=None,
+        birth_date=date(1985, 3, 4),
+        rewards_level="silver",
+        email="bob@example.com",
+        points=20,
+    ),
+    14: dict(
+        member_id=12,
+        first_name="Ben",
+        last_name="Ode",
+        birth_date=date(2001, 2, 3),
+        rewards_level="bronze",
+        email="ben@example.com",
+        points=1000000,
+    ),
+    16: dict(
+        member_id=13,
+        first_name="Cy",
+        last_name="Twin",
+        birth_date=date(2001, 2, 3),
+        rewards_level="gold",
+        email="cy@example.com",
+        points=0,
+    ),
 }
 MEMBERS_ERRORS = {  # line -> (stage, plugin, column, code) of every error of the row
     5: [("parse", "parser", None, "malformed_record")],
@@ -70,10 +107,21 @@ MEMBERS_ERRORS = {  # line -> (stage, plugin, column, code) of every error of th
     7: [("convert", "conform", "member_id", "wrong_type")],
     8: [("convert", "cast", "bday", "wrong_type")],
     9: [("convert", "map_values", "level", "unmapped_value")],
-    10: sorted([("validate", "target_schema", "birth_date", "out_of_range"), ("validate", "target_schema", "email", "pattern_mismatch"),
-                ("validate", "target_schema", "points", "out_of_range"), ("validate", "regex", "first_name", "pattern_mismatch")]),
+    10: sorted(
+        [
+            ("validate", "target_schema", "birth_date", "out_of_range"),
+            ("validate", "target_schema", "email", "pattern_mismatch"),
+            ("validate", "target_schema", "points", "out_of_range"),
+            ("validate", "regex", "first_name", "pattern_mismatch"),
+        ]
+    ),
     11: [("validate", "required", "email", "missing_required")],
-    12: sorted([("validate", "target_schema", "first_name", "missing_required"), ("validate", "regex", "first_name", "pattern_mismatch")]),
+    12: sorted(
+        [
+            ("validate", "target_schema", "first_name", "missing_required"),
+            ("validate", "regex", "first_name", "pattern_mismatch"),
+        ]
+    ),
     13: [("convert", "conform", "points", "wrong_type")],
 }
 
@@ -90,8 +138,17 @@ def members(spark, tmp_path_factory):
     result = transformed.toArrow()
     good, quarantine = split_result(result, pipeline.target_columns, QuarantineContext(config.name, 7, str(path), AT))
     rows = {r[SOURCE_OFFSET]: r for r in result.to_pylist()}
-    return dict(path=path, config=config, pipeline=pipeline, parsed=parsed, transformed=transformed, result=result,
-                rows=rows, good=good, quarantine=quarantine)
+    return dict(
+        path=path,
+        config=config,
+        pipeline=pipeline,
+        parsed=parsed,
+        transformed=transformed,
+        result=result,
+        rows=rows,
+        good=good,
+        quarantine=quarantine,
+    )
 
 
 def test_every_record_comes_out_once_numbered_by_its_line(members):
@@ -100,10 +157,15 @@ def test_every_record_comes_out_once_numbered_by_its_line(members):
 
 
 def test_parse_stage_keeps_unparsable_lines_with_their_raw_text(members):
-    parsed = {r[SOURCE_OFFSET]: r for r in members["parsed"].select(SOURCE_OFFSET, RAW, "id", "name", INPUT, ERRORS).toArrow().to_pylist()}
+    parsed = {
+        r[SOURCE_OFFSET]: r
+        for r in members["parsed"].select(SOURCE_OFFSET, RAW, "id", "name", INPUT, ERRORS).toArrow().to_pylist()
+    }
     assert sorted(parsed) == sorted(members["rows"])
     assert parsed[2][RAW] == MEMBERS_LINES[1].rstrip("\r").encode()  # CRLF: the \r ends the line, it is not data
-    assert parsed[2][INPUT] == dict(id="1", name="Ann Lee", bday="01/02/1990", level="G", email="ann@example.com", points="10")
+    assert parsed[2][INPUT] == dict(
+        id="1", name="Ann Lee", bday="01/02/1990", level="G", email="ann@example.com", points="10"
+    )
     for line in (5, 6):
         (err,) = parsed[line][ERRORS]
         assert (err["stage"], err["plugin"], err["error_code"]) == ("parse", "parser", "malformed_record")
@@ -134,7 +196,10 @@ def test_each_bad_row_reports_its_stage_plugin_column_and_code(members):
 def test_convert_errors_quote_the_offending_value(members):
     rows = members["rows"]
     (cast,) = rows[8][ERRORS]
-    assert cast["message"] == "'13/45/1990' is not a valid date (formats: MM/dd/yyyy, yyyy-MM-dd)" and cast["value"] == "13/45/1990"
+    assert (
+        cast["message"] == "'13/45/1990' is not a valid date (formats: MM/dd/yyyy, yyyy-MM-dd)"
+        and cast["value"] == "13/45/1990"
+    )
     (mapped,) = rows[9][ERRORS]
     assert mapped["message"] == "'P' has no mapping (known: B, S, G, bronze, silver, gold)" and mapped["value"] == "P"
     (conform,) = rows[7][ERRORS]
@@ -180,7 +245,9 @@ def test_quarantine_joined_back_in_spark_equals_the_driver_split(members):
         (r[SOURCE_PARTITION], r[SOURCE_OFFSET], *(r[f] for f in ERROR_FIELDS), r[RAW], r[INPUT]) for r in joined
     )
     q = members["quarantine"].to_pylist()
-    driver_side = Counter((r["source_partition"], r["source_offset"], *(r[f] for f in ERROR_FIELDS), r["raw"], r["input"]) for r in q)
+    driver_side = Counter(
+        (r["source_partition"], r["source_offset"], *(r[f] for f in ERROR_FIELDS), r["raw"], r["input"]) for r in q
+    )
     assert spark_side == driver_side
     assert len(q) == sum(len(v) for v in MEMBERS_ERRORS.values())  # one quarantine row per error
     path = members["path"]
@@ -188,7 +255,9 @@ def test_quarantine_joined_back_in_spark_equals_the_driver_split(members):
     assert all(r["pipeline"] == "rewards_members" and r["batch_id"] == 7 and r["source"] == str(path) for r in q)
     by_line = {r["source_offset"]: r for r in q}
     assert by_line[7]["raw"] == MEMBERS_LINES[6].encode()
-    assert json.loads(by_line[7]["input"]) == dict(id="x5", name="Carl Zed", bday="01/02/1990", level="G", email="carl@example.com", points="5")
+    assert json.loads(by_line[7]["input"]) == dict(
+        id="x5", name="Carl Zed", bday="01/02/1990", level="G", email="carl@example.com", points="5"
+    )
 
 
 def test_good_rows_are_the_converted_rows_anti_joined_with_the_errors(members):
@@ -198,7 +267,9 @@ def test_good_rows_are_the_converted_rows_anti_joined_with_the_errors(members):
     assert sorted(anti[ROW_ID].to_pylist()) == sorted(MEMBERS_GOOD)
     key = lambda r: r["member_id"]  # noqa: E731
     assert sorted(anti.select(columns).to_pylist(), key=key) == sorted(members["good"].to_pylist(), key=key)
-    assert sorted(good_frame(transformed, columns).toArrow().to_pylist(), key=key) == sorted(MEMBERS_GOOD.values(), key=key)
+    assert sorted(good_frame(transformed, columns).toArrow().to_pylist(), key=key) == sorted(
+        MEMBERS_GOOD.values(), key=key
+    )
 
 
 def test_counts_are_conserved(members):
@@ -212,10 +283,17 @@ def test_without_a_header_the_first_line_is_a_record(spark, members):
     config = members["config"]
     source = config.source.model_copy(update={"options": {**config.source.options, "header": False}})
     config = config.model_copy(update={"source": source})
-    result = Pipeline.from_config(config).transform(read_file(spark, config.source, str(members["path"]))).toArrow().to_pylist()
+    result = (
+        Pipeline.from_config(config)
+        .transform(read_file(spark, config.source, str(members["path"])))
+        .toArrow()
+        .to_pylist()
+    )
     rows = {r[SOURCE_OFFSET]: r for r in result}
     assert sorted(rows) == sorted([1, *members["rows"]])  # same numbering: line 1 is now data
-    assert codes(rows[1]) == [("convert", "cast", "bday", "wrong_type")]  # the header's 'bday' is the first thing to fail
+    assert codes(rows[1]) == [
+        ("convert", "cast", "bday", "wrong_type")
+    ]  # the header's 'bday' is the first thing to fail
     assert rows[1][RAW] == MEMBERS_LINES[0].encode()
     assert {line: codes(rows[line]) for line in MEMBERS_ERRORS} == MEMBERS_ERRORS
 
@@ -271,23 +349,70 @@ validators:
   - {plugin: regex, column: given, pattern: "^[A-Z]"}
   - {plugin: required, columns: [city], allow_blank: true}
 """
-BASE = dict(first="Ann", last="Lee", full="Ann|Lee", code="a", day="01.02.2020", seen=None, when_day="2020-05-06",
-            n="5", alt=None, tag="x", profile={"age": "30", "address": {"city": "Oslo", "zip": "0150"}})
+BASE = dict(
+    first="Ann",
+    last="Lee",
+    full="Ann|Lee",
+    code="a",
+    day="01.02.2020",
+    seen=None,
+    when_day="2020-05-06",
+    n="5",
+    alt=None,
+    tag="x",
+    profile={"age": "30", "address": {"city": "Oslo", "zip": "0150"}},
+)
 JSONL_ROWS = [  # (changes to BASE, expected errors (plugin, column, code) or expected values)
-    ({}, {"label": "x", "name": "Ann Lee", "given": "Ann", "family": "Lee", "day_date": date(2020, 2, 1), "when_day": date(2020, 5, 6),
-          "level": "alpha", "grade": "other", "n": 5, "age": 30, "city": "Oslo"}),
-    (dict(first=None, code="A", seen="2021-03-04T23:30:00-05:00", when_day=None, n=None, alt="7", profile={"age": "41", "address": {"city": " "}}),
-     {"name": "Lee", "level": "alpha", "grade": "top", "when_day": date(2021, 3, 5), "n": 7, "age": 41, "city": " "}),
+    (
+        {},
+        {
+            "label": "x",
+            "name": "Ann Lee",
+            "given": "Ann",
+            "family": "Lee",
+            "day_date": date(2020, 2, 1),
+            "when_day": date(2020, 5, 6),
+            "level": "alpha",
+            "grade": "other",
+            "n": 5,
+            "age": 30,
+            "city": "Oslo",
+        },
+    ),
+    (
+        dict(
+            first=None,
+            code="A",
+            seen="2021-03-04T23:30:00-05:00",
+            when_day=None,
+            n=None,
+            alt="7",
+            profile={"age": "41", "address": {"city": " "}},
+        ),
+        {"name": "Lee", "level": "alpha", "grade": "top", "when_day": date(2021, 3, 5), "n": 7, "age": 41, "city": " "},
+    ),
     (dict(first=None, last=None), [("concat", "name", "missing_value")]),
     (dict(full="Cher"), [("split", "full", "split_mismatch")]),
     (dict(full="Ann.Lee"), [("split", "full", "split_mismatch")]),  # the separator is a literal, not a regex
     (dict(day="31.02.2020"), [("cast", "day", "wrong_type")]),
-    (dict(when_day="someday", seen="2021-01-01"), [("cast", "when_day", "wrong_type")]),  # present but invalid: never replaced
+    (
+        dict(when_day="someday", seen="2021-01-01"),
+        [("cast", "when_day", "wrong_type")],
+    ),  # present but invalid: never replaced
     (dict(code="Z"), [("map_values", "code", "unmapped_value")]),
     (dict(n="abc", alt="4"), [("coalesce", "n", "wrong_type")]),  # present but invalid: never silently skipped
-    (dict(profile={"age": "old", "address": {"city": "Rome"}}), [("cast", "profile.age", "wrong_type")]),  # nested field fails
-    (dict(tag="z", n="50", full="ann|lee"), [("enum", "label", "not_in_enum"), ("range", "n", "out_of_range"), ("regex", "given", "pattern_mismatch")]),
-    (dict(tag=None, profile={"age": "3"}), [("required", "city", "missing_required"), ("target_schema", "label", "missing_required")]),
+    (
+        dict(profile={"age": "old", "address": {"city": "Rome"}}),
+        [("cast", "profile.age", "wrong_type")],
+    ),  # nested field fails
+    (
+        dict(tag="z", n="50", full="ann|lee"),
+        [("enum", "label", "not_in_enum"), ("range", "n", "out_of_range"), ("regex", "given", "pattern_mismatch")],
+    ),
+    (
+        dict(tag=None, profile={"age": "3"}),
+        [("required", "city", "missing_required"), ("target_schema", "label", "missing_required")],
+    ),
 ]
 
 
@@ -296,7 +421,11 @@ def contacts(spark, tmp_path_factory):
     folder = tmp_path_factory.mktemp("contacts")
     path = folder / "contacts.jsonl"
     lines = [json.dumps({**BASE, **changes}) for changes, _ in JSONL_ROWS]
-    lines += ['{"first": "Ann", "profile": "not an object"}', '{"first": "Ann", "last": ', '[{"first": "Ann"}]']  # parse errors
+    lines += [
+        '{"first": "Ann", "profile": "not an object"}',
+        '{"first": "Ann", "last": ',
+        '[{"first": "Ann"}]',
+    ]  # parse errors
     path.write_text("\n".join(lines) + "\n")
     config = config_from(JSONL_PIPELINE)
     result = Pipeline.from_config(config).transform(read_file(spark, config.source, str(path))).toArrow()
@@ -311,14 +440,21 @@ def test_every_builtin_plugin_converts_and_reports_its_errors(contacts):
             assert row[ERRORS] == [], (line, changes, row[ERRORS])
             assert {k: row[k] for k in expected} == expected, (line, changes)
         else:
-            assert sorted((e["plugin"], e["column_name"], e["error_code"]) for e in row[ERRORS]) == sorted(expected), (line, changes)
+            assert sorted((e["plugin"], e["column_name"], e["error_code"]) for e in row[ERRORS]) == sorted(expected), (
+                line,
+                changes,
+            )
 
 
 def test_json_lines_that_do_not_parse_are_errors_with_their_raw_text(contacts):
     rows, lines = contacts
     for line in range(len(JSONL_ROWS) + 1, len(lines) + 1):
         (err,) = rows[line][ERRORS]
-        assert (err["stage"], err["error_code"], err["message"]) == ("parse", "malformed_record", "record is not one JSON object")
+        assert (err["stage"], err["error_code"], err["message"]) == (
+            "parse",
+            "malformed_record",
+            "record is not one JSON object",
+        )
         assert rows[line][RAW] == lines[line - 1].encode() and err["value"] == lines[line - 1]
 
 
@@ -347,8 +483,12 @@ converters:
 
 def test_a_json_document_is_one_record_per_array_element(spark, tmp_path):
     path = tmp_path / "orders.json"
-    elements = [{"id": "1", "qty": "2", "item": {"sku": "ABC"}}, {"id": "x", "qty": "3"}, {"id": "3", "qty": "0", "item": {"sku": "toolong"}},
-                {"qty": "4", "item": {"sku": "DEF"}}]
+    elements = [
+        {"id": "1", "qty": "2", "item": {"sku": "ABC"}},
+        {"id": "x", "qty": "3"},
+        {"id": "3", "qty": "0", "item": {"sku": "toolong"}},
+        {"qty": "4", "item": {"sku": "DEF"}},
+    ]
     path.write_text(json.dumps(elements, indent=2))
     config = config_from(DOCUMENT_PIPELINE)
     pipeline = Pipeline.from_config(config)
@@ -357,7 +497,10 @@ def test_a_json_document_is_one_record_per_array_element(spark, tmp_path):
     assert sorted(rows) == [0, 1, 2, 3]  # offsets: element indexes
     assert rows[0][ERRORS] == [] and (rows[0]["id"], rows[0]["qty"], rows[0]["sku"]) == (1, 2, "ABC")
     assert codes(rows[1]) == [("convert", "conform", "id", "wrong_type")]
-    assert codes(rows[2]) == [("validate", "target_schema", "qty", "out_of_range"), ("validate", "target_schema", "sku", "pattern_mismatch")]
+    assert codes(rows[2]) == [
+        ("validate", "target_schema", "qty", "out_of_range"),
+        ("validate", "target_schema", "sku", "pattern_mismatch"),
+    ]
     assert codes(rows[3]) == [("validate", "target_schema", "id", "missing_required")]
     assert json.loads(rows[1][RAW]) == {"id": "x", "qty": "3"}  # the element's JSON stands for its raw bytes
     good, quarantine = split_result(result, pipeline.target_columns, QuarantineContext(config.name, 1, str(path), AT))
@@ -371,7 +514,12 @@ def test_a_corrupt_json_document_is_one_parse_error_with_its_text(spark, tmp_pat
     config = config_from(DOCUMENT_PIPELINE)
     (row,) = Pipeline.from_config(config).transform(read_file(spark, config.source, str(path))).toArrow().to_pylist()
     (err,) = row[ERRORS]
-    assert (err["stage"], err["plugin"], err["error_code"], err["message"]) == ("parse", "parser", "malformed_record", "document is not valid JSON")
+    assert (err["stage"], err["plugin"], err["error_code"], err["message"]) == (
+        "parse",
+        "parser",
+        "malformed_record",
+        "document is not valid JSON",
+    )
     assert err["value"] == text and row[RAW] == text.encode()
 
 
@@ -401,8 +549,12 @@ def expected_records(data: bytes, skip_lines: int = 0) -> list[tuple[int, bytes]
 
 
 @settings(max_examples=300, deadline=None)
-@given(data=st.lists(st.sampled_from([b"\n", b"\r\n", b"a", b"bc", b" ", b"\xff", b"\x00", b",", b'"']), max_size=80).map(b"".join),
-       split_bytes=st.integers(min_value=1, max_value=40))
+@given(
+    data=st.lists(st.sampled_from([b"\n", b"\r\n", b"a", b"bc", b" ", b"\xff", b"\x00", b",", b'"']), max_size=80).map(
+        b"".join
+    ),
+    split_bytes=st.integers(min_value=1, max_value=40),
+)
 def test_line_spans_cover_the_data_exactly_and_number_lines_right(data, split_bytes):
     spans = landing_source.line_spans(data, split_bytes)
     assert [s for s, _, _ in spans[:1]] == ([0] if data else [])
@@ -415,8 +567,11 @@ def test_line_spans_cover_the_data_exactly_and_number_lines_right(data, split_by
 
 
 @settings(max_examples=100, deadline=None)
-@given(data=st.lists(st.sampled_from([b"\n", b"\r\n", b"x", b"yz", b"  ", b"\xe9"]), max_size=60).map(b"".join),
-       split_bytes=st.integers(min_value=1, max_value=30), skip_lines=st.integers(min_value=0, max_value=2))
+@given(
+    data=st.lists(st.sampled_from([b"\n", b"\r\n", b"x", b"yz", b"  ", b"\xe9"]), max_size=60).map(b"".join),
+    split_bytes=st.integers(min_value=1, max_value=30),
+    skip_lines=st.integers(min_value=0, max_value=2),
+)
 def test_reading_the_spans_gives_every_line_once_with_its_number(tmp_path_factory, data, split_bytes, skip_lines):
     path = tmp_path_factory.mktemp("spans") / "file.txt"
     path.write_bytes(data)
@@ -440,10 +595,17 @@ def test_an_empty_file_is_one_empty_span(tmp_path):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                             lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
-                             max_leaves=8), max_size=6),
-       st.sampled_from([None, 2]))
+@given(
+    st.lists(
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+            max_leaves=8,
+        ),
+        max_size=6,
+    ),
+    st.sampled_from([None, 2]),
+)
 def test_a_documents_elements_are_its_own_bytes_and_parse_to_its_values(values, indent):
     """Against json.loads of the whole document: the same elements, each sliced from the file as it is."""
     document = json.dumps(values, indent=indent, ensure_ascii=False).encode()
@@ -455,7 +617,13 @@ def test_a_documents_elements_are_its_own_bytes_and_parse_to_its_values(values, 
 def test_document_elements_keep_digits_and_flag_what_does_not_parse():
     elements, broken = landing_source.document_elements(b'[{"a": 19.999999999999999999}, {"b":1E5} ,\n 3 ]')
     assert elements == [b'{"a": 19.999999999999999999}', b'{"b":1E5}', b"3"] and not broken
-    assert landing_source.document_elements(b' {"id": "\\ud800"} ') == ([b'{"id": "\\ud800"}'], False)  # one object: one record
-    assert landing_source.document_elements(b"  \n") == ([], False) and landing_source.document_elements(b"[ ]") == ([], False)
+    assert landing_source.document_elements(b' {"id": "\\ud800"} ') == (
+        [b'{"id": "\\ud800"}'],
+        False,
+    )  # one object: one record
+    assert landing_source.document_elements(b"  \n") == ([], False) and landing_source.document_elements(b"[ ]") == (
+        [],
+        False,
+    )
     for bad in (b'[{"a": 1},', b'{"a": 1} trailing', b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe"):
         assert landing_source.document_elements(bad) == ([bad], True)

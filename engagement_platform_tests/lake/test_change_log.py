@@ -6,7 +6,7 @@ same range still come from the change data feed; the log's step is exactly-once 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,12 +16,26 @@ from hypothesis import strategies as st
 
 from engagement_platform.engagement.tables import ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.lake.change_log import (
-    CHANGE_TYPE, COMMIT_VERSION, LOGGED_BY, change_log_files_step, change_log_spec, change_log_step, logged_changes, logged_versions,
+    CHANGE_TYPE,
+    COMMIT_VERSION,
+    LOGGED_BY,
+    change_log_files_step,
+    change_log_spec,
+    change_log_step,
+    logged_changes,
+    logged_versions,
 )
-from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.changes import START, changes_since, unlogged_runs
+from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, read_file, unreferenced_files, write_files, writer_tag
+from engagement_platform.lake.file_writes import (
+    WrittenFile,
+    commit_files,
+    read_file,
+    unreferenced_files,
+    write_files,
+    writer_tag,
+)
 from engagement_platform.lake.notifications import audit_notifications, change_counts
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.kafka import OffsetRange
@@ -32,7 +46,7 @@ from engagement_platform_tests.support.files import SPEC, rows
 LOG = change_log_spec(SPEC)
 NOTES = ENGAGEMENT_NOTIFICATIONS
 INGEST, REWRITE, ERASE = "events.ingest", "events.rewrite", "events.erase"
-AT = datetime(2026, 1, 6, tzinfo=timezone.utc)
+AT = datetime(2026, 1, 6, tzinfo=UTC)
 
 
 def plan(stream: str, batch_id: int) -> BatchPlan:
@@ -45,7 +59,9 @@ def notify(lake: DeltaLake, checkpoints: CheckpointStore, app: str, batch_id: in
     commit_batch(p, app, [notification_step(lake, NOTES, SPEC.name, app, p, AT)], checkpoints)
 
 
-def ingest(lake: DeltaLake, checkpoints: CheckpointStore, orgs: list[str], start: int, batch_id: int) -> tuple[int, list[WrittenFile]]:
+def ingest(
+    lake: DeltaLake, checkpoints: CheckpointStore, orgs: list[str], start: int, batch_id: int
+) -> tuple[int, list[WrittenFile]]:
     """An append of files written outside delta-rs (its change data feed is exact: adds are inserts)."""
     files = write_files(lake.uri(SPEC.name), SPEC, rows(orgs, start=start), writer_tag(INGEST, batch_id))
     version = commit_files(lake, SPEC, files, BatchTxn(INGEST, batch_id))
@@ -62,13 +78,18 @@ def rewrite(old: pa.Table) -> tuple[pa.Table, pa.Table]:
     and the row-level changes: data columns + _change_type."""
     ids = old["event_id"]
     after = old.filter(pc.not_equal(ids, "e00001"))
-    after = after.set_column(after.schema.get_field_index("note"), "note",
-                             pc.if_else(pc.equal(after["event_id"], "e00000"), "changed", after["note"]))
-    changes = pa.concat_tables([
-        of_kind(old.filter(pc.equal(ids, "e00000")), "update_preimage"),
-        of_kind(after.filter(pc.equal(after["event_id"], "e00000")), "update_postimage"),
-        of_kind(old.filter(pc.equal(ids, "e00001")), "delete"),
-    ])
+    after = after.set_column(
+        after.schema.get_field_index("note"),
+        "note",
+        pc.if_else(pc.equal(after["event_id"], "e00000"), "changed", after["note"]),
+    )
+    changes = pa.concat_tables(
+        [
+            of_kind(old.filter(pc.equal(ids, "e00000")), "update_preimage"),
+            of_kind(after.filter(pc.equal(after["event_id"], "e00000")), "update_postimage"),
+            of_kind(old.filter(pc.equal(ids, "e00001")), "delete"),
+        ]
+    )
     return after, changes
 
 
@@ -115,12 +136,17 @@ def test_a_rewrite_reads_as_its_logged_rows_between_feed_versions(lake, checkpoi
     assert sorted(feed[CHANGE_TYPE].to_pylist()) == ["delete"] * 3 + ["insert"] * 2
 
     assert logged_versions(lake, SPEC.name, v1, v4) == [v2]
-    assert changed(logged_changes(lake, LOG.name, [v2], "a")) == changed(changes.append_column(COMMIT_VERSION, pa.array([v2] * 3)))
+    assert changed(logged_changes(lake, LOG.name, [v2], "a")) == changed(
+        changes.append_column(COMMIT_VERSION, pa.array([v2] * 3))
+    )
     cs = changes_since(lake, NOTES, SPEC.name, "a", START)
     assert cs.table_versions == [v1, v2, v3, v4]
     assert changed(cs.rows) == [
-        (v1, "insert", "e00000", "x"), (v1, "insert", "e00001", "x"), (v1, "insert", "e00002", "x"),
-        (v2, "delete", "e00001", "x"), (v2, "update_postimage", "e00000", "changed"),
+        (v1, "insert", "e00000", "x"),
+        (v1, "insert", "e00001", "x"),
+        (v1, "insert", "e00002", "x"),
+        (v2, "delete", "e00001", "x"),
+        (v2, "update_postimage", "e00000", "changed"),
         (v3, "delete", "e00002", "x"),
         (v4, "insert", "e00010", "x"),
     ]
@@ -129,13 +155,15 @@ def test_a_rewrite_reads_as_its_logged_rows_between_feed_versions(lake, checkpoi
     assert cs.rows.schema == lake.changes(SPEC.name, v1, v1).schema
     stamps = {int(h["version"]): h["timestamp"] for h in lake.table(SPEC.name).history()}
     logged_rows = cs.rows.filter(pc.equal(cs.rows[COMMIT_VERSION], v2)).to_pylist()
-    assert {round(r["_commit_timestamp"].replace(tzinfo=timezone.utc).timestamp() * 1000) for r in logged_rows} == {stamps[v2]}
+    assert {round(r["_commit_timestamp"].replace(tzinfo=UTC).timestamp() * 1000) for r in logged_rows} == {stamps[v2]}
 
     assert changes_since(lake, NOTES, SPEC.name, "b", START).table_versions == [v1], "the rewrite did not touch org b"
     assert change_counts(lake, SPEC.name, v2) == {"a": {"inserted": 0, "updated": 1, "deleted": 1}}
     assert change_counts(lake, SPEC.name, v3) == {"a": {"inserted": 0, "updated": 0, "deleted": 1}}
-    assert change_counts(lake, SPEC.name, v1) == {"a": {"inserted": 3, "updated": 0, "deleted": 0},
-                                                  "b": {"inserted": 1, "updated": 0, "deleted": 0}}
+    assert change_counts(lake, SPEC.name, v1) == {
+        "a": {"inserted": 3, "updated": 0, "deleted": 0},
+        "b": {"inserted": 1, "updated": 0, "deleted": 0},
+    }
     audit = audit_notifications(lake, NOTES.name, SPEC.name, v2, REWRITE, 1)
     assert audit.orgs_mismatched == 0 and audit.rows_changed == audit.rows_notified == 2
 
@@ -150,8 +178,11 @@ def test_the_change_feed_is_never_read_at_a_logged_version(lake, checkpoints):
     with pytest.raises(Exception, match=files[0].path.rsplit("/", 1)[-1]):
         lake.changes(SPEC.name, v2, v2)  # so the rewrite's change feed cannot be read any more
     cs = changes_since(lake, NOTES, SPEC.name, "a", after_ingest)
-    assert changed(cs.rows) == [(v2, "delete", "e00001", "x"), (v2, "update_postimage", "e00000", "changed"),
-                                (v3, "delete", "e00002", "x")]
+    assert changed(cs.rows) == [
+        (v2, "delete", "e00001", "x"),
+        (v2, "update_postimage", "e00000", "changed"),
+        (v3, "delete", "e00002", "x"),
+    ]
 
 
 def test_a_rerun_logs_nothing_twice_and_finds_its_data_commit_by_txn(lake, checkpoints):
@@ -172,7 +203,9 @@ def test_a_batch_without_a_data_commit_logs_no_rows(lake, checkpoints):
     _, files = ingest(lake, checkpoints, ["a", "a"], 0, 1)
     _, changes = rewrite(read_file(lake.uri(SPEC.name), SPEC, files[0]))
     nothing = CommitStep(SPEC.name, lambda txn, _: None)  # nothing to change: no commit
-    outcomes = commit_batch(plan(REWRITE, 5), REWRITE, [nothing, change_log_step(lake, LOG, SPEC.name, REWRITE, 5, changes)], checkpoints)
+    outcomes = commit_batch(
+        plan(REWRITE, 5), REWRITE, [nothing, change_log_step(lake, LOG, SPEC.name, REWRITE, 5, changes)], checkpoints
+    )
     assert outcomes[LOG.name] is not None, "the step still commits its txn"
     assert lake.committed_version(LOG.name, REWRITE) == 5 and lake.read(LOG.name).num_rows == 0
     assert logged_versions(lake, SPEC.name, 0, lake.table(SPEC.name).version()) == []
@@ -240,5 +273,7 @@ def test_log_files_stamped_with_an_expected_version_another_commit_took_are_rest
     version = commit_batch(plan(REWRITE, 1), REWRITE, steps, checkpoints)[SPEC.name]
     assert version == expected + 1
     assert set(lake.read(LOG.name)[COMMIT_VERSION].to_pylist()) == {version}
-    assert changed(logged_changes(lake, LOG.name, [version])) == changed(changes.append_column(COMMIT_VERSION, pa.array([version] * 3)))
+    assert changed(logged_changes(lake, LOG.name, [version])) == changed(
+        changes.append_column(COMMIT_VERSION, pa.array([version] * 3))
+    )
     assert not [f for f in unreferenced_files(lake, LOG) if writer_tag(REWRITE, 1) in f], "the stale stamps are deleted"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,13 +18,28 @@ D0 = date(2024, 5, 1)
 
 
 def activity(items: list[tuple[str, str, date]], batch_id: int = 1) -> pa.Table:
-    now = datetime(2024, 5, 10, 12, tzinfo=timezone.utc)
+    now = datetime(2024, 5, 10, 12, tzinfo=UTC)
     rows = [
         dict(
-            org_id=org, engagement_id=eid, engagement_date=d, activity_type="call", lead_id=f"lead-{eid}",
-            contact_id=None, account_id="acc-1", user_id="u-1", cadence_id=None, template_id=None, subject=f"s {eid}",
-            call_outcome="connected", duration_seconds=60, payload="{}", event_time=now, ingestion_time=now,
-            source_partition=0, source_offset=i, batch_id=batch_id,
+            org_id=org,
+            engagement_id=eid,
+            engagement_date=d,
+            activity_type="call",
+            lead_id=f"lead-{eid}",
+            contact_id=None,
+            account_id="acc-1",
+            user_id="u-1",
+            cadence_id=None,
+            template_id=None,
+            subject=f"s {eid}",
+            call_outcome="connected",
+            duration_seconds=60,
+            payload="{}",
+            event_time=now,
+            ingestion_time=now,
+            source_partition=0,
+            source_offset=i,
+            batch_id=batch_id,
         )
         for i, (org, eid, d) in enumerate(items)
     ]
@@ -83,7 +98,10 @@ def test_changes_since_follows_inserts_deletes_and_checkpoints(lake):
     assert set(cs1.rows["_commit_version"].to_pylist()) == {v1}
     assert cs1.rows.schema.field("engagement_id").type == pa.string()
     # Full rows, not just keys.
-    assert {r["engagement_id"]: r["engagement_date"] for r in cs1.rows.to_pylist()} == {"a1": D0, "a2": D0 + timedelta(days=1)}
+    assert {r["engagement_id"]: r["engagement_date"] for r in cs1.rows.to_pylist()} == {
+        "a1": D0,
+        "a2": D0 + timedelta(days=1),
+    }
 
     # Nothing new since the checkpoint.
     again = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, org, cs1.checkpoint)
@@ -132,9 +150,9 @@ def test_update_appears_as_postimage_only(lake):
     ingest(lake, [(org, "a1", D0), (org, "a2", D0)], 1)
     cs1 = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, org, START)
     src = activity([(org, "a1", D0 + timedelta(days=3))], batch_id=2)
-    lake.merge(ENGAGEMENT_ACTIVITY, src, "t.org_id = s.org_id AND t.engagement_id = s.engagement_id", BatchTxn("fix", 1)).when_matched_update(
-        {"engagement_date": "s.engagement_date"}
-    ).execute()
+    lake.merge(
+        ENGAGEMENT_ACTIVITY, src, "t.org_id = s.org_id AND t.engagement_id = s.engagement_id", BatchTxn("fix", 1)
+    ).when_matched_update({"engagement_date": "s.engagement_date"}).execute()
     v = lake.table(TABLE).version()
     assert change_counts(lake, TABLE, v) == {org: {"inserted": 0, "updated": 1, "deleted": 0}}
     notify(lake, v, 1, app="fix")
@@ -167,7 +185,9 @@ def test_changes_since_ignores_other_tables_notifications(lake):
     org = "org-a"
     v1 = ingest(lake, [(org, "a1", D0)], 1)
     foreign = notification_rows(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, v1, "other.app", 1)
-    foreign = foreign.set_column(foreign.schema.get_field_index("table_name"), "table_name", pa.array(["other_table"] * foreign.num_rows))
+    foreign = foreign.set_column(
+        foreign.schema.get_field_index("table_name"), "table_name", pa.array(["other_table"] * foreign.num_rows)
+    )
     lake.append(ENGAGEMENT_NOTIFICATIONS, foreign, BatchTxn("other.app", 1))
     cs = changes_since(lake, ENGAGEMENT_NOTIFICATIONS, TABLE, org, START)
     assert changed(cs) == [(org, "a1", "insert")]  # once, not duplicated by the foreign row
@@ -176,7 +196,9 @@ def test_changes_since_ignores_other_tables_notifications(lake):
 
 def test_read_org_dates(lake):
     org, other = "org-a", "org-b"
-    items = [(org, f"a{i}", D0 + timedelta(days=i)) for i in range(6)] + [(other, f"b{i}", D0 + timedelta(days=i)) for i in range(6)]
+    items = [(org, f"a{i}", D0 + timedelta(days=i)) for i in range(6)] + [
+        (other, f"b{i}", D0 + timedelta(days=i)) for i in range(6)
+    ]
     # Two batches so the range spans several files.
     ingest(lake, items[:3] + items[6:9], 1)
     ingest(lake, items[3:6] + items[9:], 2)
@@ -187,7 +209,10 @@ def test_read_org_dates(lake):
     assert pc.min(out["engagement_date"]).as_py() >= D0 + timedelta(days=1)
     assert pc.max(out["engagement_date"]).as_py() <= D0 + timedelta(days=3)
 
-    assert sorted(read_org_dates(lake, TABLE, org, start=D0 + timedelta(days=4))["engagement_id"].to_pylist()) == ["a4", "a5"]
+    assert sorted(read_org_dates(lake, TABLE, org, start=D0 + timedelta(days=4))["engagement_id"].to_pylist()) == [
+        "a4",
+        "a5",
+    ]
     assert sorted(read_org_dates(lake, TABLE, other, end=D0)["engagement_id"].to_pylist()) == ["b0"]
     assert read_org_dates(lake, TABLE, org).num_rows == 6
     assert read_org_dates(lake, TABLE, org, D0 + timedelta(days=10), D0 + timedelta(days=20)).num_rows == 0

@@ -4,7 +4,7 @@ every slice kind stored, many batches in one commit."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
@@ -12,7 +12,14 @@ import pytest
 from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN
 from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.streams.kafka import OffsetRange
-from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice
+from engagement_platform.streams.planning import (
+    BatchPlan,
+    FileSetSlice,
+    FileSlice,
+    KafkaSlice,
+    SnapshotSlice,
+    TableVersionsSlice,
+)
 
 
 def make_plan(stream: str, batch_id: int, topic: str = "t.activities", base: int = 0) -> BatchPlan:
@@ -173,6 +180,7 @@ def test_store_survives_reopen(lake):
 
 def test_checkpoint_partition_is_compacted_every_n_batches(checkpoints, lake, monkeypatch):
     from engagement_platform.lake import checkpoints as module
+
     monkeypatch.setattr(module, "COMPACT_EVERY", 3)
     files = []
     for batch in (1, 2, 3):
@@ -190,13 +198,19 @@ def commits(lake) -> int:
 
 
 def test_every_slice_kind_is_stored_and_read_back(checkpoints):
-    until = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    until = datetime(2026, 1, 5, 10, tzinfo=UTC)
     plans = [
         make_plan("kafka", 1),
         BatchPlan("ingest.rewards", 1, FileSlice("/landing/rewards/a.csv", 1234)),
-        BatchPlan("ingest.orders", 1, FileSetSlice((FileSlice("/landing/orders/a.csv", 3), FileSlice("/landing/orders/b.csv", 4)))),
+        BatchPlan(
+            "ingest.orders",
+            1,
+            FileSetSlice((FileSlice("/landing/orders/a.csv", 3), FileSlice("/landing/orders/b.csv", 4))),
+        ),
         BatchPlan("profile_processor/acme", 1, TableVersionsSlice("profile_cdc_staging", -1, 7)),
-        BatchPlan("profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))),
+        BatchPlan(
+            "profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))
+        ),
     ]
     assert checkpoints.record_plans(plans) == plans
     for p in plans:
@@ -205,14 +219,25 @@ def test_every_slice_kind_is_stored_and_read_back(checkpoints):
         assert checkpoints.latest(p.stream) == (p, True)
     rows = {r["stream"]: r for r in checkpoints.rows_of([p.stream for p in plans]).to_pylist() if r["process"] == PLAN}
     assert rows["ingest.rewards"]["topic"] == "/landing/rewards/a.csv"
-    assert json.loads(rows["ingest.rewards"]["ranges"]) == {"kind": "file", "path": "/landing/rewards/a.csv", "size": 1234}
+    assert json.loads(rows["ingest.rewards"]["ranges"]) == {
+        "kind": "file",
+        "path": "/landing/rewards/a.csv",
+        "size": 1234,
+    }
     assert rows["profile_processor/acme"]["topic"] == "profile_cdc_staging"
     assert rows["ingest.orders"]["topic"] == "/landing/orders/"
 
 
 def test_rows_written_in_the_old_format_read_back_as_kafka_plans(checkpoints, lake):
-    row = dict(stream="ingest.rewards", batch_id=1, process=PLAN, state="planned", topic="/landing/a.csv", ranges="[[0, 0, 99]]",
-               recorded_at=datetime.now(timezone.utc))
+    row = dict(
+        stream="ingest.rewards",
+        batch_id=1,
+        process=PLAN,
+        state="planned",
+        topic="/landing/a.csv",
+        ranges="[[0, 0, 99]]",
+        recorded_at=datetime.now(UTC),
+    )
     lake.append(CHECKPOINTS, pa.Table.from_pylist([row], schema=CHECKPOINTS.schema), BatchTxn("ingest.rewards/plan", 1))
     (plan,) = checkpoints.plans("ingest.rewards")
     assert plan.slice == KafkaSlice("/landing/a.csv", (OffsetRange(0, 0, 99),))
@@ -228,12 +253,26 @@ def test_many_plans_and_batches_in_one_commit_each(checkpoints, lake):
     assert checkpoints.record_plans(more) == more[3:]
     assert checkpoints.record_plans(plans) == [] and commits(lake) == 3
     assert checkpoints.latest_of([p.stream for p in more] + ["tenant/none"]) == {
-        **{p.stream: (p, False) for p in more}, "tenant/none": (None, False)}
+        **{p.stream: (p, False) for p in more},
+        "tenant/none": (None, False),
+    }
 
-    checkpoints.finish_batches([(plans[0], {"t_a": 4, "progress": None}), (plans[1], {"t_b": None, "progress": 9})], stream="tenant")
+    checkpoints.finish_batches(
+        [(plans[0], {"t_a": 4, "progress": None}), (plans[1], {"t_b": None, "progress": 9})], stream="tenant"
+    )
     assert commits(lake) == 4
-    assert checkpoints.states("tenant/a", 1) == {PLAN: "planned", "t_a": "committed", "progress": "already_committed", BATCH: "done"}
-    assert checkpoints.states("tenant/b", 1) == {PLAN: "planned", "t_b": "already_committed", "progress": "committed", BATCH: "done"}
+    assert checkpoints.states("tenant/a", 1) == {
+        PLAN: "planned",
+        "t_a": "committed",
+        "progress": "already_committed",
+        BATCH: "done",
+    }
+    assert checkpoints.states("tenant/b", 1) == {
+        PLAN: "planned",
+        "t_b": "already_committed",
+        "progress": "committed",
+        BATCH: "done",
+    }
     done = [r for r in checkpoints.rows("tenant/b").to_pylist() if r["process"] == BATCH]
     assert json.loads(done[0]["detail"]) == {"t_b_version": None, "progress_version": 9}
     assert lake.table(CHECKPOINTS.name).history(limit=1)[0]["stream"] == "tenant"

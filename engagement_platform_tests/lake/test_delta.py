@@ -50,7 +50,11 @@ def build_fragmented(lake: DeltaLake, spec: TableSpec = SPEC, appends: int = 6) 
     """Several small appends (each a file per org partition); returns the expected rows."""
     expected = []
     for i in range(appends):
-        batch = [(org, f"{org}-{i}-{j}", D0 + timedelta(days=(i * 3 + j) % 10), i * 10 + j) for org in ("a", "b") for j in range(3)]
+        batch = [
+            (org, f"{org}-{i}-{j}", D0 + timedelta(days=(i * 3 + j) % 10), i * 10 + j)
+            for org in ("a", "b")
+            for j in range(3)
+        ]
         assert lake.append(spec, rows(batch), BatchTxn("frag", i + 1)) is not None
         expected += rows(batch).to_pylist()
     return sorted(expected, key=lambda r: (r["org_id"], r["event_id"]))
@@ -199,7 +203,9 @@ def test_history_numbers_each_commit_by_its_own_version_while_another_writer_com
     # (why every reader goes through DeltaLake.history): the racing commit 4 reads as version 3
     lake.race()
     raw = lake.table(SPEC.name)
-    assert raw.version() == 3 and raw.history(limit=1)[0]["app_id"] == "late" and raw.history(limit=1)[0]["version"] == 3
+    assert (
+        raw.version() == 3 and raw.history(limit=1)[0]["app_id"] == "late" and raw.history(limit=1)[0]["version"] == 3
+    )
 
     lake.race()
     history = lake.history(SPEC.name)
@@ -459,4 +465,6 @@ def test_filters_on_a_string_column_read_the_files_a_delete_rewrote(tmp_path):
         lake.table("events").to_pyarrow_dataset().to_table(filter=ds.field("event_id").isin(["e1"]))
     assert sorted(lake.read("events", filters=[("event_id", "in", ["e1", "e3"])])["amount"].to_pylist()) == [1, 3]
     assert lake.read("events", filters=[("event_id", "=", "e3"), ("org_id", "=", "o1")])["amount"].to_pylist() == [3]
-    assert lake.table("events").to_pyarrow_dataset().to_table(filter=text_column("event_id") == "e1")["amount"].to_pylist() == [1]
+    assert lake.table("events").to_pyarrow_dataset().to_table(filter=text_column("event_id") == "e1")[
+        "amount"
+    ].to_pylist() == [1]

@@ -4,7 +4,7 @@ once, skippable by their statistics, invisible until committed, and cleaned up w
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import (
-    HIVE_NULL, MAX_STAT_CHARS, commit_files, delete_uncommitted, delta_stats, rewrite_files, unreferenced_files, write_files, writer_tag,
+    HIVE_NULL,
+    MAX_STAT_CHARS,
+    commit_files,
+    delete_uncommitted,
+    delta_stats,
+    rewrite_files,
+    unreferenced_files,
+    write_files,
+    writer_tag,
 )
 from engagement_platform_tests.support.files import SPEC, T0, rows
 
@@ -40,7 +48,9 @@ def test_one_commit_holds_every_file_of_the_batch_once(lake):
 
 def test_statistics_let_a_reader_skip_files(lake):
     for batch_id, day in ((1, date(2026, 1, 1)), (2, date(2026, 2, 1))):
-        files = write_files(lake.uri(SPEC.name), SPEC, rows(["a"] * 10, start=batch_id * 100, day=day), writer_tag("app", batch_id))
+        files = write_files(
+            lake.uri(SPEC.name), SPEC, rows(["a"] * 10, start=batch_id * 100, day=day), writer_tag("app", batch_id)
+        )
         commit_files(lake, SPEC, files, BatchTxn("app", batch_id))
     dataset = lake.table(SPEC.name).to_pyarrow_dataset()
     assert len(list(dataset.get_fragments())) == 2
@@ -79,8 +89,14 @@ def test_rewriting_uncommitted_files_drops_the_rejected_rows(lake):
 
 
 def test_statistics_format_dates_timestamps_and_leave_out_long_strings():
-    table = pa.table({"day": [date(2026, 1, 2), None], "at": [T0, T0 + timedelta(microseconds=1)],
-                      "s": ["b" * (MAX_STAT_CHARS + 1), "a"], "f": [float("nan"), 1.0]})
+    table = pa.table(
+        {
+            "day": [date(2026, 1, 2), None],
+            "at": [T0, T0 + timedelta(microseconds=1)],
+            "s": ["b" * (MAX_STAT_CHARS + 1), "a"],
+            "f": [float("nan"), 1.0],
+        }
+    )
     stats = json.loads(delta_stats(table, ["day", "at", "s", "f"]))
     assert stats["numRecords"] == 2 and stats["nullCount"] == {"day": 1, "at": 0, "s": 0, "f": 0}
     assert stats["minValues"]["day"] == stats["maxValues"]["day"] == "2026-01-02"
@@ -90,18 +106,33 @@ def test_statistics_format_dates_timestamps_and_leave_out_long_strings():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(-10**12, 10**12), st.text(max_size=20),
-                          st.integers(0, 10**9).map(lambda us: T0 + timedelta(microseconds=us))), min_size=1, max_size=40))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-(10**12), 10**12),
+            st.text(max_size=20),
+            st.integers(0, 10**9).map(lambda us: T0 + timedelta(microseconds=us)),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
 def test_every_row_lies_within_its_files_bounds(values):
     """Against the obvious reference: each row compared with the bounds a reader would skip on."""
     ints, texts, stamps = (list(c) for c in zip(*values))
-    table = pa.table({"i": pa.array(ints, pa.int64()), "s": pa.array(texts, pa.string()), "t": pa.array(stamps, pa.timestamp("us", tz="UTC"))})
+    table = pa.table(
+        {
+            "i": pa.array(ints, pa.int64()),
+            "s": pa.array(texts, pa.string()),
+            "t": pa.array(stamps, pa.timestamp("us", tz="UTC")),
+        }
+    )
     stats = json.loads(delta_stats(table, ["i", "s", "t"]))
     assert stats["minValues"]["i"] == min(ints) and stats["maxValues"]["i"] == max(ints)
     assert stats["minValues"]["s"] == min(texts) and stats["maxValues"]["s"] == max(texts)
 
     def parse(text: str) -> datetime:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
     assert all(parse(stats["minValues"]["t"]) <= s <= parse(stats["maxValues"]["t"]) for s in stamps)
     assert parse(stats["maxValues"]["t"]) - max(stamps) < timedelta(milliseconds=1)

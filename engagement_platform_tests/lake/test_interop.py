@@ -11,8 +11,8 @@ import pyarrow.compute as pc
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import commit_files, write_files, writer_tag
-from engagement_platform_tests.support.files import SPEC, rows
 from engagement_platform_tests.support.duckdb_reader import read_delta, same_rows
+from engagement_platform_tests.support.files import SPEC, rows
 
 COLUMNS = ["org_id", "event_id", "day", "n"]
 
@@ -28,8 +28,11 @@ def test_duckdb_reads_what_deltalake_reads_through_every_kind_of_commit(tmp_path
 
     table = lake.table(SPEC.name)
     update = pa.table({"event_id": ["e00010", "e00099"], "n": [1000, 7]})
-    (table.merge(update, predicate="t.event_id = s.event_id", source_alias="s", target_alias="t")
-     .when_matched_update(updates={"n": "s.n"}).execute())
+    (
+        table.merge(update, predicate="t.event_id = s.event_id", source_alias="s", target_alias="t")
+        .when_matched_update(updates={"n": "s.n"})
+        .execute()
+    )
     table = lake.table(SPEC.name)
     table.delete("event_id = 'e00011'")
     assert same_rows(lake.read(SPEC.name), uri, COLUMNS)
@@ -57,18 +60,39 @@ def test_duckdb_reads_a_file_rewrite_commit_and_its_change_log_as_deltalake_does
     before = read_file(uri, SPEC, old)
     after = before.filter(pc.not_equal(before["event_id"], "e00001"))
     after = after.set_column(after.schema.get_field_index("n"), "n", pc.add(after["n"], 100))
-    version = commit_files(lake, SPEC, write_files(uri, SPEC, after, writer_tag("rewrite", 1)), BatchTxn("rewrite", 1), [old],
-                           {LOGGED_BY: "events_changes"})
+    version = commit_files(
+        lake,
+        SPEC,
+        write_files(uri, SPEC, after, writer_tag("rewrite", 1)),
+        BatchTxn("rewrite", 1),
+        [old],
+        {LOGGED_BY: "events_changes"},
+    )
     assert same_rows(lake.read(SPEC.name), uri, COLUMNS)
     assert sorted(read_delta(uri, ["event_id"])["event_id"].to_pylist()) == ["e00000", "e00002"]
 
     log = change_log_spec(SPEC)
     lake.ensure(log)
-    kinds = [("update_preimage", before.filter(pc.equal(before["event_id"], "e00000"))),
-             ("update_postimage", after), ("delete", before.filter(pc.equal(before["event_id"], "e00001")))]
-    changes = pa.concat_tables([t.append_column(CHANGE_TYPE, pa.array([k] * t.num_rows, pa.string()))
-                                .append_column(COMMIT_VERSION, pa.array([version] * t.num_rows, pa.int64())) for k, t in kinds])
-    commit_files(lake, log, write_files(lake.uri(log.name), log, changes, writer_tag("rewrite", 1)), BatchTxn("rewrite", 1))
+    kinds = [
+        ("update_preimage", before.filter(pc.equal(before["event_id"], "e00000"))),
+        ("update_postimage", after),
+        ("delete", before.filter(pc.equal(before["event_id"], "e00001"))),
+    ]
+    changes = pa.concat_tables(
+        [
+            t.append_column(CHANGE_TYPE, pa.array([k] * t.num_rows, pa.string())).append_column(
+                COMMIT_VERSION, pa.array([version] * t.num_rows, pa.int64())
+            )
+            for k, t in kinds
+        ]
+    )
+    commit_files(
+        lake, log, write_files(lake.uri(log.name), log, changes, writer_tag("rewrite", 1)), BatchTxn("rewrite", 1)
+    )
     log_columns = ["org_id", "event_id", CHANGE_TYPE, COMMIT_VERSION]
     assert same_rows(lake.read(log.name), lake.uri(log.name), log_columns)
-    assert sorted(read_delta(lake.uri(log.name), [CHANGE_TYPE])[CHANGE_TYPE].to_pylist()) == ["delete", "update_postimage", "update_preimage"]
+    assert sorted(read_delta(lake.uri(log.name), [CHANGE_TYPE])[CHANGE_TYPE].to_pylist()) == [
+        "delete",
+        "update_postimage",
+        "update_preimage",
+    ]

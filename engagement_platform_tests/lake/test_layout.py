@@ -16,12 +16,14 @@ from engagement_platform.lake.layout import UPKEEP_APP_ID, needs_upkeep, partiti
 
 SPEC = TableSpec(
     name="activity",
-    schema=pa.schema([
-        ("org_id", pa.string()),
-        ("engagement_id", pa.string()),
-        ("engagement_date", pa.date32()),
-        ("payload", pa.string()),
-    ]),
+    schema=pa.schema(
+        [
+            ("org_id", pa.string()),
+            ("engagement_id", pa.string()),
+            ("engagement_date", pa.date32()),
+            ("payload", pa.string()),
+        ]
+    ),
     partition_by=("org_id",),
     stats_columns=("engagement_date", "engagement_id"),
     target_file_size=4 * 1024 * 1024,
@@ -81,8 +83,15 @@ def test_range_overlap_rejects_reversed_range():
 def activity_rows(org: str, append: int, dates: list[date]) -> pa.Table:
     rng = random.Random(f"{org}-{append}")  # incompressible payloads, so files have a real size
     return pa.Table.from_pylist(
-        [dict(org_id=org, engagement_id=f"{org}-{append}-{i}", engagement_date=d, payload=f'{{"n":{i},"pad":"{rng.randbytes(24).hex()}"}}')
-         for i, d in enumerate(dates)],
+        [
+            dict(
+                org_id=org,
+                engagement_id=f"{org}-{append}-{i}",
+                engagement_date=d,
+                payload=f'{{"n":{i},"pad":"{rng.randbytes(24).hex()}"}}',
+            )
+            for i, d in enumerate(dates)
+        ],
         schema=SPEC.schema,
     )
 
@@ -92,7 +101,10 @@ def build_interleaved(lake: DeltaLake, appends: int = 10, rows_per_org: int = 60
     Org "c" is the exception: one date per append, so its files never overlap."""
     rng = random.Random(seed)
     for i in range(appends):
-        parts = [activity_rows(org, i, [D0 + timedelta(days=rng.randint(0, 59)) for _ in range(rows_per_org)]) for org in ("a", "b")]
+        parts = [
+            activity_rows(org, i, [D0 + timedelta(days=rng.randint(0, 59)) for _ in range(rows_per_org)])
+            for org in ("a", "b")
+        ]
         parts.append(activity_rows("c", i, [D0 + timedelta(days=i)] * 5))
         lake.append(SPEC, pa.concat_tables(parts), BatchTxn("ingest", i + 1))
 
@@ -121,7 +133,13 @@ def test_partition_layout_reports_files_sizes_and_overlap_per_org(lake):
     assert orgs["a"]["rows"] == orgs["b"]["rows"] == 600 and orgs["c"]["rows"] == 50
     # Interleaved dates: every file spans most of the 60 days.
     assert orgs["a"]["overlap_ratio"] > 0.8 and orgs["a"]["max_depth"] == 10
-    assert orgs["c"] == {**orgs["c"], "overlap_ratio": 0.0, "max_depth": 1, "range_min": D0, "range_max": D0 + timedelta(days=9)}
+    assert orgs["c"] == {
+        **orgs["c"],
+        "overlap_ratio": 0.0,
+        "max_depth": 1,
+        "range_min": D0,
+        "range_max": D0 + timedelta(days=9),
+    }
     data = lake.read(SPEC.name, filters=[("org_id", "=", "a")])["engagement_date"].to_pylist()
     assert (orgs["a"]["range_min"], orgs["a"]["range_max"]) == (min(data), max(data))
     assert layout["org_id"].to_pylist()[-1] == "c"  # worst overlap first
@@ -221,7 +239,9 @@ class ConcurrentWriterLake(DeltaLake):
 
 def test_a_concurrent_delete_is_a_reported_conflict_that_loses_nothing(lake_root, lake):
     build_interleaved(lake, appends=6)
-    racing = ConcurrentWriterLake(lake_root, lambda other: other.delete(SPEC, "engagement_id = 'b-0-0'", BatchTxn("gdpr", 1)))
+    racing = ConcurrentWriterLake(
+        lake_root, lambda other: other.delete(SPEC, "engagement_id = 'b-0-0'", BatchTxn("gdpr", 1))
+    )
     expected = [r for r in contents(lake) if r["engagement_id"] != "b-0-0"]
     first = partition_layout(lake, SPEC.name)["org_id"][0].as_py()  # upkeep works worst-first
 

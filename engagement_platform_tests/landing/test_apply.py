@@ -4,7 +4,7 @@ quarantine table hold exactly the expected rows, once, however often the batch r
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,12 +13,12 @@ import pytest
 import yaml
 
 from engagement_platform.ingest.config import SuppressionSpec, load_pipeline
-from engagement_platform.landing.apply import app_id, file_plan, files_plan, run_file_batch, stream_name
-from engagement_platform.landing.checks import evaluate_pipeline_checks
-from engagement_platform.landing.retention import expire_landed_files, expired_landed_files
 from engagement_platform.lake.delta import BatchTxn
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import erased_subjects_spec
+from engagement_platform.landing.apply import app_id, file_plan, files_plan, run_file_batch, stream_name
+from engagement_platform.landing.checks import evaluate_pipeline_checks
+from engagement_platform.landing.retention import expire_landed_files, expired_landed_files
 from engagement_platform.settings import load_settings
 from engagement_platform_tests.support.crash import crash_then_rerun
 
@@ -39,22 +39,58 @@ LINES = [
     "9,Gus Li,2000-12-31,S,gus@example.com,1000000",  # 11: good
 ]
 GOOD = [
-    dict(member_id=1, first_name="Ann", last_name="Lee", birth_date=date(1990, 1, 2), rewards_level="gold", email="ann@example.com", points=10),
-    dict(member_id=2, first_name="Bob", last_name="Ray", birth_date=date(1985, 3, 4), rewards_level="silver", email="bob@example.com", points=20),
-    dict(member_id=9, first_name="Gus", last_name="Li", birth_date=date(2000, 12, 31), rewards_level="silver", email="gus@example.com", points=1000000),
+    dict(
+        member_id=1,
+        first_name="Ann",
+        last_name="Lee",
+        birth_date=date(1990, 1, 2),
+        rewards_level="gold",
+        email="ann@example.com",
+        points=10,
+    ),
+    dict(
+        member_id=2,
+        first_name="Bob",
+        last_name="Ray",
+        birth_date=date(1985, 3, 4),
+        rewards_level="silver",
+        email="bob@example.com",
+        points=20,
+    ),
+    dict(
+        member_id=9,
+        first_name="Gus",
+        last_name="Li",
+        birth_date=date(2000, 12, 31),
+        rewards_level="silver",
+        email="gus@example.com",
+        points=1000000,
+    ),
 ]
 ERRORS = {  # line -> sorted (stage, plugin, column_name, error_code, message)
     4: [("parse", "parser", None, "malformed_record", "record is not a CSV line with 6 fields")],
     5: [("parse", "parser", None, "oversized", f"record is {len(LINES[4])} bytes, limit {MAX_RECORD_BYTES}")],
-    6: [("convert", "cast", "bday", "wrong_type", "'13/45/1990' is not a valid date (formats: MM/dd/yyyy, yyyy-MM-dd)")],
+    6: [
+        ("convert", "cast", "bday", "wrong_type", "'13/45/1990' is not a valid date (formats: MM/dd/yyyy, yyyy-MM-dd)")
+    ],
     7: [("convert", "conform", "points", "wrong_type", "'many' is not a valid int")],
-    8: [("validate", "target_schema", "email", "pattern_mismatch", "'fay-at-example' does not match ^[^@\\s]+@[^@\\s]+\\.[a-z]+$")],
-    9: sorted([
-        ("validate", "required", "email", "missing_required", "required field 'email' is missing or empty"),
-        ("validate", "regex", "first_name", "pattern_mismatch", "'J0hn' does not match ^[A-Za-z' -]+$"),
-        ("validate", "target_schema", "birth_date", "out_of_range", "1800-01-01 is outside [1900-01-01, ]"),
-        ("validate", "target_schema", "points", "out_of_range", "-5 is outside [0, 1000000]"),
-    ]),
+    8: [
+        (
+            "validate",
+            "target_schema",
+            "email",
+            "pattern_mismatch",
+            "'fay-at-example' does not match ^[^@\\s]+@[^@\\s]+\\.[a-z]+$",
+        )
+    ],
+    9: sorted(
+        [
+            ("validate", "required", "email", "missing_required", "required field 'email' is missing or empty"),
+            ("validate", "regex", "first_name", "pattern_mismatch", "'J0hn' does not match ^[A-Za-z' -]+$"),
+            ("validate", "target_schema", "birth_date", "out_of_range", "1800-01-01 is outside [1900-01-01, ]"),
+            ("validate", "target_schema", "points", "out_of_range", "-5 is outside [0, 1000000]"),
+        ]
+    ),
 }
 INPUTS = {  # line -> the parsed input columns the quarantine shows
     4: {"id": "3", "name": "Unclosed, quote"},
@@ -85,8 +121,14 @@ def test_a_file_mixing_every_kind_of_bad_row_lands_exactly_once(spark, lake, che
 
     # the batch's counts
     assert (result.records_read, result.rows_written, result.rows_rejected, result.errors) == (9, 3, 6, 9)
-    assert result.errors_by_code == {"malformed_record": 1, "oversized": 1, "wrong_type": 2, "pattern_mismatch": 2,
-                                     "missing_required": 1, "out_of_range": 2}
+    assert result.errors_by_code == {
+        "malformed_record": 1,
+        "oversized": 1,
+        "wrong_type": 2,
+        "pattern_mismatch": 2,
+        "missing_required": 1,
+        "out_of_range": 2,
+    }
     assert result.error_rate == pytest.approx(6 / 9)
     assert checkpoints.is_done(stream_name(config), 1)
 
@@ -100,15 +142,17 @@ def test_a_file_mixing_every_kind_of_bad_row_lands_exactly_once(spark, lake, che
     by_line: dict[int, list[dict]] = {}
     for row in quarantine:
         by_line.setdefault(row["source_offset"], []).append(row)
-    assert {line: sorted((r["stage"], r["plugin"], r["column_name"], r["error_code"], r["message"]) for r in rows)
-            for line, rows in by_line.items()} == ERRORS
+    assert {
+        line: sorted((r["stage"], r["plugin"], r["column_name"], r["error_code"], r["message"]) for r in rows)
+        for line, rows in by_line.items()
+    } == ERRORS
     for line, rows in by_line.items():
         for row in rows:
             assert row["row_id"] == f"{path}:{line}"
             assert row["raw"] == LINES[line - 1].encode()
             assert row["pipeline"] == "rewards_members" and row["batch_id"] == 1 and row["source"] == str(path)
             assert row["source_partition"] == 0 and row["org_id"] is None
-            assert row["quarantine_date"] == row["quarantined_at"].date() and row["quarantined_at"] <= datetime.now(timezone.utc)
+            assert row["quarantine_date"] == row["quarantined_at"].date() and row["quarantined_at"] <= datetime.now(UTC)
         if line in INPUTS:
             assert {json.loads(r["input"]) == INPUTS[line] for r in rows} == {True}, (line, rows[0]["input"])
     (oversized,) = by_line[5]
@@ -154,19 +198,34 @@ def test_a_backlog_of_files_is_one_batch_and_each_file_is_checked_on_its_own(spa
     result = run_file_batch(spark, lake, checkpoints, config, plan)
 
     assert (result.records_read, result.rows_written, result.rows_rejected) == (89, 83, 6)
-    assert [(f.path, f.records_read, f.records_rejected) for f in result.files] == [(str(first), 40, 0), (str(empty), 0, 0), (str(path), 9, 6), (str(third), 40, 0)]
+    assert [(f.path, f.records_read, f.records_rejected) for f in result.files] == [
+        (str(first), 40, 0),
+        (str(empty), 0, 0),
+        (str(path), 9, 6),
+        (str(third), 40, 0),
+    ]
     target = lake.read(config.target.table)
-    assert sorted(target["member_id"].to_pylist()) == sorted([1, 2, 9, *range(100, 180)]) and set(target["batch_id"].to_pylist()) == {1}
+    assert sorted(target["member_id"].to_pylist()) == sorted([1, 2, 9, *range(100, 180)]) and set(
+        target["batch_id"].to_pylist()
+    ) == {1}
     quarantine = lake.read(config.target.quarantine_table).to_pylist()
-    assert {r["source"] for r in quarantine} == {str(path)} and {r["row_id"] for r in quarantine} == {f"{path}:{line}" for line in ERRORS}
-    assert lake.table(config.target.table).version() == result.versions[config.target.table] == 1, "created, then one append for 4 files"
+    assert {r["source"] for r in quarantine} == {str(path)} and {r["row_id"] for r in quarantine} == {
+        f"{path}:{line}" for line in ERRORS
+    }
+    assert lake.table(config.target.table).version() == result.versions[config.target.table] == 1, (
+        "created, then one append for 4 files"
+    )
 
     checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
     assert checks["records_conserved"].passed
     rate = checks["error_rate_under_threshold"]
     assert rate.metadata["error_rate"].value == round(6 / 89, 6) and rate.metadata["files"].value == 4
-    assert rate.metadata["worst_file"].value == str(path) and rate.metadata["worst_file_error_rate"].value == round(6 / 9, 6)
-    assert 6 / 89 <= config.error_rate.max_error_rate and not rate.passed, "the bad file fails the check under a good average"
+    assert rate.metadata["worst_file"].value == str(path) and rate.metadata["worst_file_error_rate"].value == round(
+        6 / 9, 6
+    )
+    assert 6 / 89 <= config.error_rate.max_error_rate and not rate.passed, (
+        "the bad file fails the check under a good average"
+    )
 
     # A file of the set that changed is refused before anything is read; the batch re-run commits nothing twice.
     again = run_file_batch(spark, lake, checkpoints, config, plan)
@@ -181,20 +240,37 @@ def test_a_file_that_changed_since_it_was_planned_is_refused(spark, lake, checkp
     plan = file_plan(config, 1, str(path), path.stat().st_size)
     with path.open("a") as f:
         f.write("10,Late Row,1990-01-01,G,late@example.com,1\n")  # still being written when the batch runs
-    with pytest.raises(RuntimeError, match=r"changed since it was planned \(\d+ bytes then, \d+ now\).*write elsewhere, then rename"):
+    with pytest.raises(
+        RuntimeError, match=r"changed since it was planned \(\d+ bytes then, \d+ now\).*write elsewhere, then rename"
+    ):
         run_file_batch(spark, lake, checkpoints, config, plan)
     assert not lake.exists(config.target.table) and not lake.exists(config.target.quarantine_table)
     assert not checkpoints.is_done(stream_name(config), 1)
 
 
-def test_a_pipeline_naming_people_drops_the_records_of_erased_subjects_and_counts_them(spark, lake, checkpoints, members, tmp_path):
+def test_a_pipeline_naming_people_drops_the_records_of_erased_subjects_and_counts_them(
+    spark, lake, checkpoints, members, tmp_path
+):
     config, path = members
     org, secret = "00D000001", load_settings().erasure.secret
-    config = config.model_copy(update={"suppression": SuppressionSpec(list_table="engagement_erased_subjects", scope=org,
-                                                                       subject_columns=["member_id", "email"])})
+    config = config.model_copy(
+        update={
+            "suppression": SuppressionSpec(
+                list_table="engagement_erased_subjects", scope=org, subject_columns=["member_id", "email"]
+            )
+        }
+    )
     erased = erased_subjects_spec("engagement_erased_subjects", "org_id")
-    rows = [dict(org_id=org, subject_hash=subject_hash(secret, org, sid), request_id=f"e{i}", erased_at=datetime.now(timezone.utc), batch_id=1)
-            for i, sid in enumerate(["2", "gus@example.com", "dan@example.com"])]
+    rows = [
+        dict(
+            org_id=org,
+            subject_hash=subject_hash(secret, org, sid),
+            request_id=f"e{i}",
+            erased_at=datetime.now(UTC),
+            batch_id=1,
+        )
+        for i, sid in enumerate(["2", "gus@example.com", "dan@example.com"])
+    ]
     lake.append(erased, pa.Table.from_pylist(rows, schema=erased.schema), BatchTxn("test.erasure", 1))
     plan = file_plan(config, 1, str(path), path.stat().st_size)
     assert checkpoints.record_plan(plan)
@@ -203,7 +279,9 @@ def test_a_pipeline_naming_people_drops_the_records_of_erased_subjects_and_count
     assert (result.records_read, result.rows_written, result.rows_rejected, result.records_suppressed) == (9, 1, 5, 3)
     assert lake.read(config.target.table)["member_id"].to_pylist() == [1]
     quarantined = lake.read(config.target.quarantine_table)
-    assert "dan@example.com" not in json.dumps(quarantined.to_pylist(), default=str), "a rejected record naming a subject is not kept"
+    assert "dan@example.com" not in json.dumps(quarantined.to_pylist(), default=str), (
+        "a rejected record naming a subject is not kept"
+    )
     counts = lake.read("engagement_suppressed_records").to_pylist()
     assert sum(r["records"] for r in counts) == 3 and {r["stream"] for r in counts} == {stream_name(config)}
     checks = {c.check_name: c for c in evaluate_pipeline_checks(lake, config, result)}
@@ -216,16 +294,22 @@ def test_landed_files_leave_once_ingested_and_older_than_half_the_erasure_window
     waiting.write_text(LINES[0] + "\n" + LINES[1] + "\n")  # landed, not planned yet: it stays
     plan = file_plan(config, 1, str(path), path.stat().st_size)
     assert checkpoints.record_plan(plan)
-    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(seconds=0)) == [], "its batch is not done yet"
+    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(seconds=0)) == [], (
+        "its batch is not done yet"
+    )
     run_file_batch(spark, lake, checkpoints, config, plan)
-    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(hours=1)) == [], "younger than the retention"
+    assert expired_landed_files(str(path.parent.parent), config, checkpoints, timedelta(hours=1)) == [], (
+        "younger than the retention"
+    )
     deleted = expire_landed_files(str(path.parent.parent), [config], checkpoints, timedelta(seconds=0))
     assert deleted == [str(path)] and not path.exists() and waiting.exists()
 
 
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", ["target", "quarantine"])
-def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(spark, stack, lake, lake_root, checkpoints, tmp_path, crash_after):
+def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(
+    spark, stack, lake, lake_root, checkpoints, tmp_path, crash_after
+):
     """The CLI runs the planned file in a child process killed right after one table's commit; the re-run
     commits only what is missing: every good row once, every rejected line's errors once, counts balanced."""
     config = load_pipeline(REPO / "pipelines" / "rewards_members.yaml")  # the shipped pipeline the CLI finds
@@ -236,10 +320,15 @@ def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(spark,
     table = config.target.table if crash_after == "target" else config.target.quarantine_table
     rerun = crash_then_rerun(lake_root, lake, checkpoints, stream_name(config), app_id(config), 1, table)
     figures = json.loads(rerun.stdout.strip().splitlines()[-1])
-    target, quarantine = lake.read(config.target.table).to_pylist(), lake.read(config.target.quarantine_table).to_pylist()
+    target, quarantine = (
+        lake.read(config.target.table).to_pylist(),
+        lake.read(config.target.quarantine_table).to_pylist(),
+    )
     assert sorted(r["member_id"] for r in target) == [1, 2, 4, 9]  # line 5 fits the shipped record limit
     lines = {r["source_offset"] for r in quarantine}
     assert figures["records_read"] == 9 == len(target) + len(lines) and figures["errors"] == len(quarantine)
-    assert len({(r["row_id"], r["column_name"], r["error_code"]) for r in quarantine}) == len(quarantine)  # no error twice
+    assert len({(r["row_id"], r["column_name"], r["error_code"]) for r in quarantine}) == len(
+        quarantine
+    )  # no error twice
     for name in (config.target.table, config.target.quarantine_table):
         assert lake.committed_version(name, app_id(config)) == 1

@@ -3,13 +3,13 @@
 import pytest
 from dagster import DagsterInstance, SensorResult, build_sensor_context, materialize
 
-from engagement_platform.orchestration.runs import STREAM_TAG
-from engagement_platform.landing.assets import pipeline_assets
 from engagement_platform.ingest.config import load_pipeline
 from engagement_platform.landing.apply import planned_files, stream_name
+from engagement_platform.landing.assets import pipeline_assets
+from engagement_platform.landing.jobs import pipeline_job
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.landing.sensors import landing_sensor
-from engagement_platform.landing.jobs import pipeline_job
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.resources import CoordinatorResource, LakeResource, SparkResource
 from engagement_platform.settings import REPO_ROOT, load_settings
 from engagement_platform.streams.coordinator import Coordinator
@@ -38,8 +38,12 @@ def landing(tmp_path, monkeypatch):
 
 def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_root, checkpoints, spark, stack):
     sensor = landing_sensor(config, pipeline_job(config))
-    resources = {"lake": LakeResource(root=lake_root), "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    resources = {
+        "lake": LakeResource(root=lake_root),
+        "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root)),
+    }
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:
                 return sensor(ctx)
@@ -52,7 +56,9 @@ def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_roo
         held = other.lock(config.target.table, "someone/else", 10.0)
         try:
             waiting = tick()
-            assert not waiting.run_requests and "waits for its turn: lock" in waiting.skip_reason.skip_message, waiting.skip_reason
+            assert not waiting.run_requests and "waits for its turn: lock" in waiting.skip_reason.skip_message, (
+                waiting.skip_reason
+            )
         finally:
             other.unlock(held)
             other.close()
@@ -64,8 +70,13 @@ def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_roo
         assert first.asset_events[0].metadata["files_waiting"].value == 1
 
         instance.add_dynamic_partitions(pipeline_batches(config).name, ["00000001"])
-        out = materialize(pipeline_assets(config), partition_key="00000001", instance=instance, selection=["ingest_rewards_members"],
-                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        out = materialize(
+            pipeline_assets(config),
+            partition_key="00000001",
+            instance=instance,
+            selection=["ingest_rewards_members"],
+            resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})},
+        )
         assert out.success
         checks = {e.check_name: e for e in out.get_asset_check_evaluations()}
         assert checks["records_conserved"].passed
@@ -83,4 +94,6 @@ def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_roo
         (request,) = backlog.run_requests
         assert request.partition_key == "00000002" and request.tags["ingest/files"] == "3", request.tags
         plan = checkpoints.plan(stream_name(config), 2)
-        assert [f.path.rsplit("/", 1)[-1] for f in planned_files(plan)] == [f"stores-2026-11-{d}.csv" for d in ("02", "03", "04")]
+        assert [f.path.rsplit("/", 1)[-1] for f in planned_files(plan)] == [
+            f"stores-2026-11-{d}.csv" for d in ("02", "03", "04")
+        ]

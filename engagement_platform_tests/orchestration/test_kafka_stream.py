@@ -6,6 +6,8 @@ import json
 
 from dagster import AssetKey, DagsterInstance, Definitions, SkipReason, build_sensor_context, materialize
 
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.orchestration.checks import (
     NOTIFICATIONS_MATCH_CHANGES,
     OFFSET_RANGES_CONTIGUOUS,
@@ -15,8 +17,6 @@ from engagement_platform.orchestration.checks import (
 from engagement_platform.orchestration.kafka_stream import kafka_stream_tick
 from engagement_platform.orchestration.parts import combine
 from engagement_platform.orchestration.runs import STREAM_TAG, cursor_ahead_of_store
-from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
@@ -26,15 +26,24 @@ from engagement_platform_tests.support.streams import FiveMessages, NoSpark, cli
 def test_a_fourth_stream_is_one_call_with_its_asset_job_sensor_and_common_checks(tmp_path):
     stream = clicks_stream()
     lake = LakeResource(root=str(tmp_path / "lake"))
-    defs = Definitions(**combine(stream), resources={"lake": lake, "kafka": KafkaResource(bootstrap_servers="unused:9092"),
-                                                     "coordinator": CoordinatorResource(lake=lake), "spark": SparkResource()})
+    defs = Definitions(
+        **combine(stream),
+        resources={
+            "lake": lake,
+            "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+            "coordinator": CoordinatorResource(lake=lake),
+            "spark": SparkResource(),
+        },
+    )
     Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
 
     assert {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()} == {"kafka/demo_clicks", "demo_clicks"}
     assert AssetKey(["kafka", "demo_clicks"]) in repo.asset_graph.get(AssetKey("demo_clicks")).parent_keys
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
-    assert checks == {("demo_clicks", n) for n in (OFFSET_RANGES_CONTIGUOUS, RECORDS_CONSERVED, NOTIFICATIONS_MATCH_CHANGES)}
+    assert checks == {
+        ("demo_clicks", n) for n in (OFFSET_RANGES_CONTIGUOUS, RECORDS_CONSERVED, NOTIFICATIONS_MATCH_CHANGES)
+    }
     assert not any(spec.blocking for spec in stream.asset.check_specs), "audits of a committed batch block nothing"
 
     assert stream.partitions.name == "demo_clicks_batches" and stream.asset.partitions_def == stream.partitions
@@ -54,12 +63,23 @@ def test_its_run_commits_the_planned_batch_reports_each_table_and_evaluates_the_
     CheckpointStore(DeltaLake(root)).record_plan(plan)
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
-        out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance,
-                          resources={"spark": NoSpark(), "lake": LakeResource(root=root), "kafka": KafkaResource(bootstrap_servers="unused:9092")})
+        out = materialize(
+            [stream.asset],
+            partition_key=plan.partition_key,
+            instance=instance,
+            resources={
+                "spark": NoSpark(),
+                "lake": LakeResource(root=root),
+                "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+            },
+        )
     assert out.success
     reported = {m.asset_key.to_user_string(): m.metadata for m in out.asset_materializations_for_node("demo_clicks")}
     assert reported["demo_clicks"]["records_read"].value == 8
-    assert reported["demo_clicks_table"]["table_version"].value == "already committed" and reported["demo_clicks_table"]["stream"].value == "clicks"
+    assert (
+        reported["demo_clicks_table"]["table_version"].value == "already committed"
+        and reported["demo_clicks_table"]["stream"].value == "clicks"
+    )
     checks = {c.check_name: c for c in out.get_asset_check_evaluations()}
     assert set(checks) == {OFFSET_RANGES_CONTIGUOUS, RECORDS_CONSERVED, NOTIFICATIONS_MATCH_CHANGES}
     assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
@@ -77,8 +97,13 @@ def test_a_stream_with_a_lock_runs_and_senses_through_the_coordinator():
 
 def test_a_cursor_ahead_of_the_checkpoint_store_skips_with_a_reason_before_kafka_is_read(tmp_path):
     stream = clicks_stream()
-    resources = {"lake": LakeResource(root=str(tmp_path / "empty-lake")), "kafka": KafkaResource(bootstrap_servers="unused:9092")}
-    with build_sensor_context(resources=resources, cursor=json.dumps({"batch_id": 7, "next_offsets": {"0": 70}})) as ctx:
+    resources = {
+        "lake": LakeResource(root=str(tmp_path / "empty-lake")),
+        "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+    }
+    with build_sensor_context(
+        resources=resources, cursor=json.dumps({"batch_id": 7, "next_offsets": {"0": 70}})
+    ) as ctx:
         result = stream.sensor(ctx)
     assert isinstance(result, SkipReason)
     assert "batch 7" in result.skip_message and "reset this sensor's cursor" in result.skip_message.lower()
@@ -86,7 +111,10 @@ def test_a_cursor_ahead_of_the_checkpoint_store_skips_with_a_reason_before_kafka
 
 def test_the_tick_gate_skips_before_anything_is_read(tmp_path):
     stream = clicks_stream(tick_gate=lambda store: "not due for 60s")
-    resources = {"lake": LakeResource(root=str(tmp_path / "lake")), "kafka": KafkaResource(bootstrap_servers="unused:9092")}
+    resources = {
+        "lake": LakeResource(root=str(tmp_path / "lake")),
+        "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+    }
     with build_sensor_context(resources=resources) as ctx:
         result = stream.sensor(ctx)
     assert isinstance(result, SkipReason) and result.skip_message == "not due for 60s"
@@ -96,7 +124,9 @@ def test_cursor_ahead_of_store_only_for_a_batch_the_store_never_planned():
     plan = BatchPlan("clicks", 3, KafkaSlice("demo.clicks", (OffsetRange(0, 20, 30),)))
     assert cursor_ahead_of_store(None, "clicks", plan) is None
     assert cursor_ahead_of_store(json.dumps({"batch_id": 3}), "clicks", plan) is None
-    assert cursor_ahead_of_store(json.dumps({"batch_id": 2}), "clicks", plan) is None  # the store moved on (a lost cursor write)
+    assert (
+        cursor_ahead_of_store(json.dumps({"batch_id": 2}), "clicks", plan) is None
+    )  # the store moved on (a lost cursor write)
     assert "batch 4" in cursor_ahead_of_store(json.dumps({"batch_id": 4}), "clicks", plan)
     assert "none" in cursor_ahead_of_store(json.dumps({"batch_id": 1}), "clicks", None)
 
@@ -125,13 +155,24 @@ def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_request
         return answer["reason"]
 
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance) as ctx:
-                return kafka_stream_tick(ctx, stream.definition, stream.partitions, FiveMessages(bootstrap_servers="unused:9092"),
-                                         store, turn_wait)
+                return kafka_stream_tick(
+                    ctx,
+                    stream.definition,
+                    stream.partitions,
+                    FiveMessages(bootstrap_servers="unused:9092"),
+                    store,
+                    turn_wait,
+                )
 
         held = tick()
-        assert not held.run_requests and held.skip_reason.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/1"
+        assert (
+            not held.run_requests
+            and held.skip_reason.skip_message
+            == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/1"
+        )
         assert held.cursor is None and store.latest_plan("clicks") is None
         assert held.asset_events, "the topic is still observed"
 
@@ -141,5 +182,12 @@ def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_request
 
         answer["reason"] = "lock demo_clicks_table held by backfill/2"
         again = tick()  # planned, no run yet: the re-request waits too
-        assert isinstance(again, SkipReason) and again.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/2"
-        assert asked == [(1, True), (1, True), (1, False)]  # a new batch: the lock and the predecessor rule; a re-request: the lock
+        assert (
+            isinstance(again, SkipReason)
+            and again.skip_message == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/2"
+        )
+        assert asked == [
+            (1, True),
+            (1, True),
+            (1, False),
+        ]  # a new batch: the lock and the predecessor rule; a re-request: the lock

@@ -11,17 +11,22 @@ from __future__ import annotations
 import time
 import uuid
 from types import SimpleNamespace
-from typing import Optional
 
 import pytest
 from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, SkipReason, build_sensor_context, materialize
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA, STRANDED_SINCE_TAG
 from engagement_platform.orchestration import runs
+from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA, STRANDED_SINCE_TAG
 from engagement_platform.orchestration.runs import (
-    BACKOFF_S, COORDINATION_TAG, FAILURE_REASON_TAG, FREE_RETRIES, STREAM_TAG, UNAVAILABLE_TAG, retry_backoff_s,
+    BACKOFF_S,
+    COORDINATION_TAG,
+    FAILURE_REASON_TAG,
+    FREE_RETRIES,
+    STREAM_TAG,
+    UNAVAILABLE_TAG,
+    retry_backoff_s,
 )
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
@@ -38,7 +43,7 @@ class Liveness(CoordinatorResource):
     """The coordinator's liveness answer without ZooKeeper: `alive` lists the runs holding a node;
     `unreachable` makes it raise as with ZooKeeper down."""
 
-    enabled: Optional[bool] = False  # no session is opened in setup
+    enabled: bool | None = False  # no session is opened in setup
     alive: list[str] = []
     unreachable: bool = False
 
@@ -54,8 +59,12 @@ class Liveness(CoordinatorResource):
 def add_run(instance: DagsterInstance, status: DagsterRunStatus, **tags: str) -> DagsterRun:
     """A run of PLAN's batch; a FAILURE is its code's (Dagster's failure reason STEP_FAILURE) unless `tags` say otherwise."""
     reason = {FAILURE_REASON_TAG: "STEP_FAILURE"} if status == DagsterRunStatus.FAILURE else {}
-    run = DagsterRun(job_name="demo_clicks_job", run_id=str(uuid.uuid4()), status=status,
-                     tags={"dagster/partition": PLAN.partition_key, STREAM_TAG: "clicks", **reason, **tags})
+    run = DagsterRun(
+        job_name="demo_clicks_job",
+        run_id=str(uuid.uuid4()),
+        status=status,
+        tags={"dagster/partition": PLAN.partition_key, STREAM_TAG: "clicks", **reason, **tags},
+    )
     return instance.add_run(run)
 
 
@@ -72,8 +81,10 @@ def planned(tmp_path) -> str:
 
 def tick(instance, root: str, coordinator: CoordinatorResource):
     stream = clicks_stream(lock_name="demo_clicks_table")
-    with build_sensor_context(instance=instance, resources={"kafka": FiveMessages(bootstrap_servers="unused:9092"),
-                                                            "coordinator": coordinator}) as ctx:
+    with build_sensor_context(
+        instance=instance,
+        resources={"kafka": FiveMessages(bootstrap_servers="unused:9092"), "coordinator": coordinator},
+    ) as ctx:
         return stream.sensor(ctx)
 
 
@@ -95,7 +106,10 @@ def test_a_started_run_without_liveness_past_the_bound_is_failed_and_retried_wit
         started = instance.get_run_record_by_id(orphan.run_id).create_timestamp.timestamp()
         assert float(marked.tags[STRANDED_SINCE_TAG]) == pytest.approx(started, abs=0.01)
         failure = instance.get_records_for_run(orphan.run_id, limit=1, ascending=False).records[0].event_log_entry
-        assert "no liveness node in ZooKeeper" in failure.dagster_event.message and "process group" in failure.dagster_event.message
+        assert (
+            "no liveness node in ZooKeeper" in failure.dagster_event.message
+            and "process group" in failure.dagster_event.message
+        )
 
         (request,) = result.run_requests  # 3 ended runs, the orphan not counted: attempt 4, not a pause
         assert request.run_key == f"{PLAN.run_key}#attempt4" and request.partition_key == PLAN.partition_key
@@ -113,7 +127,10 @@ def test_a_run_holding_its_liveness_node_a_run_not_started_and_an_unreachable_zo
 
         away = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S, unreachable=True)
         skipped = tick(instance, planned, away)
-        assert skipped.skip_message == "clicks batch 1 is in flight (run liveness not checked: ZooKeeper unreachable: test)"
+        assert (
+            skipped.skip_message
+            == "clicks batch 1 is in flight (run liveness not checked: ZooKeeper unreachable: test)"
+        )
         assert status(instance, started) == DagsterRunStatus.STARTED
 
         instance.report_run_failed(started, "test: a real failure")  # only the run not started is left
@@ -132,7 +149,9 @@ def test_a_silent_run_whose_liveness_node_was_gone_only_for_a_while_is_not_faile
         back = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S, alive=[run.run_id])
         time.sleep(BOUND_S + 0.5)  # silent past the bound from here on
 
-        assert tick(instance, planned, gone).skip_message == "clicks batch 1 is in flight", "first seen without its node"
+        assert tick(instance, planned, gone).skip_message == "clicks batch 1 is in flight", (
+            "first seen without its node"
+        )
         time.sleep(BOUND_S / 2)
         assert tick(instance, planned, back).skip_message == "clicks batch 1 is in flight", "its node is back"
         time.sleep(BOUND_S / 2 + 0.2)
@@ -182,8 +201,9 @@ def test_killed_processes_and_unreachable_services_never_pause_the_stream_but_fa
 
 
 def test_retries_of_runs_that_keep_dying_back_off_and_give_ups_do_not_count():
-    assert [retry_backoff_s(n) for n in (0, FREE_RETRIES, FREE_RETRIES + 1, FREE_RETRIES + 2, FREE_RETRIES + 3, 50)] == [
-        0, 0, BACKOFF_S[0], 2 * BACKOFF_S[0], 4 * BACKOFF_S[0], BACKOFF_S[1]]
+    assert [
+        retry_backoff_s(n) for n in (0, FREE_RETRIES, FREE_RETRIES + 1, FREE_RETRIES + 2, FREE_RETRIES + 3, 50)
+    ] == [0, 0, BACKOFF_S[0], 2 * BACKOFF_S[0], 4 * BACKOFF_S[0], BACKOFF_S[1]]
 
 
 def test_a_batch_whose_runs_keep_dying_is_retried_after_a_growing_pause_not_in_a_tight_loop(planned, monkeypatch):
@@ -193,19 +213,26 @@ def test_a_batch_whose_runs_keep_dying_is_retried_after_a_growing_pause_not_in_a
     # A slow machine must not outrun the pause: the sensor's clock is moved on, not waited for.
     monkeypatch.setattr(runs, "BACKOFF_S", (60.0, 600.0))
     later = {"s": 0.0}
-    monkeypatch.setattr(runs, "time", SimpleNamespace(time=lambda: time.time() + later["s"], monotonic=time.monotonic, sleep=time.sleep))
+    monkeypatch.setattr(
+        runs, "time", SimpleNamespace(time=lambda: time.time() + later["s"], monotonic=time.monotonic, sleep=time.sleep)
+    )
     liveness = Liveness(lake=LakeResource(root=planned), orphan_after_s=BOUND_S)
     with DagsterInstance.ephemeral() as instance:
         for _ in range(3):
             add_run(instance, DagsterRunStatus.FAILURE, **{COORDINATION_TAG: "gave_up"})
         for i in range(FREE_RETRIES):
-            add_run(instance, DagsterRunStatus.FAILURE, **({FAILURE_REASON_TAG: ""} if i % 2 else {ORPHANED_TAG: "true"}))
+            add_run(
+                instance, DagsterRunStatus.FAILURE, **({FAILURE_REASON_TAG: ""} if i % 2 else {ORPHANED_TAG: "true"})
+            )
         (request,) = tick(instance, planned, liveness).run_requests
         assert request.run_key == f"{PLAN.run_key}#attempt{FREE_RETRIES + 4}", "up to FREE_RETRIES deaths: at once"
         add_run(instance, DagsterRunStatus.FAILURE, **{UNAVAILABLE_TAG: "kafka"})
         waiting = tick(instance, planned, liveness)
         assert isinstance(waiting, SkipReason), waiting
-        assert f"clicks batch 1: {FREE_RETRIES + 1} runs died" in waiting.skip_message and "backoff 60 s" in waiting.skip_message
+        assert (
+            f"clicks batch 1: {FREE_RETRIES + 1} runs died" in waiting.skip_message
+            and "backoff 60 s" in waiting.skip_message
+        )
         later["s"] = 61.0
         (request,) = tick(instance, planned, liveness).run_requests
         assert request.run_key == f"{PLAN.run_key}#attempt{FREE_RETRIES + 5}"
@@ -216,11 +243,21 @@ def test_the_retry_of_an_orphaned_run_reports_how_long_the_batch_was_stranded(pl
     stream = clicks_stream(run_batch=count_clicks)
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [PLAN.partition_key])
-        out = materialize([stream.asset], partition_key=PLAN.partition_key, instance=instance,
-                          tags={STRANDED_SINCE_TAG: f"{time.time() - 95:.3f}"},
-                          resources={"spark": NoSpark(), "lake": LakeResource(root=planned), "kafka": KafkaResource(bootstrap_servers="unused:9092")})
+        out = materialize(
+            [stream.asset],
+            partition_key=PLAN.partition_key,
+            instance=instance,
+            tags={STRANDED_SINCE_TAG: f"{time.time() - 95:.3f}"},
+            resources={
+                "spark": NoSpark(),
+                "lake": LakeResource(root=planned),
+                "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+            },
+        )
     assert out.success
-    (event,) = [m for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key.to_user_string() == "demo_clicks"]
+    (event,) = [
+        m for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key.to_user_string() == "demo_clicks"
+    ]
     assert 95 <= event.metadata[STRANDED_METADATA].value < 110
 
 
@@ -246,7 +283,9 @@ def test_a_liveness_node_held_by_a_live_session_keeps_the_run_in_flight_and_goes
         finally:
             process.close()  # the run's process ends: ZooKeeper deletes its node with the session
         assert run.run_id not in coordinator.live_runs()
-        assert tick(instance, lake_root, coordinator).skip_message == "clicks batch 1 is in flight", "seen without its node from now"
+        assert tick(instance, lake_root, coordinator).skip_message == "clicks batch 1 is in flight", (
+            "seen without its node from now"
+        )
         time.sleep(BOUND_S + 0.5)
         (request,) = tick(instance, lake_root, coordinator).run_requests
         assert status(instance, run) == DagsterRunStatus.FAILURE and request.run_key == f"{PLAN.run_key}#attempt2"
@@ -264,9 +303,17 @@ def test_a_run_registers_its_liveness_node_in_setup_and_removes_it_at_teardown(s
     CheckpointStore(DeltaLake(lake_root)).record_plan(PLAN)
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [PLAN.partition_key])
-        out = materialize([stream.asset], partition_key=PLAN.partition_key, instance=instance,
-                          resources={"spark": NoSpark(), "lake": LakeResource(root=lake_root), "kafka": KafkaResource(bootstrap_servers="unused:9092"),
-                                     "coordinator": coordinator})
+        out = materialize(
+            [stream.asset],
+            partition_key=PLAN.partition_key,
+            instance=instance,
+            resources={
+                "spark": NoSpark(),
+                "lake": LakeResource(root=lake_root),
+                "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                "coordinator": coordinator,
+            },
+        )
     assert out.success
     assert seen and out.run_id in seen[0], "the run's node exists while its batch runs"
     assert out.run_id not in coordinator.live_runs(), "and is gone after teardown"

@@ -5,13 +5,12 @@ the broker restarted: the erasure and lag sensors' ticks failed)."""
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError, KafkaException
-from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException, UnknownException
-
 import socket
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 from dagster import DagsterInstance, SkipReason, build_sensor_context
+from pyspark.errors.exceptions.connect import SparkConnectException, SparkConnectGrpcException, UnknownException
 
 from engagement_platform.orchestration.runs import unavailable_service, unless_unavailable
 
@@ -31,15 +30,39 @@ def test_a_broker_or_spark_server_away_is_unavailable_anywhere_in_the_chain():
     assert unavailable_service(KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))) == "kafka"
     assert unavailable_service(raised_from(RuntimeError, KafkaException(KafkaError(KafkaError._TIMED_OUT)))) == "kafka"
     assert unavailable_service(SparkConnectException(errorClass="NO_ACTIVE_SESSION", messageParameters={})) == "spark"
-    assert unavailable_service(raised_from(ValueError, SparkConnectGrpcException(
-        "<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>"))) == "spark"
+    assert (
+        unavailable_service(
+            raised_from(
+                ValueError,
+                SparkConnectGrpcException(
+                    "<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>"
+                ),
+            )
+        )
+        == "spark"
+    )
     # A Spark Connect server shutting down under a running query (soak run 10: two runs counted as attempts).
-    assert unavailable_service(raised_from(RuntimeError, UnknownException(
-        "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.\n"
-        "This stopped SparkContext was created at:\n\norg.apache.spark.sql.connect.service.SparkConnectServer.main"))) == "spark"
+    assert (
+        unavailable_service(
+            raised_from(
+                RuntimeError,
+                UnknownException(
+                    "(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.\n"
+                    "This stopped SparkContext was created at:\n\norg.apache.spark.sql.connect.service.SparkConnectServer.main"
+                ),
+            )
+        )
+        == "spark"
+    )
     # A client whose server restarted between two of its calls (a new client works).
-    assert unavailable_service(SparkConnectGrpcException(
-        "[INVALID_HANDLE.SESSION_CHANGED] The handle 4e7c is invalid. The existing Spark server driver instance has restarted.")) == "spark"
+    assert (
+        unavailable_service(
+            SparkConnectGrpcException(
+                "[INVALID_HANDLE.SESSION_CHANGED] The handle 4e7c is invalid. The existing Spark server driver instance has restarted."
+            )
+        )
+        == "spark"
+    )
 
 
 def test_errors_of_the_batch_itself_count():
@@ -55,7 +78,9 @@ def test_unless_unavailable_skips_on_an_unreachable_service_and_lets_other_error
         raise RuntimeError("reading watermarks") from KafkaException(KafkaError(KafkaError._TRANSPORT))
 
     skipped = unless_unavailable(broker_away)
-    assert isinstance(skipped, SkipReason) and skipped.skip_message.startswith("kafka unreachable, the next tick asks again")
+    assert isinstance(skipped, SkipReason) and skipped.skip_message.startswith(
+        "kafka unreachable, the next tick asks again"
+    )
     assert unless_unavailable(lambda: 7) == 7
     with pytest.raises(ZeroDivisionError):
         unless_unavailable(lambda: 1 / 0)
@@ -77,8 +102,11 @@ def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
     from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 
     lake = LakeResource(root=str(tmp_path / "lake"))
-    resources = {"kafka": KafkaResource(bootstrap_servers=closed_port()), "lake": lake,
-                 "coordinator": CoordinatorResource(lake=lake, enabled=False)}
+    resources = {
+        "kafka": KafkaResource(bootstrap_servers=closed_port()),
+        "lake": lake,
+        "coordinator": CoordinatorResource(lake=lake, enabled=False),
+    }
     (erasure_sensor,) = PROFILE_ERASURE.sensors
     with DagsterInstance.ephemeral() as instance:
         for sensor_def in (erasure_sensor, profile_lag_sensor):
@@ -91,7 +119,9 @@ def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
         with build_sensor_context(instance=instance, resources=resources) as ctx:
             result = profile_lag_sensor(ctx)
         (evaluation,) = result.asset_events
-        assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and result.skip_reason.skip_message.startswith("kafka unreachable")
+        assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and result.skip_reason.skip_message.startswith(
+            "kafka unreachable"
+        )
 
 
 def test_a_spark_fault_gives_the_run_a_new_client_of_the_shared_session(stack):
@@ -112,7 +142,9 @@ def test_a_spark_fault_gives_the_run_a_new_client_of_the_shared_session(stack):
     assert new.range(4).count() == 4 and new.conf.get("spark.sql.session.timeZone") == "UTC"
 
 
-def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fails_without_using_an_attempt(tmp_path, monkeypatch):
+def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fails_without_using_an_attempt(
+    tmp_path, monkeypatch
+):
     """A stream without a lock (no coordinator: profile CDC staging) used to fail its run with the raw error when
     Spark was away, which counted towards the 3 attempts that pause a stream (soak run 10: a staging run failed
     on NO_ACTIVE_SESSION). Its run now rides the fault out like a locked stream's, and past the bound fails
@@ -130,7 +162,9 @@ def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fail
 
     monkeypatch.setenv("EP_COORDINATOR", "off")  # no ZooKeeper here: the run holds no liveness node
     monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.1,))
-    away = SparkConnectGrpcException("<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>")
+    away = SparkConnectGrpcException(
+        "<_MultiThreadedRendezvous of RPC that terminated with: status = StatusCode.UNAVAILABLE>"
+    )
 
     def run(faults: int, lake_root: str):
         calls = []
@@ -146,14 +180,24 @@ def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fail
         CheckpointStore(DeltaLake(lake_root)).record_plan(plan)
         with DagsterInstance.ephemeral() as instance:
             instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
-            out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
-                              resources={"spark": NoSpark(), "lake": LakeResource(root=lake_root),
-                                         "kafka": KafkaResource(bootstrap_servers="unused:9092")})
+            out = materialize(
+                [stream.asset],
+                partition_key=plan.partition_key,
+                instance=instance,
+                raise_on_error=False,
+                resources={
+                    "spark": NoSpark(),
+                    "lake": LakeResource(root=lake_root),
+                    "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                },
+            )
             return out, instance.get_run_by_id(out.run_id), len(calls)
 
     out, _, calls = run(faults=2, lake_root=str(tmp_path / "a"))
     assert out.success and calls == 3
-    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    (metadata,) = [
+        m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")
+    ]
     assert metadata["attempts_in_run"].value == 3
 
     monkeypatch.setattr(ride_out, "RIDE_OUT_S", 0.0)

@@ -7,15 +7,23 @@ import json
 import pytest
 from dagster import AssetCheckKey, AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
 
-from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.orchestration.checks import OFFSET_RANGES_CONTIGUOUS
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import profile_tenants
 from engagement_platform.profiles.backfill.assets import profile_backfill
 from engagement_platform.profiles.processor.apply import processor_stream, read_profiles
 from engagement_platform.profiles.processor.assets import profile_raw
-from engagement_platform.profiles.processor.checks import EVERY_TENANT_LAG_UNDER_THRESHOLD, NO_DUPLICATE_PRIMARY_IDS, REPLICATION_LAG_UNDER_THRESHOLD
+from engagement_platform.profiles.processor.checks import (
+    EVERY_TENANT_LAG_UNDER_THRESHOLD,
+    NO_DUPLICATE_PRIMARY_IDS,
+    REPLICATION_LAG_UNDER_THRESHOLD,
+)
 from engagement_platform.profiles.processor.sensors import profile_lag_sensor, profile_processor_sensor
-from engagement_platform.profiles.staging.assets import profile_cdc_batches, profile_cdc_dumper_sensor, profile_cdc_staging
+from engagement_platform.profiles.staging.assets import (
+    profile_cdc_batches,
+    profile_cdc_dumper_sensor,
+    profile_cdc_staging,
+)
 from engagement_platform.profiles.staging.checks import RECORDS_ACCOUNTED
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.support.cdc import encode, new_topic, record
@@ -38,8 +46,12 @@ def cdc_topic(kafka, monkeypatch):
 @pytest.fixture
 def resources(stack, lake_root):
     lake = LakeResource(root=lake_root)
-    return {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
-            "coordinator": CoordinatorResource(lake=lake), "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    return {
+        "kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]),
+        "lake": lake,
+        "coordinator": CoordinatorResource(lake=lake),
+        "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+    }
 
 
 def tick(sensor, instance, resources, cursor=None):
@@ -61,7 +73,13 @@ def stage_via_dagster(instance, resources, cursor=None):
     result = tick(profile_cdc_dumper_sensor, instance, resources, cursor)
     (request,) = result.run_requests
     instance.add_dynamic_partitions(profile_cdc_batches.name, [request.partition_key])
-    out = materialize([profile_cdc_staging], partition_key=request.partition_key, instance=instance, resources=resources, tags=request.tags)
+    out = materialize(
+        [profile_cdc_staging],
+        partition_key=request.partition_key,
+        instance=instance,
+        resources=resources,
+        tags=request.tags,
+    )
     assert out.success
     return result, out
 
@@ -77,10 +95,21 @@ def process_via_dagster(instance, resources, tenant="acme"):
     return result, request, out
 
 
-def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spark, kafka, lake, cdc_topic, instance, resources):
-    kafka.produce(cdc_topic, encode([
-        record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {}),
-        record("acme", "101", 2, {"b": 2}, related=["102"]), record("acme", "102", 2, {}), b"not json"]))
+def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(
+    spark, kafka, lake, cdc_topic, instance, resources
+):
+    kafka.produce(
+        cdc_topic,
+        encode(
+            [
+                record("acme", "789", 1, {"a": 1}, related=["788"]),
+                record("acme", "788", 1, {}),
+                record("acme", "101", 2, {"b": 2}, related=["102"]),
+                record("acme", "102", 2, {}),
+                b"not json",
+            ]
+        ),
+    )
     first, staged = stage_via_dagster(instance, resources)
     (observed,) = first.asset_events
     assert values(observed.metadata)["cdc_lag_messages"] == 5
@@ -96,9 +125,16 @@ def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spar
 
     sensed, request, ran = process_via_dagster(instance, resources)
     assert [list(r.partition_keys) for r in sensed.dynamic_partitions_requests] == [["acme"]]
-    assert request.run_key == f"{processor_stream('acme')}/staging[0..1]" and request.tags[STREAM_TAG] == processor_stream("acme")
+    assert request.run_key == f"{processor_stream('acme')}/staging[0..1]" and request.tags[
+        STREAM_TAG
+    ] == processor_stream("acme")
     raw_meta = materialized(ran, "profile_raw")
-    assert (raw_meta["changes_read"], raw_meta["replication_lag_seconds"], raw_meta["staged_unprocessed_records"], raw_meta["cdc_lag_messages"]) == (4, 0.0, 0, 0)
+    assert (
+        raw_meta["changes_read"],
+        raw_meta["replication_lag_seconds"],
+        raw_meta["staged_unprocessed_records"],
+        raw_meta["cdc_lag_messages"],
+    ) == (4, 0.0, 0, 0)
     assert AssetKey("profile_progress") in {m.asset_key for m in ran.get_asset_materialization_events()}
     checks = {c.check_name: c for c in ran.get_asset_check_evaluations()}
     assert checks[REPLICATION_LAG_UNDER_THRESHOLD].passed and checks[NO_DUPLICATE_PRIMARY_IDS].passed
@@ -118,8 +154,9 @@ def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(spar
     assert all(c.passed for c in ran.get_asset_check_evaluations())
 
 
-def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_and_merges_once(kafka, lake, cdc_topic, instance, resources,
-                                                                                                  monkeypatch):
+def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_and_merges_once(
+    kafka, lake, cdc_topic, instance, resources, monkeypatch
+):
     """Soak runs 12-13: the processor's tenant-locked runs failed on every lost lease (a session expiry, a run
     paused past it) and waited for the sensor's retry behind the run queue. They now ride the fault out like
     the batch streams: the first attempt's session expires (a real expiry on the real server) before it
@@ -132,7 +169,9 @@ def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_
     from engagement_platform_tests.support.streams import expire_session
 
     monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
-    kafka.produce(cdc_topic, encode([record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {"b": 2})]))
+    kafka.produce(
+        cdc_topic, encode([record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {"b": 2})])
+    )
     stage_via_dagster(instance, resources)
     process_tenant, leases = processor_assets.process_tenant, []
 
@@ -154,17 +193,29 @@ def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_
     assert rows == {"789": {"a": 1}, "788": {"b": 2}}
 
 
-def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partition(lake, instance, resources, tmp_path):
+def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partition(
+    lake, instance, resources, tmp_path
+):
     folder = tmp_path / "export"
     folder.mkdir()
-    write_jsonl(folder / "snapshot.jsonl", [snap("1", 4, {"email": "a@x.io"}), snap("2", 5, {}, related=["1"]), b"{broken"])
+    write_jsonl(
+        folder / "snapshot.jsonl", [snap("1", 4, {"email": "a@x.io"}), snap("2", 5, {}, related=["1"]), b"{broken"]
+    )
     instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
-    out = materialize([profile_backfill], partition_key="acme", instance=instance, resources=resources,
-                      run_config={"ops": {"profile_backfill": {"config": {"path": str(folder), "until": UNTIL}}}})
+    out = materialize(
+        [profile_backfill],
+        partition_key="acme",
+        instance=instance,
+        resources=resources,
+        run_config={"ops": {"profile_backfill": {"config": {"path": str(folder), "until": UNTIL}}}},
+    )
     assert out.success
     events = {m.asset_key.to_user_string(): m.materialization for m in out.get_asset_materialization_events()}
     assert values(events["profile_backfill"].metadata)["rows_upserted"] == 2
-    assert events["profile_raw"].partition == "acme" and values(events["profile_raw"].metadata)["stream"] == "profile_backfill/acme"
+    assert (
+        events["profile_raw"].partition == "acme"
+        and values(events["profile_raw"].metadata)["stream"] == "profile_backfill/acme"
+    )
     assert values(events["quarantine_profile_cdc"].metadata)["batch_id"] == 1
     (commit,) = [c for c in lake.table("profile_raw/acme").history() if c.get("app_id") == "profile.backfill/acme"]
     assert commit["lock_name"] == "profile_raw/acme" and int(commit["fencing_token"]) >= 0
@@ -174,9 +225,16 @@ def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partit
 def test_lag_sensor_fails_the_check_of_a_tenant_past_the_threshold(kafka, cdc_topic, instance, resources, monkeypatch):
     monkeypatch.setenv("EP_PROFILE_MAX_LAG_SECONDS", "600")
     assert tick(profile_lag_sensor, instance, resources).skip_reason is not None
-    kafka.produce(cdc_topic, encode([
-        record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("acme", "2", 2, {}, ts="2026-01-05T10:20:00Z"),
-        record("globex", "1", 1, {}, ts="2026-01-05T10:00:00Z")]))
+    kafka.produce(
+        cdc_topic,
+        encode(
+            [
+                record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"),
+                record("acme", "2", 2, {}, ts="2026-01-05T10:20:00Z"),
+                record("globex", "1", 1, {}, ts="2026-01-05T10:00:00Z"),
+            ]
+        ),
+    )
     stage_via_dagster(instance, resources)
     kafka.produce(cdc_topic, encode([record("acme", "3", 3, {})]))  # not staged yet
     instance.add_dynamic_partitions(profile_tenants.name, ["acme", "globex"])
@@ -184,19 +242,36 @@ def test_lag_sensor_fails_the_check_of_a_tenant_past_the_threshold(kafka, cdc_to
     assert isinstance(result, SensorResult)
     observation, evaluation = result.asset_events
     assert values(observation.metadata)["cdc_lag_messages"] == 1
-    assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and evaluation.asset_key == AssetKey("profile_progress")
-    assert evaluation.partition is None, "one check for every tenant: a partition's check can be reported outside a run only once"
+    assert evaluation.check_name == EVERY_TENANT_LAG_UNDER_THRESHOLD and evaluation.asset_key == AssetKey(
+        "profile_progress"
+    )
+    assert evaluation.partition is None, (
+        "one check for every tenant: a partition's check can be reported outside a run only once"
+    )
     assert not evaluation.passed
     figures = values(evaluation.metadata)
-    assert (figures["tenants"], figures["tenants_over_threshold"], figures["worst_tenant"], figures["over_threshold"]) == (2, 1, "acme", "acme")
-    assert (figures["acme_replication_lag_seconds"], figures["max_lag_seconds"], figures["acme_staged_unprocessed_records"]) == (1200.0, 600.0, 2)
+    assert (
+        figures["tenants"],
+        figures["tenants_over_threshold"],
+        figures["worst_tenant"],
+        figures["over_threshold"],
+    ) == (2, 1, "acme", "acme")
+    assert (
+        figures["acme_replication_lag_seconds"],
+        figures["max_lag_seconds"],
+        figures["acme_staged_unprocessed_records"],
+    ) == (1200.0, 600.0, 2)
     assert figures["globex_replication_lag_seconds"] <= 600.0
 
 
-def test_lag_sensor_ticks_again_and_again_on_an_instance_that_holds_its_evaluations(kafka, cdc_topic, instance, resources):
+def test_lag_sensor_ticks_again_and_again_on_an_instance_that_holds_its_evaluations(
+    kafka, cdc_topic, instance, resources
+):
     """The daemon stores what each tick reports; a second tick's report of the same check must not fail
     (it did, with a UNIQUE constraint error on asset_check_executions, while the check was per partition)."""
-    kafka.produce(cdc_topic, encode([record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("globex", "1", 1, {})]))
+    kafka.produce(
+        cdc_topic, encode([record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("globex", "1", 1, {})])
+    )
     stage_via_dagster(instance, resources)
     instance.add_dynamic_partitions(profile_tenants.name, ["acme", "globex"])
     for _ in range(3):
@@ -204,5 +279,6 @@ def test_lag_sensor_ticks_again_and_again_on_an_instance_that_holds_its_evaluati
         for event in result.asset_events:
             instance.report_runless_asset_event(event)  # what the sensor daemon does with them
     stored = instance.event_log_storage.get_asset_check_execution_history(
-        AssetCheckKey(AssetKey("profile_progress"), EVERY_TENANT_LAG_UNDER_THRESHOLD), limit=10)
+        AssetCheckKey(AssetKey("profile_progress"), EVERY_TENANT_LAG_UNDER_THRESHOLD), limit=10
+    )
     assert len(stored) == 3

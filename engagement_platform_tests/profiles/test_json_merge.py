@@ -6,8 +6,18 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.json_merge import DELETE, Change, merge_fields, resolve_changes
 
 KEYS = st.sampled_from(["email", "country", "tags", "address", "score", "ok"])
-SCALARS = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=5) | st.floats(-1e6, 1e6, allow_nan=False).map(lambda f: round(f, 3))
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=6)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.text(max_size=5)
+    | st.floats(-1e6, 1e6, allow_nan=False).map(lambda f: round(f, 3))
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=6,
+)
 OBJECTS = st.dictionaries(KEYS, VALUES, max_size=5)
 
 
@@ -38,9 +48,15 @@ def test_documented_examples():
 
 
 CHANGES = st.lists(
-    st.builds(lambda seq, op, fields, rel: Change(seq, op, fields, rel), st.integers(0, 30), st.sampled_from(["upsert", "upsert", DELETE]),
-              OBJECTS | st.none(), st.none() | st.lists(st.sampled_from("abcd"), max_size=2).map(tuple)),
-    max_size=6, unique_by=lambda c: c.seq,
+    st.builds(
+        lambda seq, op, fields, rel: Change(seq, op, fields, rel),
+        st.integers(0, 30),
+        st.sampled_from(["upsert", "upsert", DELETE]),
+        OBJECTS | st.none(),
+        st.none() | st.lists(st.sampled_from("abcd"), max_size=2).map(tuple),
+    ),
+    max_size=6,
+    unique_by=lambda c: c.seq,
 )
 
 

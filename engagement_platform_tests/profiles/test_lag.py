@@ -24,9 +24,18 @@ def test_topic_lag_counts_messages_after_the_last_finished_dumper_batch(spark, k
 def test_replication_lag_is_newest_staged_minus_newest_merged_cdc_time(spark, kafka, lake, checkpoints):
     topic = new_topic(kafka)
     assert tenant_lags(lake) == {}
-    stage(spark, kafka, lake, checkpoints, topic, [
-        record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"), record("acme", "2", 2, {}, ts="2026-01-05T10:20:00Z"),
-        record("globex", "1", 1, {}, ts="2026-01-05T11:00:00Z")])
+    stage(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        topic,
+        [
+            record("acme", "1", 1, {}, ts="2026-01-05T10:00:00Z"),
+            record("acme", "2", 2, {}, ts="2026-01-05T10:20:00Z"),
+            record("globex", "1", 1, {}, ts="2026-01-05T11:00:00Z"),
+        ],
+    )
     lags = tenant_lags(lake)
     # Never processed: from the oldest staged change.
     assert (lags["acme"].staged_unprocessed, lags["acme"].replication_lag_seconds) == (2, 1200.0)

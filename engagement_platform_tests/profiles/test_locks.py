@@ -38,8 +38,14 @@ def coordinators(stack):
 @pytest.fixture
 def prepared(spark, kafka, lake, checkpoints, tmp_path):
     """Changes staged for acme (not processed yet) and a snapshot export of acme."""
-    stage(spark, kafka, lake, checkpoints, new_topic(kafka), [
-        record("acme", "1", 12, {"c": 3}), record("acme", "9", 1, {"z": 1}, related=["3"])])
+    stage(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        new_topic(kafka),
+        [record("acme", "1", 12, {"c": 3}), record("acme", "9", 1, {"z": 1}, related=["3"])],
+    )
     folder = tmp_path / "export"
     folder.mkdir()
     write_jsonl(folder / "snapshot.jsonl", [snap("1", 10, {"a": 2}), snap("3", 3, {"c": 1})])
@@ -79,7 +85,9 @@ def commit_meta(lake, app_id):
     return [c for c in lake.table(raw_table_name("acme")).history() if c.get("app_id") == app_id]
 
 
-def test_with_the_tenant_lock_backfill_and_processor_serialize_and_both_commit(spark, lake, checkpoints, prepared, coordinators):
+def test_with_the_tenant_lock_backfill_and_processor_serialize_and_both_commit(
+    spark, lake, checkpoints, prepared, coordinators
+):
     backfill_zk, processor_zk = coordinators
     held = Held()
 
@@ -163,5 +171,7 @@ def test_a_run_waits_its_turn_for_a_busy_tenant_lock_in_rounds_instead_of_giving
 
 
 def _take(coordinator, rounds: list[float], patience_s: float) -> float:
-    with tenant_lock(coordinator, "acme", "backfill/acme/second", 1.0, patience_s, lambda busy, waited: rounds.append(waited)) as lease:
+    with tenant_lock(
+        coordinator, "acme", "backfill/acme/second", 1.0, patience_s, lambda busy, waited: rounds.append(waited)
+    ) as lease:
         return lease.waited_s

@@ -13,7 +13,9 @@ from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
 
 SCHEMA = pa.schema([("id", pa.int64()), ("batch_id", pa.int64())])
-SHARED = TableSpec("shared_progress", pa.schema([("stream", pa.string()), ("batch_id", pa.int64()), ("rows", pa.int64())]))
+SHARED = TableSpec(
+    "shared_progress", pa.schema([("stream", pa.string()), ("batch_id", pa.int64()), ("rows", pa.int64())])
+)
 
 
 def plan(stream: str, batch_id: int = 1) -> BatchPlan:
@@ -24,13 +26,17 @@ def own_table(lake, name: str, fail: bool = False) -> CommitStep:
     def commit(txn, outcomes):
         if fail:
             raise RuntimeError(f"{name} refused")
-        return lake.append(TableSpec(name, SCHEMA), pa.table({"id": [1, 2], "batch_id": [txn.version] * 2}, schema=SCHEMA), txn)
+        return lake.append(
+            TableSpec(name, SCHEMA), pa.table({"id": [1, 2], "batch_id": [txn.version] * 2}, schema=SCHEMA), txn
+        )
 
     return CommitStep(name, commit, phase="own")
 
 
 def shared_rows(lake, p: BatchPlan, own: str) -> AppendStep:
-    return AppendStep(lake, SHARED, lambda outcomes: [dict(stream=p.stream, batch_id=p.batch_id, rows=outcomes[own])], phase="shared")
+    return AppendStep(
+        lake, SHARED, lambda outcomes: [dict(stream=p.stream, batch_id=p.batch_id, rows=outcomes[own])], phase="shared"
+    )
 
 
 def batches(lake, streams: list[str], failing: str | None = None) -> list[Batch]:
@@ -38,7 +44,9 @@ def batches(lake, streams: list[str], failing: str | None = None) -> list[Batch]
     for s in streams:
         p = plan(s)
         own = f"own_{s}"
-        out.append(Batch(p, f"app/{s}", [own_table(lake, own, fail=s == failing), shared_rows(lake, p, own)], {"tenant": s}))
+        out.append(
+            Batch(p, f"app/{s}", [own_table(lake, own, fail=s == failing), shared_rows(lake, p, own)], {"tenant": s})
+        )
     return out
 
 
@@ -60,7 +68,11 @@ def test_commit_batches_share_one_commit_per_shared_table(lake, checkpoints):
     todo = batches(lake, ["x", "y", "z"])
     checkpoints.record_plans([b.plan for b in todo])
     committed = commit_batches(todo, checkpoints, threads=2, stream="family")
-    assert committed.outcomes == [{"own_x": 1, "shared_progress": 1}, {"own_y": 1, "shared_progress": 1}, {"own_z": 1, "shared_progress": 1}]
+    assert committed.outcomes == [
+        {"own_x": 1, "shared_progress": 1},
+        {"own_y": 1, "shared_progress": 1},
+        {"own_z": 1, "shared_progress": 1},
+    ]
     assert set(committed.seconds) == {"own", "shared", "checkpoints"}
     assert lake.read(SHARED.name).sort_by("stream").to_pylist() == [dict(stream=s, batch_id=1, rows=1) for s in "xyz"]
     history = lake.table(SHARED.name).history(limit=1)[0]

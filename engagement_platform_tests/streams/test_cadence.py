@@ -65,9 +65,17 @@ def test_the_tick_holds_a_small_slice_back_until_it_is_big_enough_or_has_waited(
     store = LakeResource(root=str(tmp_path / "lake")).checkpoints
 
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance) as ctx:
-                return kafka_stream_tick(ctx, stream.definition, stream.partitions, GrowingTopic(bootstrap_servers="unused:9092"), store, None)
+                return kafka_stream_tick(
+                    ctx,
+                    stream.definition,
+                    stream.partitions,
+                    GrowingTopic(bootstrap_servers="unused:9092"),
+                    store,
+                    None,
+                )
 
         HIGH["offset"] = 3
         first = tick()  # never planned: due at once, however small
@@ -76,7 +84,9 @@ def test_the_tick_holds_a_small_slice_back_until_it_is_big_enough_or_has_waited(
 
         HIGH["offset"] = 8
         held = tick()
-        assert not held.run_requests and "5 new records, fewer than the batch minimum 10" in held.skip_reason.skip_message
+        assert (
+            not held.run_requests and "5 new records, fewer than the batch minimum 10" in held.skip_reason.skip_message
+        )
         assert held.asset_events[0].metadata["clicks_uncommitted_records"].value == 5
         assert store.latest_plan("clicks").batch_id == 1
 
@@ -94,7 +104,9 @@ def test_the_tick_holds_a_small_slice_back_until_it_is_big_enough_or_has_waited(
         HIGH["offset"] = 16 + 1  # one record: waits until 0.5 s after the last plan
         planned = store.planned_at("clicks", 3)
         result = tick()
-        if not result.run_requests:  # the tick may already be late on a loaded machine; if not, it is due after the wait
+        if (
+            not result.run_requests
+        ):  # the tick may already be late on a loaded machine; if not, it is due after the wait
             assert "due in" in result.skip_reason.skip_message
             time.sleep(max(0.0, 0.6 - (time.time() - planned.timestamp())))
             result = tick()

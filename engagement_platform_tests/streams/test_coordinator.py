@@ -19,25 +19,44 @@ from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, DagsterInstance, SensorResult, SkipReason, build_resources, build_sensor_context, materialize
+from dagster import (
+    AssetKey,
+    DagsterInstance,
+    SensorResult,
+    SkipReason,
+    build_resources,
+    build_sensor_context,
+    materialize,
+)
 
+from engagement_platform import resources as resources_module
+from engagement_platform.engagement.ingestion.apply import STREAM
+from engagement_platform.engagement.ingestion.assets import (
+    engagement_ingestion,
+    engagement_ingestion_sensor,
+    ingestion_batches,
+)
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.delta import DeltaLake, TableSpec
 from engagement_platform.orchestration import ride_out
 from engagement_platform.orchestration.runs import COORDINATION_TAG, LOCK_WAIT_METADATA, run_request
-from engagement_platform.engagement.ingestion.apply import STREAM
-from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
-from engagement_platform.lake.delta import TableSpec
-from engagement_platform import resources as resources_module
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.batch import CommitStep, active_lease, commit_batch, fenced
-from engagement_platform.streams.coordinator import OP_TIMEOUT_S, CoordinationGaveUp, Coordinator, JobSpec, LeaseLost, LockBusy, allowed
+from engagement_platform.streams.coordinator import (
+    OP_TIMEOUT_S,
+    CoordinationGaveUp,
+    Coordinator,
+    JobSpec,
+    LeaseLost,
+    LockBusy,
+    allowed,
+)
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice, plan_next_batch
-from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks, expire_session
 from engagement_platform_tests.support.activities import produce_activities
 from engagement_platform_tests.support.mutations import produce_requests
 from engagement_platform_tests.support.stack import REPO
+from engagement_platform_tests.support.streams import FiveMessages, NoSpark, clicks_stream, count_clicks, expire_session
 
 OWN_ZK_PORT = "23181"
 SESSION_S = 4.0  # ZooKeeper's minimum with tickTime=2000
@@ -74,7 +93,9 @@ def own_zk(tmp_path_factory):
     env = {**os.environ, "EP_ZK_PORT": OWN_ZK_PORT, "EP_STATE_DIR": str(tmp_path_factory.mktemp("own_zk"))}
 
     def ctl(action: str) -> None:
-        subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action, "zookeeper"], check=True, env=env, capture_output=True)
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "stack.sh"), action, "zookeeper"], check=True, env=env, capture_output=True
+        )
 
     ctl("start")
     yield SimpleNamespace(hosts=f"127.0.0.1:{OWN_ZK_PORT}", start=lambda: ctl("start"), stop=lambda: ctl("stop"))
@@ -96,6 +117,7 @@ def skipped(result) -> str | None:
 
 
 # ---- lock, register, unlock ---------------------------------------------------------------------
+
 
 def test_lock_waits_up_to_the_timeout_then_gives_up_and_unlock_hands_it_over(coordinators):
     a, b = coordinators(), coordinators()
@@ -215,6 +237,7 @@ def test_concurrent_contenders_never_hold_the_lock_together(coordinators):
 
 # ---- fencing of Delta commits -------------------------------------------------------------------
 
+
 def plan(batch_id: int = 1) -> BatchPlan:
     return BatchPlan("ingestion", batch_id, KafkaSlice("test.topic", (OffsetRange(0, 0, 3),)))
 
@@ -228,12 +251,21 @@ def steps(lake, batch: BatchPlan, after_first=None) -> list[CommitStep]:
             if fault:
                 fault()
             return version
+
         return run
 
     return [CommitStep(spec.name, commit(spec, after_first if i == 0 else None)) for i, spec in enumerate(TABLES)]
 
 
-def run_batch(c: Coordinator, lake, checkpoints, batch: BatchPlan, after_first=None, job: JobSpec = INGESTION, timeout_s: float = 10):
+def run_batch(
+    c: Coordinator,
+    lake,
+    checkpoints,
+    batch: BatchPlan,
+    after_first=None,
+    job: JobSpec = INGESTION,
+    timeout_s: float = 10,
+):
     """One batch through the lifecycle: acquire, fenced commits, release."""
     with c.batch(job, f"{batch.stream}/{batch.batch_id}", timeout_s=timeout_s) as lease, fenced(lease):
         return commit_batch(batch, "test.fenced", steps(lake, batch, after_first), checkpoints)
@@ -277,6 +309,7 @@ def test_commits_carry_the_fencing_token_and_a_lost_lease_commits_nothing(coordi
 
 # ---- faults with the real server: each ends with the batch committed exactly once, later ----------
 
+
 def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
     own_zk.start()
     # A server away for longer than the lease check waits for it: the run gives up before its next commit.
@@ -285,7 +318,9 @@ def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
         batch = plan()
         checkpoints.record_plan(batch)
         with pytest.raises(LeaseLost):
-            run_batch(c, lake, checkpoints, batch, after_first=own_zk.stop)  # first table committed, then ZooKeeper goes
+            run_batch(
+                c, lake, checkpoints, batch, after_first=own_zk.stop
+            )  # first table committed, then ZooKeeper goes
         assert lake.read("fenced_a").num_rows == 3 and not lake.exists("fenced_b")
         assert not checkpoints.is_done(batch.stream, batch.batch_id)
 
@@ -296,7 +331,9 @@ def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
         c.close()
 
 
-def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batch_commits_in_the_same_run(own_zk, lake, checkpoints, root):
+def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batch_commits_in_the_same_run(
+    own_zk, lake, checkpoints, root
+):
     """The soak's most common failure: a server restart suspended the connection for a few seconds and the run
     gave its batch up, although the session (and so the lock znode) survived it. The lease check waits (up to
     reconnect_wait_s) for the same session to come back, then commits under the same fencing token."""
@@ -323,7 +360,9 @@ def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batc
         c.close()
 
 
-def test_a_zookeeper_restart_longer_than_the_session_timeout_keeps_the_session_and_the_batch_commits(own_zk, lake, checkpoints, root):
+def test_a_zookeeper_restart_longer_than_the_session_timeout_keeps_the_session_and_the_batch_commits(
+    own_zk, lake, checkpoints, root
+):
     """Soak run 10: ZooKeeper restarts that took longer than the 10 s session timeout failed the runs holding a
     lock ("session suspended for 10s"), although a restarted server restores its sessions and gives each a full
     timeout again. The lease check waits up to reconnect_wait_s for the same session with the lock znode still
@@ -346,7 +385,9 @@ def test_a_zookeeper_restart_longer_than_the_session_timeout_keeps_the_session_a
             committed = time.monotonic()
         restart.join()
         # The second table's lease check waited across the whole outage, longer than the session timeout.
-        assert committed - stopped[0] > SESSION_S + 3 and c.client.client_id == session, "the same session came back after the timeout"
+        assert committed - stopped[0] > SESSION_S + 3 and c.client.client_id == session, (
+            "the same session came back after the timeout"
+        )
         assert_committed_exactly_once(lake, checkpoints, batch)
         assert {int(commits(lake, t.name)[0]["fencing_token"]) for t in TABLES} == {lease.token}
     finally:
@@ -426,15 +467,25 @@ def test_zookeeper_going_away_while_waiting_for_the_lock_is_a_bounded_give_up(ow
 
 # ---- Dagster: a give-up fails the run without committing and does not use up attempts -------------
 
-def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, stack, kafka, topic, lake_root, checkpoints, root):
+
+def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(
+    spark, stack, kafka, topic, lake_root, checkpoints, root
+):
     produce_activities(kafka, topic, 20)
     lake = LakeResource(root=lake_root)
     # The run waits for the lock at most max_lock_wait_s in all (a short bound here), then gives up.
-    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=0.5, max_lock_wait_s=0.5, session_timeout_s=SESSION_S)
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
-                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    coordinator = CoordinatorResource(
+        lake=lake, root=root, enabled=True, lock_timeout_s=0.5, max_lock_wait_s=0.5, session_timeout_s=SESSION_S
+    )
+    resources = {
+        "kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]),
+        "lake": lake,
+        "coordinator": coordinator,
+        "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+    }
     holder = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:
                 return engagement_ingestion_sensor(ctx)
@@ -443,8 +494,14 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
         instance.add_dynamic_partitions(ingestion_batches.name, [request.partition_key])
         for _ in range(4):  # more give-ups than MAX_ATTEMPTS: the stream must not pause
             held = holder.lock(LOCK, "mutation/1", timeout_s=2)
-            out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
-                              tags=request.tags, resources=resources, raise_on_error=False)
+            out = materialize(
+                [engagement_ingestion],
+                partition_key=request.partition_key,
+                instance=instance,
+                tags=request.tags,
+                resources=resources,
+                raise_on_error=False,
+            )
             assert not out.success
             assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
             # While the lock is held the sensor launches no retry (it would only wait): it says who holds it.
@@ -457,11 +514,20 @@ def test_stream_run_gives_up_while_the_lock_is_held_then_commits_fenced(spark, s
         assert not os.path.exists(os.path.join(lake_root, "engagement_activity"))
         holder.close()
 
-        out = materialize([engagement_ingestion], partition_key=request.partition_key, instance=instance,
-                          tags=request.tags, resources=resources)
+        out = materialize(
+            [engagement_ingestion],
+            partition_key=request.partition_key,
+            instance=instance,
+            tags=request.tags,
+            resources=resources,
+        )
         assert out.success
     history = [h for h in LakeResource(root=lake_root).lake.table("engagement_activity").history() if h.get("app_id")]
-    assert history[0]["lock_name"] == LOCK and history[0]["lock_owner"] == f"{STREAM}/1" and int(history[0]["fencing_token"]) > held.token
+    assert (
+        history[0]["lock_name"] == LOCK
+        and history[0]["lock_owner"] == f"{STREAM}/1"
+        and int(history[0]["fencing_token"]) > held.token
+    )
 
 
 def mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s: float):
@@ -471,35 +537,67 @@ def mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_pre
     mutation_topic = f"test.mutations.{uuid.uuid4().hex[:10]}"
     kafka.create_topics({mutation_topic: 1})
     monkeypatch.setenv("EP_MUTATIONS_TOPIC", mutation_topic)
-    produce_requests(kafka, mutation_topic, [
-        {"request_id": "r1", "org_id": "o1", "request_time": "2026-02-01T00:00:00Z", "op": "convert",
-         "from_field": "lead_id", "from_id": "00QNOTYET", "to_field": "contact_id", "to_id": "003LATER"},
-    ])
+    produce_requests(
+        kafka,
+        mutation_topic,
+        [
+            {
+                "request_id": "r1",
+                "org_id": "o1",
+                "request_time": "2026-02-01T00:00:00Z",
+                "op": "convert",
+                "from_field": "lead_id",
+                "from_id": "00QNOTYET",
+                "to_field": "contact_id",
+                "to_id": "003LATER",
+            },
+        ],
+    )
     lake = LakeResource(root=lake_root)
-    coordinator = CoordinatorResource(lake=lake, root=root, enabled=True, lock_timeout_s=2, session_timeout_s=SESSION_S,
-                                      max_predecessor_wait_s=max_predecessor_wait_s)
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": lake,
-                 "coordinator": coordinator, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})}
+    coordinator = CoordinatorResource(
+        lake=lake,
+        root=root,
+        enabled=True,
+        lock_timeout_s=2,
+        session_timeout_s=SESSION_S,
+        max_predecessor_wait_s=max_predecessor_wait_s,
+    )
+    resources = {
+        "kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]),
+        "lake": lake,
+        "coordinator": coordinator,
+        "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+    }
     other = Coordinator(stack["ZOOKEEPER_HOSTS"], root, session_timeout_s=SESSION_S)
     with other.batch(JobSpec(LOCK, "retention"), "retention/1", timeout_s=2):
         pass  # a retention batch registered last
     return mutation_topic, coordinator, resources, other
 
 
-def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commits(spark, stack, kafka, lake_root, root, monkeypatch):
+def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commits(
+    spark, stack, kafka, lake_root, root, monkeypatch
+):
     """The rule changed between the tick and the run (a retention batch registered meanwhile): the run
     waits, lock released, until the bounded wait ends, then commits: no red run."""
     from engagement_platform.engagement.mutation.assets import engagement_mutation, mutation_batches
 
-    mutation_topic, coordinator, resources, other = mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3)
+    mutation_topic, coordinator, resources, other = mutation_after_retention(
+        stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3
+    )
     plan = plan_next_batch("mutation", mutation_topic, None, kafka.watermarks(mutation_topic), 1000)
     coordinator.checkpoints.record_plan(plan)
     request = run_request(plan, 1, {})
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
         started = time.monotonic()
-        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance,
-                          tags=request.tags, resources=resources, raise_on_error=False)
+        out = materialize(
+            [engagement_mutation],
+            partition_key=request.partition_key,
+            instance=instance,
+            tags=request.tags,
+            resources=resources,
+            raise_on_error=False,
+        )
         assert out.success, "waiting one's turn is not a failure"
         assert COORDINATION_TAG not in instance.get_run_by_id(out.run_id).tags
         assert time.monotonic() - started >= 2.0, "it waited for the bound"
@@ -509,14 +607,23 @@ def test_a_run_the_predecessor_rule_refuses_waits_out_the_bounded_wait_and_commi
     other.close()
 
 
-def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(spark, stack, kafka, lake_root, root, monkeypatch):
+def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
+    spark, stack, kafka, lake_root, root, monkeypatch
+):
     """Mutation may follow only {ingestion, mutation}: after a retention batch, its give-up is not
     re-requested on every tick (run spam) but held with a reason, until ingestion registers."""
-    from engagement_platform.engagement.mutation.assets import engagement_mutation, engagement_mutation_sensor, mutation_batches
+    from engagement_platform.engagement.mutation.assets import (
+        engagement_mutation,
+        engagement_mutation_sensor,
+        mutation_batches,
+    )
 
     # A bound far beyond the test's duration: here the wait ends because ingestion registers.
-    mutation_topic, coordinator, resources, other = mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3600)
+    mutation_topic, coordinator, resources, other = mutation_after_retention(
+        stack, kafka, lake_root, root, monkeypatch, max_predecessor_wait_s=3600
+    )
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:
                 return engagement_mutation_sensor(ctx)
@@ -533,8 +640,14 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
         coordinator.checkpoints.record_plan(plan)
         request = run_request(plan, 1, {})
         instance.add_dynamic_partitions(mutation_batches.name, [request.partition_key])
-        out = materialize([engagement_mutation], partition_key=request.partition_key, instance=instance,
-                          tags=request.tags, resources=resources, raise_on_error=False)
+        out = materialize(
+            [engagement_mutation],
+            partition_key=request.partition_key,
+            instance=instance,
+            tags=request.tags,
+            resources=resources,
+            raise_on_error=False,
+        )
         assert instance.get_run_by_id(out.run_id).tags[COORDINATION_TAG] == "gave_up"
         for _ in range(2):  # held on every tick while the rule forbids it, no run launched
             message = skipped(tick())
@@ -543,29 +656,49 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
             pass  # an ingestion batch registers: mutation may follow it now
         retry = tick().run_requests[0]
         assert retry.run_key.endswith("#attempt2")
-        out = materialize([engagement_mutation], partition_key=retry.partition_key, instance=instance,
-                          tags=retry.tags, resources=resources)
+        out = materialize(
+            [engagement_mutation],
+            partition_key=retry.partition_key,
+            instance=instance,
+            tags=retry.tags,
+            resources=resources,
+        )
         assert out.success
     other.close()
 
 
 # ---- waiting one's turn: bounded predecessor wait, no run while the lock is held, a run waits for the lock ----
 
+
 def test_allowed_counts_any_last_job_as_a_predecessor_once_the_bounded_wait_has_passed():
     retention = {"job": "retention", "owner": "retention/1"}
     assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors)
-    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=119.9, max_wait_s=120)
+    assert not allowed(
+        retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=119.9, max_wait_s=120
+    )
     assert allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=120, max_wait_s=120)
-    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=float("inf"))
-    assert not allowed(retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=None)
+    assert not allowed(
+        retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=float("inf")
+    )
+    assert not allowed(
+        retention, "mutation", "mutation/3", MUTATION.predecessors, registered_s_ago=1e9, max_wait_s=None
+    )
 
 
 def resource(stack, root, tmp_path, **fields) -> CoordinatorResource:
-    return CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=stack["ZOOKEEPER_HOSTS"], root=root,
-                               enabled=True, session_timeout_s=SESSION_S, **fields)
+    return CoordinatorResource(
+        lake=LakeResource(root=str(tmp_path / "lake")),
+        hosts=stack["ZOOKEEPER_HOSTS"],
+        root=root,
+        enabled=True,
+        session_timeout_s=SESSION_S,
+        **fields,
+    )
 
 
-def test_a_job_refused_by_the_predecessor_rule_registers_once_the_bounded_wait_has_passed(coordinators, stack, root, tmp_path):
+def test_a_job_refused_by_the_predecessor_rule_registers_once_the_bounded_wait_has_passed(
+    coordinators, stack, root, tmp_path
+):
     """After a retention batch, with no ingestion batch coming, a mutation batch waits for its turn
     only `max_predecessor_wait_s` (by ZooKeeper's clock), then registers; the sensor's question says
     how long the wait still lasts, then lets the batch go."""
@@ -581,7 +714,12 @@ def test_a_job_refused_by_the_predecessor_rule_registers_once_the_bounded_wait_h
         with c.batch(bounded, "mutation/3", timeout_s=2):
             pass
     waiting = coordinator.predecessor_wait("mutation", 3)
-    assert waiting is not None and "'retention'" in waiting and "the wait ends in" in waiting and f"bound {bound:g}s" in waiting, waiting
+    assert (
+        waiting is not None
+        and "'retention'" in waiting
+        and "the wait ends in" in waiting
+        and f"bound {bound:g}s" in waiting
+    ), waiting
     assert coordinator.lock_wait("mutation", 3) is None  # the lock itself is free
 
     wait_for(lambda: coordinator.predecessor_wait("mutation", 3) is None, timeout_s=bound + 10)
@@ -607,6 +745,7 @@ def test_the_sensor_question_reports_the_lock_holder_until_it_releases(coordinat
 
 class CountedSessions(Coordinator):
     """The real Coordinator, counting the sessions it is asked to open (ZooKeeper answers or not as it is)."""
+
     started: list[str] = []
 
     def start(self, timeout_s: float = 5.0) -> None:
@@ -615,7 +754,9 @@ class CountedSessions(Coordinator):
 
 
 @pytest.mark.parametrize("zookeeper", ["up", "away"])
-def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(zookeeper, coordinators, stack, root, tmp_path, monkeypatch):
+def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(
+    zookeeper, coordinators, stack, root, tmp_path, monkeypatch
+):
     """A tick asks whether the lock is free and which runs are alive. It asks on the session its resource opened
     at setup, not on one more session per question; and once ZooKeeper did not answer, later questions of the
     tick give up at once instead of each waiting out the connect timeout again (soak run 15: 16-20 s ticks while
@@ -629,8 +770,14 @@ def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(z
     holder = coordinators()
     held = holder.lock(LOCK, "ingestion/4", timeout_s=2)
     try:
-        coordinator = CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=hosts, root=root, enabled=True,
-                                          session_timeout_s=SESSION_S, connect_timeout_s=1.0)
+        coordinator = CoordinatorResource(
+            lake=LakeResource(root=str(tmp_path / "lake")),
+            hosts=hosts,
+            root=root,
+            enabled=True,
+            session_timeout_s=SESSION_S,
+            connect_timeout_s=1.0,
+        )
         with build_resources({"coordinator": coordinator}) as built:  # setup and teardown, as for a sensor's tick
             answers = [built.coordinator.lock_wait("mutation", 1), built.coordinator.predecessor_wait("mutation", 1)]
             if zookeeper == "up":
@@ -638,17 +785,27 @@ def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(z
                 assert holder.register_run("run-1", {"run_id": "run-1"})
                 assert "run-1" in built.coordinator.live_runs()
             else:
-                assert all(a.startswith(f"ZooKeeper unreachable: ZooKeeper {away} unreachable within 1s") for a in answers), answers
+                assert all(
+                    a.startswith(f"ZooKeeper unreachable: ZooKeeper {away} unreachable within 1s") for a in answers
+                ), answers
                 with pytest.raises(CoordinationGaveUp, match="unreachable"):
                     built.coordinator.live_runs()
     finally:
         holder.unlock(held)
     assert CountedSessions.started == [hosts]
-    without_setup = CoordinatorResource(lake=LakeResource(root=str(tmp_path / "lake")), hosts=hosts, root=root, enabled=True,
-                                        session_timeout_s=SESSION_S, connect_timeout_s=1.0)
+    without_setup = CoordinatorResource(
+        lake=LakeResource(root=str(tmp_path / "lake")),
+        hosts=hosts,
+        root=root,
+        enabled=True,
+        session_timeout_s=SESSION_S,
+        connect_timeout_s=1.0,
+    )
     # A resource without setup (orphans.liveness_probe's) opens a session per question.
     expected = None if zookeeper == "up" else f"ZooKeeper unreachable: ZooKeeper {away} unreachable within 1s"
-    assert without_setup.lock_wait("mutation", 1) == expected and without_setup.predecessor_wait("mutation", 1) == expected
+    assert (
+        without_setup.lock_wait("mutation", 1) == expected and without_setup.predecessor_wait("mutation", 1) == expected
+    )
     assert len(CountedSessions.started) == (3 if zookeeper == "up" else 2)
     monkeypatch.setattr(resources_module, "ASK_AGAIN_AFTER_S", 0.0)  # later than that, ZooKeeper is asked again
     without_setup.lock_wait("mutation", 1)
@@ -664,6 +821,7 @@ def test_a_stream_sensor_requests_no_run_while_the_lock_is_held(coordinators, st
     resources = {"kafka": FiveMessages(bootstrap_servers="unused:9092"), "coordinator": resource(stack, root, tmp_path)}
     holder = coordinators()
     with DagsterInstance.ephemeral() as instance:
+
         def tick():
             with build_sensor_context(instance=instance, resources=resources) as ctx:
                 return stream.sensor(ctx)
@@ -678,12 +836,16 @@ def test_a_stream_sensor_requests_no_run_while_the_lock_is_held(coordinators, st
         first = tick()
         assert first.run_requests and first.run_requests[0].partition_key == "00000001"
         held = holder.lock(CLICKS_LOCK, "backfill/2", timeout_s=2)
-        assert skipped(tick()) == f"clicks batch 1 waits for its turn: lock {CLICKS_LOCK} held by backfill/2"  # nor a re-request
+        assert (
+            skipped(tick()) == f"clicks batch 1 waits for its turn: lock {CLICKS_LOCK} held by backfill/2"
+        )  # nor a re-request
         holder.unlock(held)
         assert tick().run_requests[0].run_key == first.run_requests[0].run_key
 
 
-def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait_in_its_metadata(coordinators, stack, root, tmp_path):
+def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait_in_its_metadata(
+    coordinators, stack, root, tmp_path
+):
     """Lock timeout 0.5 s, lock held 3 s by another client: the run does not fail, it waits (logging each
     round), commits, and its materialization says how long it waited."""
     stream = clicks_stream(lock_name=CLICKS_LOCK, run_batch=count_clicks)
@@ -691,23 +853,41 @@ def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait
     plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
     CheckpointStore(DeltaLake(lake_root)).record_plan(plan)
     lake = LakeResource(root=lake_root)
-    coordinator = CoordinatorResource(lake=lake, hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True, session_timeout_s=SESSION_S,
-                                      lock_timeout_s=0.5, max_lock_wait_s=60)
+    coordinator = CoordinatorResource(
+        lake=lake,
+        hosts=stack["ZOOKEEPER_HOSTS"],
+        root=root,
+        enabled=True,
+        session_timeout_s=SESSION_S,
+        lock_timeout_s=0.5,
+        max_lock_wait_s=60,
+    )
     holder = coordinators()
     held = holder.lock(CLICKS_LOCK, "backfill/1", timeout_s=2)
     release = threading.Timer(3.0, holder.unlock, [held])
     release.start()
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
-        out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
-                          resources={"spark": NoSpark(), "lake": lake, "kafka": KafkaResource(bootstrap_servers="unused:9092"),
-                                     "coordinator": coordinator})
+        out = materialize(
+            [stream.asset],
+            partition_key=plan.partition_key,
+            instance=instance,
+            raise_on_error=False,
+            resources={
+                "spark": NoSpark(),
+                "lake": lake,
+                "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                "coordinator": coordinator,
+            },
+        )
         logs = [e.user_message for e in instance.all_logs(out.run_id)]
         tags = instance.get_run_by_id(out.run_id).tags
     release.join()
     assert out.success, logs
     assert COORDINATION_TAG not in tags
-    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    (metadata,) = [
+        m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")
+    ]
     assert 2.5 <= metadata[LOCK_WAIT_METADATA].value < 60
     assert metadata["records_read"].value == 5
     waits = [m for m in logs if f"waits for its turn: lock {CLICKS_LOCK} held by" in m]
@@ -715,6 +895,7 @@ def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait
 
 
 # ---- a run rides out passing faults: it tries its batch again from the plan, in the same run ---------
+
 
 def clicks_run_that_loses_its_lease(lake_root: str, expirations: int):
     """The clicks stream whose batch commits the two fenced tables, its first `expirations` attempts losing the
@@ -735,9 +916,18 @@ def clicks_run_that_loses_its_lease(lake_root: str, expirations: int):
 def materialize_clicks(stream, plan, lake_root: str, coordinator: CoordinatorResource):
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
-        out = materialize([stream.asset], partition_key=plan.partition_key, instance=instance, raise_on_error=False,
-                          resources={"spark": NoSpark(), "lake": coordinator.lake, "kafka": KafkaResource(bootstrap_servers="unused:9092"),
-                                     "coordinator": coordinator})
+        out = materialize(
+            [stream.asset],
+            partition_key=plan.partition_key,
+            instance=instance,
+            raise_on_error=False,
+            resources={
+                "spark": NoSpark(),
+                "lake": coordinator.lake,
+                "kafka": KafkaResource(bootstrap_servers="unused:9092"),
+                "coordinator": coordinator,
+            },
+        )
         return out, [e.user_message for e in instance.all_logs(out.run_id)], instance.get_run_by_id(out.run_id).tags
 
 
@@ -746,12 +936,20 @@ def run_losing_the_lease_once(stack, root: str, lake_root: str, monkeypatch, rid
     ride-out bound (pauses shortened): (plan, the attempts' leases, the result, its log messages, its run tags)."""
     monkeypatch.setattr(ride_out, "RIDE_OUT_PAUSES_S", (0.2,))
     stream, plan, leases = clicks_run_that_loses_its_lease(lake_root, expirations=1)
-    coordinator = CoordinatorResource(lake=LakeResource(root=lake_root), hosts=stack["ZOOKEEPER_HOSTS"], root=root, enabled=True,
-                                      session_timeout_s=SESSION_S, ride_out_faults_s=ride_out_faults_s)
+    coordinator = CoordinatorResource(
+        lake=LakeResource(root=lake_root),
+        hosts=stack["ZOOKEEPER_HOSTS"],
+        root=root,
+        enabled=True,
+        session_timeout_s=SESSION_S,
+        ride_out_faults_s=ride_out_faults_s,
+    )
     return (plan, leases, *materialize_clicks(stream, plan, lake_root, coordinator))
 
 
-def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_commits_once(stack, root, tmp_path, monkeypatch):
+def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_commits_once(
+    stack, root, tmp_path, monkeypatch
+):
     """Soak run 10: a lost lease (a session expiry, a run paused past it) or ZooKeeper away failed the run, and its
     batch then waited minutes for a new run behind the others in the run queue, all red in the UI. The run now
     tries again from the batch's plan: the first attempt committed fenced_a and lost its session before
@@ -760,7 +958,9 @@ def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_com
     plan, leases, out, logs, tags = run_losing_the_lease_once(stack, root, lake_root, monkeypatch, ride_out_faults_s=60)
     assert out.success, logs
     assert COORDINATION_TAG not in tags
-    (metadata,) = [m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")]
+    (metadata,) = [
+        m.metadata for m in out.asset_materializations_for_node("demo_clicks") if m.asset_key == AssetKey("demo_clicks")
+    ]
     assert metadata["attempts_in_run"].value == 2
     assert any("lease lost" in m and "attempt 2 in this run" in m for m in logs if m), logs
     lake, checkpoints = DeltaLake(lake_root), CheckpointStore(DeltaLake(lake_root))
@@ -771,7 +971,9 @@ def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_com
     assert int(commits(lake, "fenced_b")[0]["fencing_token"]) == second.token
 
 
-def test_faults_that_outlast_the_ride_out_bound_fail_the_run_as_a_coordination_failure(stack, root, tmp_path, monkeypatch):
+def test_faults_that_outlast_the_ride_out_bound_fail_the_run_as_a_coordination_failure(
+    stack, root, tmp_path, monkeypatch
+):
     """With no time to ride faults out (ride_out_faults_s=0) the run fails at the first lost lease, tagged so it
     does not count as an attempt; the sensor's retry finishes the batch (fenced_b is still missing)."""
     lake_root = str(tmp_path / "lake")

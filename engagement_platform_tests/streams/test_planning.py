@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import (
-    BatchPlan, FileSetSlice, FileSlice, KafkaSlice, SnapshotSlice, TableVersionsSlice, offset_gaps_and_overlaps, plan_next_batch,
+    BatchPlan,
+    FileSetSlice,
+    FileSlice,
+    KafkaSlice,
+    SnapshotSlice,
+    TableVersionsSlice,
+    offset_gaps_and_overlaps,
+    plan_next_batch,
 )
 from engagement_platform.streams.slices import from_columns, to_columns
 
@@ -342,18 +349,25 @@ def test_gaps_and_overlaps_non_monotone_plans_match_reference(plans):
 
 names = st.text(min_size=1, max_size=30)
 kafka_slices = st.builds(
-    KafkaSlice, names,
-    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**12), st.integers(0, 10**6)), max_size=6)
-    .map(lambda raw: tuple(OffsetRange(p, s, s + n) for p, s, n in raw)),
+    KafkaSlice,
+    names,
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 10**12), st.integers(0, 10**6)), max_size=6).map(
+        lambda raw: tuple(OffsetRange(p, s, s + n) for p, s, n in raw)
+    ),
 )
 file_slices = st.builds(FileSlice, names, st.integers(0, 10**12))
-version_slices = st.tuples(names, st.integers(-1, 10**6), st.integers(0, 10**6)).map(lambda t: TableVersionsSlice(t[0], t[1], t[1] + t[2]))
+version_slices = st.tuples(names, st.integers(-1, 10**6), st.integers(0, 10**6)).map(
+    lambda t: TableVersionsSlice(t[0], t[1], t[1] + t[2])
+)
 snapshot_slices = st.builds(
-    SnapshotSlice, names,
-    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc)),
+    SnapshotSlice,
+    names,
+    st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
     st.lists(st.tuples(names, st.integers(0, 10**12)), max_size=5).map(tuple),
 )
-file_set_slices = st.lists(file_slices, min_size=1, max_size=5, unique_by=lambda f: f.path).map(lambda files: FileSetSlice(tuple(files)))
+file_set_slices = st.lists(file_slices, min_size=1, max_size=5, unique_by=lambda f: f.path).map(
+    lambda files: FileSetSlice(tuple(files))
+)
 any_slice = st.one_of(kafka_slices, file_slices, file_set_slices, version_slices, snapshot_slices)
 
 
@@ -379,7 +393,9 @@ def test_kafka_slices_keep_the_original_row_format(slice_):
 
 
 def test_rows_in_the_old_format_read_back_as_kafka_slices():
-    assert from_columns("t.activities", "[[0, 0, 10], [1, 5, 9]]") == KafkaSlice("t.activities", (OffsetRange(0, 0, 10), OffsetRange(1, 5, 9)))
+    assert from_columns("t.activities", "[[0, 0, 10], [1, 5, 9]]") == KafkaSlice(
+        "t.activities", (OffsetRange(0, 0, 10), OffsetRange(1, 5, 9))
+    )
     assert from_columns("t", "[]") == KafkaSlice("t", ())
     # Landing files and processor versions stored as offsets before the typed slices are read as the kind asked for.
     old_file = BatchPlan("ingest.rewards", 3, from_columns("/landing/a.csv", "[[0, 0, 1234]]"))
@@ -412,17 +428,24 @@ def test_a_file_set_names_its_files_folder_and_bytes():
     assert files.key == "s3://b/landing/m/a.csv..s3://b/landing/m/ab.csv[2 files, 15 bytes]"
     single = FileSetSlice((FileSlice("/landing/a.csv", 7),))
     assert (single.source, single.key) == ("/landing/a.csv", FileSlice("/landing/a.csv", 7).key)
-    assert to_columns(files) == ("s3://b/landing/m/", json.dumps({"kind": "files", "files": [["s3://b/landing/m/a.csv", 10], ["s3://b/landing/m/ab.csv", 5]]}))
+    assert to_columns(files) == (
+        "s3://b/landing/m/",
+        json.dumps({"kind": "files", "files": [["s3://b/landing/m/a.csv", 10], ["s3://b/landing/m/ab.csv", 5]]}),
+    )
 
 
 def test_slice_keys_and_kafka_conveniences():
-    until = datetime(2026, 1, 5, 10, tzinfo=timezone.utc)
+    until = datetime(2026, 1, 5, 10, tzinfo=UTC)
     file_plan = BatchPlan("ingest.rewards", 7, FileSlice("/landing/a.csv", 1234))
     versions = BatchPlan("profile_processor/acme", 2, TableVersionsSlice("profile_cdc_staging", 4, 9))
-    snapshot = BatchPlan("profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20))))
+    snapshot = BatchPlan(
+        "profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))
+    )
     assert file_plan.run_key == "ingest.rewards/7//landing/a.csv[1234 bytes]"
     assert versions.run_key == "profile_processor/acme/2/profile_cdc_staging(4..9]"
-    assert snapshot.run_key == "profile_backfill/acme/1//exports/acme?until=2026-01-05T10:00:00+00:00[2 files, 30 bytes]"
+    assert (
+        snapshot.run_key == "profile_backfill/acme/1//exports/acme?until=2026-01-05T10:00:00+00:00[2 files, 30 bytes]"
+    )
     assert [p.record_count for p in (file_plan, versions, snapshot)] == [0, 0, 0]
     assert file_plan.slice_as(FileSlice) is file_plan.slice
     for p in (file_plan, versions, snapshot):

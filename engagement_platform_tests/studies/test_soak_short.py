@@ -27,8 +27,24 @@ CATCH_UP_MINUTES = 12
 
 @pytest.mark.stack
 def test_a_short_soak_under_20_or_more_faults_loses_duplicates_and_breaks_nothing():
-    command = [sys.executable, "-u", "-m", "benchmarks.soak", "--seed", str(SEED), "--minutes", str(MINUTES), "--faults", str(FAULTS),
-               "--max-concurrent-faults", "2", "--catch-up-minutes", str(CATCH_UP_MINUTES), "--settle-seconds", "20"]
+    command = [
+        sys.executable,
+        "-u",
+        "-m",
+        "benchmarks.soak",
+        "--seed",
+        str(SEED),
+        "--minutes",
+        str(MINUTES),
+        "--faults",
+        str(FAULTS),
+        "--max-concurrent-faults",
+        "2",
+        "--catch-up-minutes",
+        str(CATCH_UP_MINUTES),
+        "--settle-seconds",
+        "20",
+    ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=25 * 60)
     out = done.stdout + done.stderr
     (REPO / ".state" / f"soak-{SEED}" / "report.txt").write_text(out)  # the whole report, for a person reading a CI run
@@ -37,4 +53,6 @@ def test_a_short_soak_under_20_or_more_faults_loses_duplicates_and_breaks_nothin
     assert len(injected) >= 20, f"{len(injected)} faults injected\n{tail}"
     assert re.search(r"^PASS \(\d+ messages, \d+ faults\)$", done.stdout, flags=re.M), tail
     assert done.returncode == 0, tail
-    assert re.search(r"engagement_activity: expected \d+, found \d+: lost 0, duplicated 0, wrong 0, unexpected 0", done.stdout), tail
+    assert re.search(
+        r"engagement_activity: expected \d+, found \d+: lost 0, duplicated 0, wrong 0, unexpected 0", done.stdout
+    ), tail

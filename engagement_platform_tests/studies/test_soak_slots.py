@@ -13,9 +13,14 @@ def by_the_second(runs: list[RunSpan], slots: int, now: int) -> tuple[int, int]:
     """Obviously correct on whole seconds: for each second [t, t+1), is a run queued, and are all slots taken."""
     queued = full = 0
     for t in range(now):
-        waiting = any(r.created <= t < (r.launched if r.launched is not None else now) and t < (r.ended if r.ended is not None else now)
-                      for r in runs)
-        holding = sum(1 for r in runs if r.launched is not None and r.launched <= t < (r.ended if r.ended is not None else now))
+        waiting = any(
+            r.created <= t < (r.launched if r.launched is not None else now)
+            and t < (r.ended if r.ended is not None else now)
+            for r in runs
+        )
+        holding = sum(
+            1 for r in runs if r.launched is not None and r.launched <= t < (r.ended if r.ended is not None else now)
+        )
         queued += waiting
         full += waiting and holding >= slots
     return queued, full
@@ -38,7 +43,9 @@ def test_queue_time_and_full_slots_match_a_second_by_second_count(spans, slots):
     usage = slot_usage(spans, slots, now=100)
     assert (usage.queued_s, usage.queued_full_s) == by_the_second(spans, slots, 100)
     launched = [r for r in spans if r.launched is not None]
-    assert usage.success_s + usage.failed_s == sum((r.ended if r.ended is not None else 100) - r.launched for r in launched)
+    assert usage.success_s + usage.failed_s == sum(
+        (r.ended if r.ended is not None else 100) - r.launched for r in launched
+    )
     assert usage.successes + usage.failures == len(launched)
 
 
@@ -48,4 +55,6 @@ def test_a_run_queued_behind_two_busy_slots_then_behind_one():
     # the third run waits 5 -> 20: both slots taken until 10 (a failed run leaves), then one slot free but not yet taken
     assert (usage.queued_s, usage.queued_full_s, usage.waits) == (15, 5, [0, 0, 15])
     assert (usage.success_s, usage.failed_s, usage.successes, usage.failures) == (50, 10, 2, 1)
-    assert usage.lines()[0].startswith("run slots 2: a run waited in the queue for 15 s of the run, all slots taken for 5 s")
+    assert usage.lines()[0].startswith(
+        "run slots 2: a run waited in the queue for 15 s of the run, all slots taken for 5 s"
+    )

@@ -9,13 +9,22 @@ import pytest
 from deltalake.exceptions import CommitFailedError
 from kazoo.client import KazooClient
 
+from benchmarks.three_streams.simulation import (
+    MUTATION,
+    RETENTION,
+    RULES,
+    Window,
+    Workload,
+    apply_batch,
+    count_overlaps,
+    order_violations,
+    run_simulation,
+    seed_rows,
+)
+from benchmarks.three_streams.timeline import draw_timeline
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.streams.coordinator import Coordinator
-from benchmarks.three_streams.simulation import (
-    MUTATION, RETENTION, RULES, Window, Workload, apply_batch, count_overlaps, order_violations, run_simulation, seed_rows,
-)
-from benchmarks.three_streams.timeline import draw_timeline
 
 WORKLOAD = Workload().scaled(ingestion=12, mutation=4, retention=2)
 
@@ -76,13 +85,23 @@ def test_conflict_forced_then_recovered_by_rereading(tmp_path):
 
 
 def test_order_rule_and_overlap_counting():
-    seq = [("mutation", "mutation/1"), ("ingestion", "ingestion/1"), ("mutation", "mutation/2"),
-           ("mutation", "mutation/2"), ("retention", "retention/1"), ("retention", "retention/2")]
+    seq = [
+        ("mutation", "mutation/1"),
+        ("ingestion", "ingestion/1"),
+        ("mutation", "mutation/2"),
+        ("mutation", "mutation/2"),
+        ("retention", "retention/1"),
+        ("retention", "retention/2"),
+    ]
     # first is free; a retry of the batch registered last is allowed; retention twice in a row is not
     assert order_violations(seq, RULES) == [5]
     assert order_violations(seq[:3] + [("mutation", "mutation/3")], RULES) == [3]
-    w = [Window("ingestion", 1, 1, 0, 0.0, 1.0, "committed"), Window("mutation", 1, 1, 0, 0.5, 2.0, "conflict"),
-         Window("retention", 1, 1, 0, 0.9, 0.9, "gave_up"), Window("ingestion", 2, 1, 0, 1.5, 3.0, "committed")]
+    w = [
+        Window("ingestion", 1, 1, 0, 0.0, 1.0, "committed"),
+        Window("mutation", 1, 1, 0, 0.5, 2.0, "conflict"),
+        Window("retention", 1, 1, 0, 0.9, 0.9, "gave_up"),
+        Window("ingestion", 2, 1, 0, 1.5, 3.0, "committed"),
+    ]
     assert count_overlaps(w) == 2  # (i1, m1) and (m1, i2); a give-up ran nothing; same stream never counts
 
 

@@ -12,8 +12,17 @@ from engagement_platform.streams.planning import plan_next_batch
 T0 = "2026-01-05T10:00:00Z"
 
 
-def record(tenant: str, pid: str, seq: int, fields: dict | None = None, *, op: str = "upsert", related=None,
-           ts: str = T0, record_type: str = "person") -> dict:
+def record(
+    tenant: str,
+    pid: str,
+    seq: int,
+    fields: dict | None = None,
+    *,
+    op: str = "upsert",
+    related=None,
+    ts: str = T0,
+    record_type: str = "person",
+) -> dict:
     r = {"tenant": tenant, "primary_id": pid, "record_type": record_type, "op": op, "cdc_seq": seq, "cdc_ts": ts}
     if fields is not None:
         r["fields"] = fields
@@ -46,7 +55,9 @@ def plan_all(kafka, checkpoints, topic, stream: str = STREAM, max_per_partition:
 
 def stage(spark, kafka, lake, checkpoints, topic, records, **kwargs):
     kafka.produce(topic, encode(records))
-    return stage_cdc_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_all(kafka, checkpoints, topic), **kwargs)
+    return stage_cdc_batch(
+        spark, lake, checkpoints, kafka.bootstrap_servers, plan_all(kafka, checkpoints, topic), **kwargs
+    )
 
 
 def stage_and_process(spark, kafka, lake, checkpoints, topic, records, tenant):

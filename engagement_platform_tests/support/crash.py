@@ -18,7 +18,9 @@ def after_commit(stream: str, table: str) -> str:
     return f"{stream}:after:{table}"
 
 
-def run_batch(stream: str, lake_root: str, batch_id: int | None = None, *options: str, failpoint: str | None = None) -> subprocess.CompletedProcess:
+def run_batch(
+    stream: str, lake_root: str, batch_id: int | None = None, *options: str, failpoint: str | None = None
+) -> subprocess.CompletedProcess:
     """`python -m engagement_platform.cli run-batch --stream ... [--batch-id ...] [options]` against the
     test lake (the stack's servers come from the environment the `stack` fixture set), with the failpoint
     set (and only then)."""
@@ -47,7 +49,9 @@ def finished(stream: str, lake_root: str, batch_id: int) -> subprocess.Completed
     return rerun
 
 
-def crash_then_rerun(lake_root: str, lake, checkpoints, stream: str, app_id: str, batch_id: int, crash_after: str) -> subprocess.CompletedProcess:
+def crash_then_rerun(
+    lake_root: str, lake, checkpoints, stream: str, app_id: str, batch_id: int, crash_after: str
+) -> subprocess.CompletedProcess:
     """Kill the batch right after its commit to `crash_after`, check what that left, re-run it; returns the
     re-run, which must have finished the batch and found `crash_after` already committed."""
     killed_at(stream, lake_root, batch_id, crash_after)
@@ -58,4 +62,3 @@ def crash_then_rerun(lake_root: str, lake, checkpoints, stream: str, app_id: str
     assert checkpoints.is_done(stream, batch_id)
     assert checkpoints.states(stream, batch_id)[crash_after] == "already_committed"
     return rerun
-

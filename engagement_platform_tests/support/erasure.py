@@ -11,8 +11,16 @@ ASKED = "2026-02-01T10:00:00Z"
 
 
 def activity(eid, org, day, lead=None, contact=None) -> dict:
-    return {"engagement_id": eid, "org_id": org, "activity_type": "call", "event_time": f"{day}T09:00:00Z",
-            "engagement_date": str(day), "lead_id": lead, "contact_id": contact, "user_id": "005000001"}
+    return {
+        "engagement_id": eid,
+        "org_id": org,
+        "activity_type": "call",
+        "event_time": f"{day}T09:00:00Z",
+        "engagement_date": str(day),
+        "lead_id": lead,
+        "contact_id": contact,
+        "user_id": "005000001",
+    }
 
 
 def produce(kafka, topic, messages: list) -> None:
@@ -31,4 +39,6 @@ def plan_retention(kafka, checkpoints, topic):
 
 def retain(spark, kafka, lake, checkpoints, topic, requests):
     produce(kafka, topic, requests)
-    return apply_retention_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_retention(kafka, checkpoints, topic))
+    return apply_retention_batch(
+        spark, lake, checkpoints, kafka.bootstrap_servers, plan_retention(kafka, checkpoints, topic)
+    )

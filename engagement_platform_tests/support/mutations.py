@@ -24,4 +24,6 @@ def plan_mutations(kafka, checkpoints, topic):
 
 def mutate(spark, kafka, lake, checkpoints, topic, requests: list, **kwargs):
     produce_requests(kafka, topic, requests)
-    return apply_mutation_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_mutations(kafka, checkpoints, topic), **kwargs)
+    return apply_mutation_batch(
+        spark, lake, checkpoints, kafka.bootstrap_servers, plan_mutations(kafka, checkpoints, topic), **kwargs
+    )

@@ -31,7 +31,7 @@ def wait_until_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s
             return
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"{proc.args[0]} did not start: {log.read_text()[-2000:]}")
+                raise RuntimeError(f"{proc.args[0]} did not start: {log.read_text()[-2000:]}") from None
             time.sleep(0.2)
 
 
@@ -53,22 +53,44 @@ def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
     with open(log, "ab") as out:
         proc = subprocess.Popen([str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
     secret = RUN_SECRETS["AWS_SECRET_ACCESS_KEY"]  # distinctive, so the run's leak check can find it anywhere
-    options = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": "test",
-               "AWS_SECRET_ACCESS_KEY": secret, "AWS_ALLOW_HTTP": "true", "AWS_CONDITIONAL_PUT": "etag"}
+    options = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_CONDITIONAL_PUT": "etag",
+    }
     try:
         wait_until_listening(port, proc, log)
         bucket = f"lake-{uuid.uuid4().hex[:8]}"
         import pyarrow.fs as pafs
 
-        pafs.S3FileSystem(access_key="test", secret_key=secret, region="us-east-1", endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                          allow_bucket_creation=True).create_dir(bucket)
+        pafs.S3FileSystem(
+            access_key="test",
+            secret_key=secret,
+            region="us-east-1",
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            allow_bucket_creation=True,
+        ).create_dir(bucket)
         yield {**options, "bucket": bucket}
     finally:
         stop(proc)
 
 
-AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its well-known dev key
-AZURITE = Path(__file__).resolve().parents[2] / ".state" / "tools" / "azurite-3.37.0" / "node_modules" / ".bin" / "azurite-blob"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its well-known dev key
+)
+AZURITE = (
+    Path(__file__).resolve().parents[2]
+    / ".state"
+    / "tools"
+    / "azurite-3.37.0"
+    / "node_modules"
+    / ".bin"
+    / "azurite-blob"
+)
 
 
 @contextmanager
@@ -80,16 +102,39 @@ def azurite_endpoint(folder: Path) -> Iterator[dict[str, str]]:
     port = free_port()
     account = "devstoreaccount1"
     with open(folder / "azurite.log", "ab") as out:
-        proc = subprocess.Popen([str(AZURITE), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(folder / "azurite"),
-                                 "--skipApiVersionCheck", "--loose"], stdout=out, stderr=subprocess.STDOUT)
-    options = {"AZURE_STORAGE_ACCOUNT_NAME": account, "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
-               "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{account}", "AZURE_ALLOW_HTTP": "true"}
+        proc = subprocess.Popen(
+            [
+                str(AZURITE),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                str(folder / "azurite"),
+                "--skipApiVersionCheck",
+                "--loose",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    options = {
+        "AZURE_STORAGE_ACCOUNT_NAME": account,
+        "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+        "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{account}",
+        "AZURE_ALLOW_HTTP": "true",
+    }
     try:
         wait_until_listening(port, proc, folder / "azurite.log")
         container = f"lake{uuid.uuid4().hex[:8]}"
         authority = f"127.0.0.1:{port}"
-        pafs.AzureFileSystem(account_name=account, account_key=AZURITE_KEY, blob_storage_authority=authority, blob_storage_scheme="http",
-                             dfs_storage_authority=authority, dfs_storage_scheme="http").create_dir(container)
+        pafs.AzureFileSystem(
+            account_name=account,
+            account_key=AZURITE_KEY,
+            blob_storage_authority=authority,
+            blob_storage_scheme="http",
+            dfs_storage_authority=authority,
+            dfs_storage_scheme="http",
+        ).create_dir(container)
         yield {**options, "bucket": container}
     finally:
         stop(proc)

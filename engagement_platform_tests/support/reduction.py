@@ -3,11 +3,12 @@ hypothesis strategies for random tables and batches (small pools, so requests ke
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from hypothesis import strategies as st
 
-from engagement_platform.engagement.mutation.requests import OWNER_FIELDS, MutationRequest as R
+from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
+from engagement_platform.engagement.mutation.requests import MutationRequest as R
 
 ORG = "00D000001"
 D1, D2, D3, D4 = (date(2026, 1, day) for day in (1, 2, 3, 4))
@@ -53,7 +54,11 @@ def requests(draw, kinds=MIXED, fields=OWNER_FIELDS, eids=EIDS):
         dates = {}
         if draw(st.booleans()):
             dates = {"date_from": draw(maybe_day), "date_to": draw(maybe_day)}
-        kind, field, to_field = draw(st.sampled_from(kinds)), draw(st.sampled_from(fields)), draw(st.sampled_from(fields))
+        kind, field, to_field = (
+            draw(st.sampled_from(kinds)),
+            draw(st.sampled_from(fields)),
+            draw(st.sampled_from(fields)),
+        )
         owner_id, to_id = draw(st.sampled_from(POOLS[field])), draw(st.sampled_from(POOLS[to_field]))
         if kind == "rename":
             out.append(rename(rid, time, owner_id, draw(st.sampled_from(POOLS[field])), field, **dates))
@@ -76,8 +81,14 @@ def canonical_rows(batch) -> list[dict]:
     """MutationRequests as the stream's canonical columns (request_time: the tests' small ints as micros)."""
     out = []
     for r in batch:
-        row = {"request_id": r.request_id, "org_id": r.org_id, "op": r.op, "date_from": r.date_from, "date_to": r.date_to,
-               "request_time": datetime.fromtimestamp(r.request_time / 1e6, timezone.utc)}
+        row = {
+            "request_id": r.request_id,
+            "org_id": r.org_id,
+            "op": r.op,
+            "date_from": r.date_from,
+            "date_to": r.date_to,
+            "request_time": datetime.fromtimestamp(r.request_time / 1e6, UTC),
+        }
         if r.op == "convert":
             row.update(from_field=r.field, from_id=r.owner_id, to_field=r.to_field, to_id=r.to_id)
         elif r.op == "merge":

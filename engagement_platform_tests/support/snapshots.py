@@ -27,12 +27,16 @@ def write_jsonl(path, rows) -> None:
 
 def write_parquet(path, rows) -> None:
     """The hot store's Parquet layout: fields as JSON text, related ids as a list, a real timestamp."""
-    table = pa.table({
-        "primary_id": [r["primary_id"] for r in rows],
-        "record_type": [r["record_type"] for r in rows],
-        "related_ids": pa.array([r.get("related_ids") for r in rows], pa.list_(pa.string())),
-        "cdc_seq": pa.array([r["cdc_seq"] for r in rows], pa.int64()),
-        "cdc_ts": pa.array([datetime.fromisoformat(r["cdc_ts"].replace("Z", "+00:00")) for r in rows], pa.timestamp("us", tz="UTC")),
-        "fields": [json.dumps(r["fields"]) if "fields" in r else None for r in rows],
-    })
+    table = pa.table(
+        {
+            "primary_id": [r["primary_id"] for r in rows],
+            "record_type": [r["record_type"] for r in rows],
+            "related_ids": pa.array([r.get("related_ids") for r in rows], pa.list_(pa.string())),
+            "cdc_seq": pa.array([r["cdc_seq"] for r in rows], pa.int64()),
+            "cdc_ts": pa.array(
+                [datetime.fromisoformat(r["cdc_ts"].replace("Z", "+00:00")) for r in rows], pa.timestamp("us", tz="UTC")
+            ),
+            "fields": [json.dumps(r["fields"]) if "fields" in r else None for r in rows],
+        }
+    )
     pq.write_table(table, path)

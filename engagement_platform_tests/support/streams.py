@@ -9,7 +9,12 @@ from types import SimpleNamespace
 from dagster import AssetCheckResult, AssetKey
 from kazoo.client import KazooClient
 
-from engagement_platform.orchestration.checks import RECORDS_CONSERVED, BatchChecks, conservation, notifications_match_changes
+from engagement_platform.orchestration.checks import (
+    RECORDS_CONSERVED,
+    BatchChecks,
+    conservation,
+    notifications_match_changes,
+)
 from engagement_platform.orchestration.kafka_stream import KafkaStreamDefinition, build_kafka_stream
 from engagement_platform.resources import KafkaResource, SparkResource
 from engagement_platform.streams.coordinator import Coordinator
@@ -48,18 +53,22 @@ def records(lake, checkpoints, result) -> list[AssetCheckResult]:
 
 
 def clicks_stream(lock_name=None, run_batch=not_run, **overrides):
-    return build_kafka_stream(KafkaStreamDefinition(
-        spec=StreamSpec(name="clicks", app_id="demo.clicks", run_batch=run_batch, lock_name=lock_name),
-        asset_key=AssetKey("demo_clicks"),
-        topic_asset_key=AssetKey(["kafka", "demo_clicks"]),
-        topic=lambda: "demo.clicks",
-        description="Clicks stream: each partition is one planned offset slice.",
-        topic_description="Kafka topic of clicks.",
-        group="demo",
-        checks=[BatchChecks({RECORDS_CONSERVED: "Records read = rows appended."}, records),
-                notifications_match_changes("demo_notifications", "demo_clicks_table", "demo.clicks")],
-        **overrides,
-    ))
+    return build_kafka_stream(
+        KafkaStreamDefinition(
+            spec=StreamSpec(name="clicks", app_id="demo.clicks", run_batch=run_batch, lock_name=lock_name),
+            asset_key=AssetKey("demo_clicks"),
+            topic_asset_key=AssetKey(["kafka", "demo_clicks"]),
+            topic=lambda: "demo.clicks",
+            description="Clicks stream: each partition is one planned offset slice.",
+            topic_description="Kafka topic of clicks.",
+            group="demo",
+            checks=[
+                BatchChecks({RECORDS_CONSERVED: "Records read = rows appended."}, records),
+                notifications_match_changes("demo_notifications", "demo_clicks_table", "demo.clicks"),
+            ],
+            **overrides,
+        )
+    )
 
 
 class FiveMessages(KafkaResource):

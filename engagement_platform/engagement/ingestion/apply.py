@@ -18,14 +18,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.ingestion.records import KEY_SEPARATOR, ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
+from engagement_platform.engagement.ingestion.records import (
+    KEY_SEPARATOR,
+    ingestion_pipeline,
+    mark_already_in_table,
+    mark_duplicates_in_batch,
+)
+from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, write_task
 from engagement_platform.engagement.tables import (
     ACTIVITY_LOCK,
     ENGAGEMENT_ACTIVITY,
@@ -34,13 +40,19 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_SUPPRESSED_RECORDS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.engagement.ingestion.write_task import FILES, KEYS, REJECTED, SUPPRESSED, write_task
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validated_kafka_frame
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, read_file, rewrite_files, writer_tag
+from engagement_platform.lake.file_writes import (
+    WrittenFile,
+    commit_files,
+    delete_uncommitted,
+    read_file,
+    rewrite_files,
+    writer_tag,
+)
 from engagement_platform.lake.suppression_tables import hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
@@ -69,9 +81,15 @@ class IngestResult:
     records_suppressed: int = 0  # records naming an erased subject: dropped, stored nowhere
 
     def metadata(self) -> dict:
-        return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read,
-                              rows_appended=self.rows_appended, rows_rejected=self.rows_rejected,
-                              records_suppressed=self.records_suppressed)
+        return batch_metadata(
+            self.plan,
+            self.versions,
+            self.seconds,
+            records_read=self.records_read,
+            rows_appended=self.rows_appended,
+            rows_rejected=self.rows_rejected,
+            records_suppressed=self.records_suppressed,
+        )
 
 
 EXISTING_SCHEMA = pa.schema([("org_id", pa.string()), ("engagement_id", pa.string()), ("batch_id", pa.int64())])
@@ -92,10 +110,14 @@ def existing_keys(lake: DeltaLake, version: int, validated: pa.Table, batch_id: 
     if not files:
         return EXISTING_SCHEMA.empty_table()
     uri = lake.uri(ENGAGEMENT_ACTIVITY.name)
-    rows = pa.concat_tables([read_file(uri, ENGAGEMENT_ACTIVITY, f, lake.storage_options, EXISTING_SCHEMA.names) for f in files])
+    rows = pa.concat_tables(
+        [read_file(uri, ENGAGEMENT_ACTIVITY, f, lake.storage_options, EXISTING_SCHEMA.names) for f in files]
+    )
     held = pc.binary_join_element_wise(rows["org_id"], rows["engagement_id"], KEY_SEPARATOR)
     wanted = pc.binary_join_element_wise(keys["org_id"], keys["engagement_id"], KEY_SEPARATOR)
-    hit = pc.and_(pc.is_in(held, value_set=wanted), pc.not_equal(rows["batch_id"], batch_id))  # one hash set for all files
+    hit = pc.and_(
+        pc.is_in(held, value_set=wanted), pc.not_equal(rows["batch_id"], batch_id)
+    )  # one hash set for all files
     return rows.filter(pc.fill_null(hit, False)).cast(EXISTING_SCHEMA)
 
 
@@ -106,16 +128,34 @@ def key_files(actions: pa.Table, keys: pa.Table) -> list[WrittenFile]:
     if actions.num_rows == 0:
         return []
     spans = keys.group_by("org_id").aggregate([("engagement_id", "min"), ("engagement_id", "max")])
-    plain = {name: (pc.cast(actions[name], pa.string()) if name in actions.column_names else pa.nulls(actions.num_rows, pa.string()))
-             for name in ("path", "partition.org_id", "min.engagement_id", "max.engagement_id")}
-    files = pa.table({"path": plain["path"], "org_id": plain["partition.org_id"],
-                      "low": plain["min.engagement_id"], "high": plain["max.engagement_id"]})
+    plain = {
+        name: (
+            pc.cast(actions[name], pa.string())
+            if name in actions.column_names
+            else pa.nulls(actions.num_rows, pa.string())
+        )
+        for name in ("path", "partition.org_id", "min.engagement_id", "max.engagement_id")
+    }
+    files = pa.table(
+        {
+            "path": plain["path"],
+            "org_id": plain["partition.org_id"],
+            "low": plain["min.engagement_id"],
+            "high": plain["max.engagement_id"],
+        }
+    )
     joined = files.join(spans, "org_id", join_type="inner")
     # Delta truncates long string statistics to a prefix (min) and a larger value (max): still bounds.
-    meets = pc.and_kleene(pc.less_equal(joined["low"], joined["engagement_id_max"]), pc.greater_equal(joined["high"], joined["engagement_id_min"]))
+    meets = pc.and_kleene(
+        pc.less_equal(joined["low"], joined["engagement_id_max"]),
+        pc.greater_equal(joined["high"], joined["engagement_id_min"]),
+    )
     kept = joined.filter(pc.fill_null(meets, True))  # no statistics: the file may hold anything
     # files to read, never to commit: their size and time are not needed
-    return [WrittenFile(path, 0, {"org_id": org}, "", 0) for path, org in sorted(zip(kept["path"].to_pylist(), kept["org_id"].to_pylist()))]
+    return [
+        WrittenFile(path, 0, {"org_id": org}, "", 0)
+        for path, org in sorted(zip(kept["path"].to_pylist(), kept["org_id"].to_pylist()))
+    ]
 
 
 def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
@@ -127,8 +167,10 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
 def flag_duplicates(keys: pa.Table, lake: DeltaLake, activity_version: int, batch_id: int) -> pa.Table:
     """The valid rows (their keys) that must not be appended, each with its one error: later copies of a key
     within the slice, then keys engagement_activity already holds at `activity_version`."""
-    no_errors = pa.ListArray.from_arrays(pa.array(np.zeros(keys.num_rows + 1, np.int32)),
-                                         pa.array([], pa.struct([(name, pa.string()) for name in ERROR_FIELDS])))
+    no_errors = pa.ListArray.from_arrays(
+        pa.array(np.zeros(keys.num_rows + 1, np.int32)),
+        pa.array([], pa.struct([(name, pa.string()) for name in ERROR_FIELDS])),
+    )
     checked = keys.append_column(ERRORS, no_errors)  # built from offsets: no Python list per row
     checked, in_batch = mark_duplicates_in_batch(checked)
     checked, in_table = mark_already_in_table(checked, existing_keys(lake, activity_version, checked, batch_id))
@@ -139,8 +181,9 @@ def with_raw_bytes(flagged: pa.Table, bootstrap_servers: str, topic: str, kafka_
     """`flagged` with each record's raw bytes, read back from Kafka by offset (the executors kept them)."""
     positions = list(zip(flagged[SOURCE_PARTITION].to_pylist(), flagged[SOURCE_OFFSET].to_pylist()))
     raw = fetch_values(KafkaClient(bootstrap_servers, kafka_config), topic, set(positions)) if positions else {}
-    return (flagged.append_column(RAW, pa.array([raw.get(p) for p in positions], pa.binary()))
-            .append_column(INPUT, pa.nulls(flagged.num_rows, pa.string())))
+    return flagged.append_column(RAW, pa.array([raw.get(p) for p in positions], pa.binary())).append_column(
+        INPUT, pa.nulls(flagged.num_rows, pa.string())
+    )
 
 
 QUARANTINED_COLUMNS = [ERRORS, SOURCE_PARTITION, SOURCE_OFFSET, "org_id", RAW, INPUT]
@@ -148,8 +191,11 @@ QUARANTINED_COLUMNS = [ERRORS, SOURCE_PARTITION, SOURCE_OFFSET, "org_id", RAW, I
 
 def quarantine_of(rejected: pa.Table | None, flagged: pa.Table, plan: BatchPlan, at: datetime) -> pa.Table:
     """One quarantine row per error: of the records Spark rejected, then of the duplicates the driver found."""
-    parts = [t.select(QUARANTINED_COLUMNS).cast(flagged.select(QUARANTINED_COLUMNS).schema) for t in (rejected, flagged)
-             if t is not None and t.num_rows]
+    parts = [
+        t.select(QUARANTINED_COLUMNS).cast(flagged.select(QUARANTINED_COLUMNS).schema)
+        for t in (rejected, flagged)
+        if t is not None and t.num_rows
+    ]
     bad = pa.concat_tables(parts) if parts else flagged.select(QUARANTINED_COLUMNS)
     return quarantine_rows(bad, QuarantineContext(STREAM, plan.batch_id, plan.topic, at, kafka=True))
 
@@ -170,7 +216,9 @@ def drop_flagged(lake: DeltaLake, files: list[WrittenFile], flagged: pa.Table, t
         return pc.invert(pc.is_in(positions(rows, "source_partition", "source_offset"), value_set=dropped))
 
     touched = [f for f in files if f.partition_values.get("org_id") in orgs]
-    rewritten = rewrite_files(lake.uri(ENGAGEMENT_ACTIVITY.name), ENGAGEMENT_ACTIVITY, touched, keep, tag, lake.storage_options)
+    rewritten = rewrite_files(
+        lake.uri(ENGAGEMENT_ACTIVITY.name), ENGAGEMENT_ACTIVITY, touched, keep, tag, lake.storage_options
+    )
     return [f for f in files if f.partition_values.get("org_id") not in orgs] + rewritten
 
 
@@ -188,16 +236,21 @@ def ingest_batch(
     t0 = time.perf_counter()
     pin = batch_pin(lake, plan.batch_id)
     tag = writer_tag(APP_ID, plan.batch_id)
-    written = not (lake.exists(ENGAGEMENT_ACTIVITY.name) and lake.already_committed(ENGAGEMENT_ACTIVITY.name, BatchTxn(APP_ID, plan.batch_id)))
+    written = not (
+        lake.exists(ENGAGEMENT_ACTIVITY.name)
+        and lake.already_committed(ENGAGEMENT_ACTIVITY.name, BatchTxn(APP_ID, plan.batch_id))
+    )
     if written:
         delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
         lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
-    ingested_at = datetime.now(timezone.utc)  # this attempt's clock: the pin fixes what the keys are checked against
+    ingested_at = datetime.now(UTC)  # this attempt's clock: the pin fixes what the keys are checked against
     frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
     # the latest suppression list, not the pinned one: an erasure between a crashed attempt and this re-run
     # must hold for every step not committed yet (retention shares the lock, so it cannot change mid-batch)
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
-    task = write_task(lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed)
+    task = write_task(
+        lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed
+    )
     handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
@@ -207,8 +260,11 @@ def ingest_batch(
     seconds["read_validate_write"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
-    flagged = with_raw_bytes(flag_duplicates(keys, lake, pin.versions[ENGAGEMENT_ACTIVITY.name], plan.batch_id),
-                             bootstrap_servers, plan.topic)
+    flagged = with_raw_bytes(
+        flag_duplicates(keys, lake, pin.versions[ENGAGEMENT_ACTIVITY.name], plan.batch_id),
+        bootstrap_servers,
+        plan.topic,
+    )
     files = drop_flagged(lake, files, flagged, tag) if written else files
     errors = quarantine_of(rejected, flagged, plan, ingested_at)
     appended = {}
@@ -223,9 +279,24 @@ def ingest_batch(
         APP_ID,
         [
             CommitStep(ENGAGEMENT_ACTIVITY.name, lambda txn, _: commit_files(lake, ENGAGEMENT_ACTIVITY, files, txn)),
-            CommitStep(QUARANTINE_ENGAGEMENT_INGESTION.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_INGESTION, errors, txn)),
-            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, ingested_at)),
-            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, ingested_at, appended_counts=appended),
+            CommitStep(
+                QUARANTINE_ENGAGEMENT_INGESTION.name,
+                lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_INGESTION, errors, txn),
+            ),
+            suppressed_step(
+                lake,
+                ENGAGEMENT_SUPPRESSED_RECORDS,
+                suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, ingested_at),
+            ),
+            notification_step(
+                lake,
+                ENGAGEMENT_NOTIFICATIONS,
+                ENGAGEMENT_ACTIVITY.name,
+                APP_ID,
+                plan,
+                ingested_at,
+                appended_counts=appended,
+            ),
         ],
         checkpoints,
         ranges=plan.ranges_json(),
@@ -236,11 +307,25 @@ def ingest_batch(
     bad_records = (rejected.num_rows if rejected is not None else 0) + flagged.num_rows
     kept = pc.invert(pc.is_in(positions(keys), value_set=positions(flagged)))
     org_ids = sorted(pc.unique(keys.filter(kept)["org_id"]).to_pylist()) if valid else []
-    return IngestResult(plan, valid + (rejected.num_rows if rejected is not None else 0) + hits.num_rows, valid - flagged.num_rows, bad_records,
-                        errors.num_rows, versions, org_ids, seconds, records_suppressed=hits.num_rows)
+    return IngestResult(
+        plan,
+        valid + (rejected.num_rows if rejected is not None else 0) + hits.num_rows,
+        valid - flagged.num_rows,
+        bad_records,
+        errors.num_rows,
+        versions,
+        org_ids,
+        seconds,
+        records_suppressed=hits.num_rows,
+    )
 
 
-KEY_TYPES = {"org_id": pa.string(), "engagement_id": pa.string(), SOURCE_PARTITION: pa.int32(), SOURCE_OFFSET: pa.int64()}
+KEY_TYPES = {
+    "org_id": pa.string(),
+    "engagement_id": pa.string(),
+    SOURCE_PARTITION: pa.int32(),
+    SOURCE_OFFSET: pa.int64(),
+}
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> IngestResult:

@@ -11,19 +11,21 @@ from engagement_platform.settings import load_settings
 
 TOPIC_ASSET = AssetKey(["kafka", "engagement_activities"])
 
-INGESTION = build_kafka_stream(KafkaStreamDefinition(
-    spec=SPEC,
-    asset_key=INGESTION_ASSET,
-    topic_asset_key=TOPIC_ASSET,
-    topic=lambda: load_settings().ingestion.topic,
-    description="Ingestion stream: each partition is one planned Kafka offset slice, appended exactly once.",
-    topic_description="Kafka topic of engagement activities from the sales apps (EP_ACTIVITIES_TOPIC).",
-    group=GROUP,
-    kinds=frozenset({"spark", "deltalake", "kafka"}),
-    checks=INGESTION_CHECKS,
-    job_description="Ingest one planned Kafka slice into the engagement lake (data, quarantine, notifications).",
-    sensor_description="Plans the next offset slice of engagement.activities when the previous batch is done.",
-))
+INGESTION = build_kafka_stream(
+    KafkaStreamDefinition(
+        spec=SPEC,
+        asset_key=INGESTION_ASSET,
+        topic_asset_key=TOPIC_ASSET,
+        topic=lambda: load_settings().ingestion.topic,
+        description="Ingestion stream: each partition is one planned Kafka offset slice, appended exactly once.",
+        topic_description="Kafka topic of engagement activities from the sales apps (EP_ACTIVITIES_TOPIC).",
+        group=GROUP,
+        kinds=frozenset({"spark", "deltalake", "kafka"}),
+        checks=INGESTION_CHECKS,
+        job_description="Ingest one planned Kafka slice into the engagement lake (data, quarantine, notifications).",
+        sensor_description="Plans the next offset slice of engagement.activities when the previous batch is done.",
+    )
+)
 engagement_activities_topic = INGESTION.topic_asset
 engagement_ingestion = INGESTION.asset
 ingestion_batches = INGESTION.partitions

@@ -34,26 +34,49 @@ def mark_duplicates_in_batch(validated: pa.Table) -> tuple[pa.Table, list[int]]:
     The flagged rows come back from Spark without raw bytes: the caller fetches those.
     """
     valid = pc.equal(pc.list_value_length(validated[ERRORS]), 0)
-    keys = pa.table({
-        "org_id": validated["org_id"], "engagement_id": validated["engagement_id"],
-        "p": validated[SOURCE_PARTITION], "o": validated[SOURCE_OFFSET], "i": pa.array(range(validated.num_rows), pa.int64()),
-    }).filter(valid)
-    firsts = (keys.sort_by([("p", "ascending"), ("o", "ascending")])
-              .group_by(["org_id", "engagement_id"], use_threads=False).aggregate([("i", "first")]))
+    keys = pa.table(
+        {
+            "org_id": validated["org_id"],
+            "engagement_id": validated["engagement_id"],
+            "p": validated[SOURCE_PARTITION],
+            "o": validated[SOURCE_OFFSET],
+            "i": pa.array(range(validated.num_rows), pa.int64()),
+        }
+    ).filter(valid)
+    firsts = (
+        keys.sort_by([("p", "ascending"), ("o", "ascending")])
+        .group_by(["org_id", "engagement_id"], use_threads=False)
+        .aggregate([("i", "first")])
+    )
     if firsts.num_rows == keys.num_rows:
         return validated, []
     duplicates = sorted(pc.filter(keys["i"], pc.invert(pc.is_in(keys["i"], firsts["i_first"]))).to_pylist())
-    return _flag(validated, duplicates, UNIQUE_IN_BATCH, "duplicate_in_batch",
-                 lambda org, eid: f"engagement_id '{eid}' already appears earlier in this batch"), duplicates
+    return _flag(
+        validated,
+        duplicates,
+        UNIQUE_IN_BATCH,
+        "duplicate_in_batch",
+        lambda org, eid: f"engagement_id '{eid}' already appears earlier in this batch",
+    ), duplicates
 
 
 def _flag(validated: pa.Table, rows: list[int], plugin: str, code: str, message) -> pa.Table:
     """`validated` with `rows`' errors replaced by one engagement_id error; message(org_id, engagement_id)."""
     errors = validated[ERRORS].to_pylist()
     picked = pa.array(rows, pa.int64())
-    for i, org, eid in zip(rows, validated["org_id"].take(picked).to_pylist(), validated["engagement_id"].take(picked).to_pylist()):
-        errors[i] = [{"stage": VALIDATE, "plugin": plugin, "column_name": "engagement_id", "error_code": code,
-                      "message": message(org, eid), "value": eid}]
+    for i, org, eid in zip(
+        rows, validated["org_id"].take(picked).to_pylist(), validated["engagement_id"].take(picked).to_pylist()
+    ):
+        errors[i] = [
+            {
+                "stage": VALIDATE,
+                "plugin": plugin,
+                "column_name": "engagement_id",
+                "error_code": code,
+                "message": message(org, eid),
+                "value": eid,
+            }
+        ]
     column = validated.schema.get_field_index(ERRORS)
     return validated.set_column(column, ERRORS, pa.array(errors, validated.schema.field(ERRORS).type))
 
@@ -76,5 +99,12 @@ def mark_already_in_table(validated: pa.Table, existing: pa.Table) -> tuple[pa.T
     if not flagged:
         return validated, []
     first_batch = dict(zip(held.to_pylist(), existing["batch_id"].to_pylist()))
-    return _flag(validated, flagged, UNIQUE_IN_TABLE, "already_in_table", lambda org, eid: (
-        f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch {first_batch[org + sep + eid]})")), flagged
+    return _flag(
+        validated,
+        flagged,
+        UNIQUE_IN_TABLE,
+        "already_in_table",
+        lambda org, eid: (
+            f"engagement_id '{eid}' of org {org} is already in engagement_activity (written by batch {first_batch[org + sep + eid]})"
+        ),
+    ), flagged

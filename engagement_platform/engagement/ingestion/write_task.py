@@ -21,7 +21,12 @@ from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.lake.suppression_tables import hits_table
 from engagement_platform.spark.handoff import handoff
 
-FILES, KEYS, REJECTED, SUPPRESSED = "files", "keys", "rejected", "suppressed"  # the kinds of handoff rows a task returns
+FILES, KEYS, REJECTED, SUPPRESSED = (
+    "files",
+    "keys",
+    "rejected",
+    "suppressed",
+)  # the kinds of handoff rows a task returns
 KEY_COLUMNS = ["org_id", "engagement_id", SOURCE_PARTITION, SOURCE_OFFSET]
 
 
@@ -37,7 +42,9 @@ def activity_rows(good: pa.Table, batch_id: int, ingested_at: datetime) -> pa.Ta
     )
 
 
-def drop_suppressed(good: pa.Table, bad: pa.Table, suppressed: Suppressed) -> tuple[pa.Table, pa.Table, list[tuple[str, str]]]:
+def drop_suppressed(
+    good: pa.Table, bad: pa.Table, suppressed: Suppressed
+) -> tuple[pa.Table, pa.Table, list[tuple[str, str]]]:
     """(good, bad) without the records that name a suppressed subject of their org: a valid record by its
     lead_id / contact_id, a rejected one by its raw content (any org's subject when it has no org). Returns
     the (org, subject hash) of each dropped record too. Rows of orgs without suppressed subjects are not hashed."""
@@ -61,9 +68,15 @@ def drop_suppressed(good: pa.Table, bad: pa.Table, suppressed: Suppressed) -> tu
     return good.filter(pa.array(keep_good, pa.bool_())), bad.filter(pa.array(keep_bad, pa.bool_())), hits
 
 
-def write_task(table_uri: str, tag: str, batch_id: int, ingested_at: datetime, write: bool,
-               storage_options: Mapping[str, str] | None = None,
-               suppressed: Suppressed | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def write_task(
+    table_uri: str,
+    tag: str,
+    batch_id: int,
+    ingested_at: datetime,
+    write: bool,
+    storage_options: Mapping[str, str] | None = None,
+    suppressed: Suppressed | None = None,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function over a validated slice. With `write` False (a re-run whose data commit is
     already there) it writes nothing and only hands back keys and rejected rows. Records naming a
     `suppressed` (erased) subject are dropped before anything is written or handed back but their hashes."""
@@ -76,7 +89,13 @@ def write_task(table_uri: str, tag: str, batch_id: int, ingested_at: datetime, w
         n_errors = pc.list_value_length(rows[ERRORS])
         good, bad = rows.filter(pc.equal(n_errors, 0)), rows.filter(pc.greater(n_errors, 0))
         good, bad, hits = drop_suppressed(good, bad, suppressed or Suppressed(b""))
-        files = write_files(table_uri, ENGAGEMENT_ACTIVITY, activity_rows(good, batch_id, ingested_at), tag, storage_options) if write else []
+        files = (
+            write_files(
+                table_uri, ENGAGEMENT_ACTIVITY, activity_rows(good, batch_id, ingested_at), tag, storage_options
+            )
+            if write
+            else []
+        )
         yield from handoff(FILES, pa.table({"file": pa.array([f.to_json() for f in files], pa.string())}))
         yield from handoff(KEYS, good.select(KEY_COLUMNS))
         yield from handoff(REJECTED, bad)

@@ -32,7 +32,9 @@ from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 APP_ID = "engagement.daily_metrics"
 ACTIVITY_VERSION = "activity_version"  # commit metadata: the engagement_activity version the metrics reflect
 UNREAD_BOUND_S = 3600  # a version unread this long after its commit fails the check (compare_with_recomputation)
-UNREAD = "unread_activity_versions"  # commit metadata: versions up to it whose changes are not read yet (comma-separated)
+UNREAD = (
+    "unread_activity_versions"  # commit metadata: versions up to it whose changes are not read yet (comma-separated)
+)
 
 DAILY_METRICS = TableSpec(
     name="engagement_daily_metrics",
@@ -68,9 +70,15 @@ class Refresh:
         return self.reflected.version
 
     def metadata(self) -> dict:
-        return {"checkpoint_before": self.checkpoint_before, "checkpoint": self.checkpoint, "activity_version": self.activity_version,
-                "unread_activity_versions": list(self.reflected.unread), "changed_rows": self.changed_rows,
-                "keys_changed": self.keys_changed, "table_version": self.version}
+        return {
+            "checkpoint_before": self.checkpoint_before,
+            "checkpoint": self.checkpoint,
+            "activity_version": self.activity_version,
+            "unread_activity_versions": list(self.reflected.unread),
+            "changed_rows": self.changed_rows,
+            "keys_changed": self.keys_changed,
+            "table_version": self.version,
+        }
 
 
 def checkpoint_of(lake: DeltaLake) -> int:
@@ -85,10 +93,14 @@ def reflected_of(lake: DeltaLake) -> Reflected:
     """What the latest refresh that read any activity change recorded."""
     if not lake.exists(DAILY_METRICS.name):
         return Reflected(None)
-    commit = lake.newest_commit(DAILY_METRICS.name, lambda c: c.get(ACTIVITY_VERSION) not in (None, "", "None"), recent=10)
+    commit = lake.newest_commit(
+        DAILY_METRICS.name, lambda c: c.get(ACTIVITY_VERSION) not in (None, "", "None"), recent=10
+    )
     if commit is None:
         return Reflected(None)
-    return Reflected(int(commit[ACTIVITY_VERSION]), tuple(int(v) for v in str(commit.get(UNREAD) or "").split(",") if v))
+    return Reflected(
+        int(commit[ACTIVITY_VERSION]), tuple(int(v) for v in str(commit.get(UNREAD) or "").split(",") if v)
+    )
 
 
 def reflected_after(lake: DeltaLake, before: Reflected, read: list[int]) -> Reflected:
@@ -125,8 +137,12 @@ def unread_deltas(lake: DeltaLake, reflected: Reflected) -> pa.Table:
     row of each removed file -1 and of each added file +1, which sums to the same deltas as its row-level log."""
     if not reflected.unread:
         return METRICS_SCHEMA.empty_table()
-    return metric_deltas(pa.concat_tables([feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None) for v in reflected.unread],
-                                          promote_options="permissive"))
+    return metric_deltas(
+        pa.concat_tables(
+            [feed_rows(lake, ENGAGEMENT_ACTIVITY.name, [v], None) for v in reflected.unread],
+            promote_options="permissive",
+        )
+    )
 
 
 def refresh_daily_metrics(lake: DeltaLake) -> Refresh:
@@ -140,15 +156,19 @@ def refresh_daily_metrics(lake: DeltaLake) -> Refresh:
     reflected = reflected_after(lake, prior, changes.table_versions)
     deltas = metric_deltas(changes.rows)
     txn = BatchTxn(APP_ID, changes.checkpoint, {**reflected.metadata(), "changed_rows": changes.rows.num_rows})
-    if not deltas.num_rows:  # nothing to add (other tables' notifications, or changes that cancel): the checkpoint alone
+    if (
+        not deltas.num_rows
+    ):  # nothing to add (other tables' notifications, or changes that cancel): the checkpoint alone
         version = lake.append(DAILY_METRICS, METRICS_SCHEMA.empty_table(), txn)
     else:
         on_keys = " AND ".join(f"t.{k} = s.{k}" for k in KEYS)
-        (lake.merge(DAILY_METRICS, deltas, on_keys, txn)
-         .when_matched_delete(predicate="t.activities + s.activities = 0")
-         .when_matched_update(updates={m: f"t.{m} + s.{m}" for m in ("activities", "duration_seconds")})
-         .when_not_matched_insert_all()
-         .execute())
+        (
+            lake.merge(DAILY_METRICS, deltas, on_keys, txn)
+            .when_matched_delete(predicate="t.activities + s.activities = 0")
+            .when_matched_update(updates={m: f"t.{m} + s.{m}" for m in ("activities", "duration_seconds")})
+            .when_not_matched_insert_all()
+            .execute()
+        )
         version = lake.table(DAILY_METRICS.name).version()
     return Refresh(before, changes.checkpoint, reflected, changes.rows.num_rows, deltas.num_rows, version)
 
@@ -169,8 +189,9 @@ class Comparison:
         return self.keys_differing == 0 and not self.problem
 
 
-def compare_with_recomputation(lake: DeltaLake, reflected: Reflected, recomputed: pa.Table, shown: int = 5,
-                               now_ms: int | None = None) -> Comparison:
+def compare_with_recomputation(
+    lake: DeltaLake, reflected: Reflected, recomputed: pa.Table, shown: int = 5, now_ms: int | None = None
+) -> Comparison:
     """The stored metrics against what they must be: `recomputed`, the metrics of engagement_activity at
     reflected.version (recompute.py computes them in Spark tasks; tests also from the rows read whole), less the
     changes of the versions not read yet. A version still unread UNREAD_BOUND_S after its commit is a problem:
@@ -180,17 +201,30 @@ def compare_with_recomputation(lake: DeltaLake, reflected: Reflected, recomputed
     try:
         unread = unread_deltas(lake, reflected)
     except DeltaError as exc:
-        unread, problem = METRICS_SCHEMA.empty_table(), f"unread versions {list(reflected.unread)} cannot be read any more: {exc}"[:300]
+        unread, problem = (
+            METRICS_SCHEMA.empty_table(),
+            f"unread versions {list(reflected.unread)} cannot be read any more: {exc}"[:300],
+        )
     if reflected.unread and not problem:
         oldest = min(reflected.unread)
         committed = commit_timestamps(lake, ENGAGEMENT_ACTIVITY.name, [oldest]).get(oldest)
         age = None if committed is None else ((now_ms or int(time.time() * 1000)) - committed) / 1000
         if age is None or age > UNREAD_BOUND_S:
-            problem = (f"version {oldest} changed rows but has not been notified {'since before the log kept' if age is None else f'in {age:.0f} s'}"
-                       f" (bound {UNREAD_BOUND_S} s): its batch's notification was lost or its stream is stopped")
+            problem = (
+                f"version {oldest} changed rows but has not been notified {'since before the log kept' if age is None else f'in {age:.0f} s'}"
+                f" (bound {UNREAD_BOUND_S} s): its batch's notification was lost or its stream is stopped"
+            )
     expected = differences(recomputed, unread)  # recomputed - unread, keys at zero left out
     stored = lake.read(DAILY_METRICS.name) if lake.exists(DAILY_METRICS.name) else METRICS_SCHEMA.empty_table()
     diff = differences(expected, stored)
     total = lambda t: int(pc.sum(t["activities"]).as_py() or 0)  # noqa: E731
-    return Comparison(reflected, expected.num_rows, total(expected), total(stored), diff.num_rows,
-                      [{k: str(v) for k, v in row.items()} for row in diff.slice(0, shown).to_pylist()], age, problem)
+    return Comparison(
+        reflected,
+        expected.num_rows,
+        total(expected),
+        total(stored),
+        diff.num_rows,
+        [{k: str(v) for k, v in row.items()} for row in diff.slice(0, shown).to_pylist()],
+        age,
+        problem,
+    )

@@ -27,7 +27,12 @@ from dagster import (
 )
 
 from engagement_platform.engagement.assets import GROUP
-from engagement_platform.engagement.metrics.apply import DAILY_METRICS, checkpoint_of, compare_with_recomputation, refresh_daily_metrics
+from engagement_platform.engagement.metrics.apply import (
+    DAILY_METRICS,
+    checkpoint_of,
+    compare_with_recomputation,
+    refresh_daily_metrics,
+)
 from engagement_platform.engagement.metrics.recompute import recomputed_metrics
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
 from engagement_platform.orchestration.parts import Parts
@@ -43,28 +48,48 @@ EQUALS_RECOMPUTATION = "daily_metrics_equal_full_recomputation"
     deps=[AssetKey(ENGAGEMENT_ACTIVITY.name), AssetKey(ENGAGEMENT_NOTIFICATIONS.name)],
     group_name=GROUP,
     kinds={"spark", "deltalake"},
-    check_specs=[AssetCheckSpec(EQUALS_RECOMPUTATION, asset=METRICS_ASSET,
-                                description="Every (org, day, activity type) equals a full GROUP BY of engagement_activity at the version the metrics reflect.")],
-    description=DAILY_METRICS.description + " An example consumer of changes_since: its checkpoint is stored exactly once with its data.",
+    check_specs=[
+        AssetCheckSpec(
+            EQUALS_RECOMPUTATION,
+            asset=METRICS_ASSET,
+            description="Every (org, day, activity type) equals a full GROUP BY of engagement_activity at the version the metrics reflect.",
+        )
+    ],
+    description=DAILY_METRICS.description
+    + " An example consumer of changes_since: its checkpoint is stored exactly once with its data.",
 )
-def engagement_daily_metrics(context: AssetExecutionContext, lake: LakeResource, spark: SparkResource) -> MaterializeResult:
+def engagement_daily_metrics(
+    context: AssetExecutionContext, lake: LakeResource, spark: SparkResource
+) -> MaterializeResult:
     refresh = refresh_daily_metrics(lake.lake)
-    recomputed = recomputed_metrics(spark.spark_session, lake.lake, refresh.activity_version)  # Spark tasks read the table
+    recomputed = recomputed_metrics(
+        spark.spark_session, lake.lake, refresh.activity_version
+    )  # Spark tasks read the table
     compared = compare_with_recomputation(lake.lake, refresh.reflected, recomputed)
-    context.log.info(f"daily metrics: notifications {refresh.checkpoint_before} -> {refresh.checkpoint}, {refresh.changed_rows} "
-                     f"changed rows, {refresh.keys_changed} keys; {compared.keys_differing} keys differ from a recomputation")
+    context.log.info(
+        f"daily metrics: notifications {refresh.checkpoint_before} -> {refresh.checkpoint}, {refresh.changed_rows} "
+        f"changed rows, {refresh.keys_changed} keys; {compared.keys_differing} keys differ from a recomputation"
+    )
     check = AssetCheckResult(
         check_name=EQUALS_RECOMPUTATION,
         passed=compared.passed,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"activity_version": compared.reflected.version, "unread_activity_versions": str(list(compared.reflected.unread)),
-                  "oldest_unread_age_s": round(compared.oldest_unread_age_s or 0.0, 1), "problem": compared.problem or "none",
-                  "keys": compared.keys, "activities_expected": compared.activities_expected,
-                  "activities_stored": compared.activities_stored, "keys_differing": compared.keys_differing,
-                  "differing_sample": str(compared.sample)},
+        metadata={
+            "activity_version": compared.reflected.version,
+            "unread_activity_versions": str(list(compared.reflected.unread)),
+            "oldest_unread_age_s": round(compared.oldest_unread_age_s or 0.0, 1),
+            "problem": compared.problem or "none",
+            "keys": compared.keys,
+            "activities_expected": compared.activities_expected,
+            "activities_stored": compared.activities_stored,
+            "keys_differing": compared.keys_differing,
+            "differing_sample": str(compared.sample),
+        },
     )
-    return MaterializeResult(metadata={**refresh.metadata(), "activities": compared.activities_stored, "keys": compared.keys},
-                             check_results=[check])
+    return MaterializeResult(
+        metadata={**refresh.metadata(), "activities": compared.activities_stored, "keys": compared.keys},
+        check_results=[check],
+    )
 
 
 METRICS_STREAM = "daily_metrics"  # one refresh at a time (dagster.yaml's limit per stream tag)
@@ -87,9 +112,15 @@ def engagement_daily_metrics_sensor(context: SensorEvaluationContext, lake: Lake
     read_up_to = checkpoint_of(store)
     if latest <= read_up_to:
         return SkipReason(f"the metrics have read every notification (version {read_up_to})")
-    if context.instance.get_run_records(RunsFilter(job_name=engagement_daily_metrics_job.name, statuses=list(UNFINISHED)), limit=1):
+    if context.instance.get_run_records(
+        RunsFilter(job_name=engagement_daily_metrics_job.name, statuses=list(UNFINISHED)), limit=1
+    ):
         return SkipReason("a refresh is in flight")
-    return RunRequest(run_key=f"{METRICS_STREAM}/notifications@{latest}", tags={"engagement/notifications_version": str(latest)})
+    return RunRequest(
+        run_key=f"{METRICS_STREAM}/notifications@{latest}", tags={"engagement/notifications_version": str(latest)}
+    )
 
 
-METRICS = Parts(assets=[engagement_daily_metrics], jobs=[engagement_daily_metrics_job], sensors=[engagement_daily_metrics_sensor])
+METRICS = Parts(
+    assets=[engagement_daily_metrics], jobs=[engagement_daily_metrics_job], sensors=[engagement_daily_metrics_sensor]
+)

@@ -31,8 +31,9 @@ def data_files(lake: DeltaLake, version: int) -> list[tuple[str, str]]:
     return list(zip(actions["path"].to_pylist(), actions["partition.org_id"].to_pylist()))
 
 
-def recompute_task(table_uri: str, files_by_task: list[list[tuple[str, str]]],
-                   storage_options: Mapping[str, str] | None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def recompute_task(
+    table_uri: str, files_by_task: list[list[tuple[str, str]]], storage_options: Mapping[str, str] | None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function over spark.range(len(files_by_task)): task i aggregates files_by_task[i]."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

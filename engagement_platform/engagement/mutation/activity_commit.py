@@ -39,7 +39,9 @@ class Applied:
 
     how: str = "none"  # files | merge | none (nothing to change) | earlier (an earlier attempt committed)
     metrics: dict = field(default_factory=dict)
-    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # org -> inserted/updated/deleted of this attempt's commit
+    counts: dict[str, dict[str, int]] = field(
+        default_factory=dict
+    )  # org -> inserted/updated/deleted of this attempt's commit
 
 
 def files_still_live(lake: DeltaLake, result: ExecutorResult, pinned: int) -> bool:
@@ -85,8 +87,16 @@ def committed_by_merge(lake: DeltaLake, app_id: str, batch: int) -> bool:
 def log_step(lake: DeltaLake, app_id: str, batch: int, result: ExecutorResult, stamped: int | None) -> CommitStep:
     """The change log's commit: the tasks' log files (stamped with the version they expected the data
     commit to get), none when the data commit was a MERGE."""
-    return change_log_files_step(lake, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ACTIVITY.name, app_id, batch, result.log_adds,
-                                 -1 if stamped is None else stamped, skip=lambda: committed_by_merge(lake, app_id, batch))
+    return change_log_files_step(
+        lake,
+        ENGAGEMENT_ACTIVITY_CHANGES,
+        ENGAGEMENT_ACTIVITY.name,
+        app_id,
+        batch,
+        result.log_adds,
+        -1 if stamped is None else stamped,
+        skip=lambda: committed_by_merge(lake, app_id, batch),
+    )
 
 
 def merge_source(changes: pa.Table) -> pa.Table:
@@ -94,14 +104,24 @@ def merge_source(changes: pa.Table) -> pa.Table:
     kinds = changes[CHANGE_TYPE]
     post = changes.filter(pc.equal(kinds, "update_postimage")).drop_columns([CHANGE_TYPE])
     gone = changes.filter(pc.equal(kinds, "delete")).drop_columns([CHANGE_TYPE])
-    return pa.concat_tables([
-        post.append_column(ACTION, pa.array([UPDATE] * post.num_rows, pa.string())),
-        gone.append_column(ACTION, pa.array([DELETE] * gone.num_rows, pa.string())),
-    ])
+    return pa.concat_tables(
+        [
+            post.append_column(ACTION, pa.array([UPDATE] * post.num_rows, pa.string())),
+            gone.append_column(ACTION, pa.array([DELETE] * gone.num_rows, pa.string())),
+        ]
+    )
 
 
-def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: ExecutorResult, pinned: int, applied: Applied,
-                  seconds: dict[str, float]) -> CommitStep:
+def activity_step(
+    lake: DeltaLake,
+    app_id: str,
+    batch: int,
+    tag: str,
+    result: ExecutorResult,
+    pinned: int,
+    applied: Applied,
+    seconds: dict[str, float],
+) -> CommitStep:
     name = ENGAGEMENT_ACTIVITY.name
 
     def commit(txn: BatchTxn, _: Outcomes) -> int | None:
@@ -115,18 +135,32 @@ def activity_step(lake: DeltaLake, app_id: str, batch: int, tag: str, result: Ex
             return None  # nothing to change: no commit (a re-run finds nothing to do either)
         t = time.perf_counter()
         if files_still_live(lake, result, pinned):
-            version = commit_files(lake, ENGAGEMENT_ACTIVITY, result.adds, txn, result.removes, {LOGGED_BY: ENGAGEMENT_ACTIVITY_CHANGES.name})
+            version = commit_files(
+                lake,
+                ENGAGEMENT_ACTIVITY,
+                result.adds,
+                txn,
+                result.removes,
+                {LOGGED_BY: ENGAGEMENT_ACTIVITY_CHANGES.name},
+            )
             applied.how = "files"
             applied.counts.update(result.change_counts())
             applied.metrics.update(files_added=len(result.adds), files_removed=len(result.removes))
         else:
             log_uri = lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name)
-            changes = pa.concat_tables([read_file(log_uri, ENGAGEMENT_ACTIVITY_CHANGES, f, lake.storage_options) for f in result.log_adds]
-                                       or [ENGAGEMENT_ACTIVITY_CHANGES.schema.empty_table()])
+            changes = pa.concat_tables(
+                [read_file(log_uri, ENGAGEMENT_ACTIVITY_CHANGES, f, lake.storage_options) for f in result.log_adds]
+                or [ENGAGEMENT_ACTIVITY_CHANGES.schema.empty_table()]
+            )
             source = merge_source(changes.drop_columns([COMMIT_VERSION]))
             orgs = ", ".join(sql_literal(o) for o in pc.unique(source["org_id"]).to_pylist())
             applied.metrics.update(
-                lake.merge(ENGAGEMENT_ACTIVITY, source, f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id", txn)
+                lake.merge(
+                    ENGAGEMENT_ACTIVITY,
+                    source,
+                    f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.engagement_id = s.engagement_id",
+                    txn,
+                )
                 .when_matched_update_all(predicate=f"s.{ACTION} = '{UPDATE}'", except_cols=[ACTION])
                 .when_matched_delete(predicate=f"s.{ACTION} = '{DELETE}'")
                 .execute()

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
 from engagement_platform.engagement.mutation.outcome_table import FIRST_DAY, epoch_days
+from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile
 
@@ -42,10 +42,19 @@ class FilePlan:
 def date_spans(requests: pa.Table) -> dict[str, tuple[date, date]]:
     """Org -> (earliest date_from, latest date_to) for orgs whose every request is date-bounded."""
     bounded = pc.and_(pc.is_valid(requests["date_from"]), pc.is_valid(requests["date_to"]))
-    by_org = (requests.select(["org_id", "date_from", "date_to"]).append_column("bounded", bounded)
-              .group_by("org_id").aggregate([("bounded", "all"), ("date_from", "min"), ("date_to", "max")]))
+    by_org = (
+        requests.select(["org_id", "date_from", "date_to"])
+        .append_column("bounded", bounded)
+        .group_by("org_id")
+        .aggregate([("bounded", "all"), ("date_from", "min"), ("date_to", "max")])
+    )
     spans = by_org.filter(pc.fill_null(by_org["bounded_all"], False))
-    return {org: (lo, hi) for org, lo, hi in zip(spans["org_id"].to_pylist(), spans["date_from_min"].to_pylist(), spans["date_to_max"].to_pylist())}
+    return {
+        org: (lo, hi)
+        for org, lo, hi in zip(
+            spans["org_id"].to_pylist(), spans["date_from_min"].to_pylist(), spans["date_to_max"].to_pylist()
+        )
+    }
 
 
 def plan_files(lake: DeltaLake, name: str, version: int, requests: pa.Table) -> FilePlan:
@@ -61,8 +70,14 @@ def plan_files(lake: DeltaLake, name: str, version: int, requests: pa.Table) -> 
     no_stats = [None] * actions.num_rows
     low = actions["min.engagement_date"].to_pylist() if "min.engagement_date" in actions.column_names else no_stats
     high = actions["max.engagement_date"].to_pylist() if "max.engagement_date" in actions.column_names else no_stats
-    for i, (path, size, modified, org) in enumerate(zip(actions["path"].to_pylist(), actions["size_bytes"].to_pylist(),
-                                                      actions["modification_time"].to_pylist(), actions["partition.org_id"].to_pylist())):
+    for i, (path, size, modified, org) in enumerate(
+        zip(
+            actions["path"].to_pylist(),
+            actions["size_bytes"].to_pylist(),
+            actions["modification_time"].to_pylist(),
+            actions["partition.org_id"].to_pylist(),
+        )
+    ):
         span = spans.get(org)
         if span is not None and low[i] is not None and high[i] is not None and (high[i] < span[0] or low[i] > span[1]):
             continue  # every request of the org is bounded and this file's dates miss their span
@@ -84,13 +99,23 @@ def _holding(table: pa.Table, keys: pa.Table) -> np.ndarray:
         if of_column.num_rows == 0:
             continue
         # Ids first (one hash lookup per row), then (org, id) pairs on the few candidates.
-        candidates = np.flatnonzero(pc.fill_null(pc.is_in(table[column], value_set=pc.unique(of_column["id"])), False).to_numpy(zero_copy_only=False))
+        candidates = np.flatnonzero(
+            pc.fill_null(pc.is_in(table[column], value_set=pc.unique(of_column["id"])), False).to_numpy(
+                zero_copy_only=False
+            )
+        )
         if len(candidates) == 0:
             continue
         picked = table.select(["org_id", column]).take(pa.array(candidates))
         pairs = pc.binary_join_element_wise(picked["org_id"], picked[column], _SEP)
         wanted = pc.unique(pc.binary_join_element_wise(of_column["org_id"], of_column["id"], _SEP))
-        mask[candidates[np.asarray(pc.fill_null(pc.is_in(pairs, value_set=wanted), False).to_numpy(zero_copy_only=False), dtype=bool)]] = True
+        mask[
+            candidates[
+                np.asarray(
+                    pc.fill_null(pc.is_in(pairs, value_set=wanted), False).to_numpy(zero_copy_only=False), dtype=bool
+                )
+            ]
+        ] = True
     return mask
 
 
@@ -99,7 +124,10 @@ def _within_spans(table: pa.Table, spans: dict[str, tuple[date, date]]) -> np.nd
     if not spans:
         return np.ones(table.num_rows, dtype=bool)
     span_orgs = sorted(spans)
-    at = np.asarray(pc.fill_null(pc.index_in(table["org_id"], value_set=pa.array(span_orgs)), -1).to_numpy(zero_copy_only=False), dtype=np.int64)
+    at = np.asarray(
+        pc.fill_null(pc.index_in(table["org_id"], value_set=pa.array(span_orgs)), -1).to_numpy(zero_copy_only=False),
+        dtype=np.int64,
+    )
     spanned = at >= 0
     at = np.where(spanned, at, 0)
     day = epoch_days(table["engagement_date"], FIRST_DAY)

@@ -55,23 +55,42 @@ from engagement_platform.engagement.mutation.affected_rows import plan_files
 from engagement_platform.engagement.mutation.hold_back import request_order
 from engagement_platform.engagement.mutation.on_executors import apply_on_executors
 from engagement_platform.engagement.mutation.pending import (
-    describe_missing, erased_since_pin, gather_candidates, pending_delta, pending_max_age_hours, pending_step, quarantine_candidates, split_held,
+    describe_missing,
+    erased_since_pin,
+    gather_candidates,
+    pending_delta,
+    pending_max_age_hours,
+    pending_step,
+    quarantine_candidates,
+    split_held,
 )
 from engagement_platform.engagement.mutation.request_columns import iso
-from engagement_platform.engagement.mutation.tables import (
-    ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
-)
 from engagement_platform.engagement.mutation.suppressed import drop_suppressed_requests
+from engagement_platform.engagement.mutation.tables import (
+    ENGAGEMENT_MUTATION_REQUESTS,
+    ENGAGEMENT_MUTATIONS_PENDING,
+    QUARANTINE_ENGAGEMENT_MUTATIONS,
+)
 from engagement_platform.engagement.mutation.validate import validate_requests
 from engagement_platform.engagement.tables import (
-    ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_SUPPRESSED_RECORDS,
+    ACTIVITY_LOCK,
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_ERASED_SUBJECTS,
+    ENGAGEMENT_NOTIFICATIONS,
+    ENGAGEMENT_SUPPRESSED_RECORDS,
 )
 from engagement_platform.ingest.errors import ERRORS
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import writer_tag
-from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.lake.suppression_tables import (
+    drop_suppressed_quarantine,
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+)
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch, failpoint
 from engagement_platform.streams.gc_pause import no_cyclic_gc
@@ -99,7 +118,13 @@ def batch_pin(lake: DeltaLake, batch_id: int) -> Pin:
     """The as-of time and the versions of engagement_activity and the pending table this batch computes
     against: pinned in the request log's commit (the batch's first) once it exists, so a re-run reaches
     the same decisions (pending ages, received_at / quarantined_at); before that, now and the current ones."""
-    return pin_batch(lake, ENGAGEMENT_MUTATION_REQUESTS.name, APP_ID, batch_id, [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name])
+    return pin_batch(
+        lake,
+        ENGAGEMENT_MUTATION_REQUESTS.name,
+        APP_ID,
+        batch_id,
+        [ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_MUTATIONS_PENDING.name],
+    )
 
 
 def pinned_as_of(lake: DeltaLake, batch_id: int) -> datetime:
@@ -141,7 +166,9 @@ class MutationResult:
 
     def metadata(self) -> dict:
         return batch_metadata(
-            self.plan, self.versions, self.seconds,
+            self.plan,
+            self.versions,
+            self.seconds,
             requests_read=self.requests_read,
             requests_valid=self.requests_valid,
             requests_malformed=self.requests_malformed,
@@ -186,7 +213,10 @@ def apply_mutation_batch(
     max_age_hours = pending_max_age_hours() if max_age_hours is None else max_age_hours
     pin = batch_pin(lake, batch)
     as_of = now = pin.as_of
-    activity_version, pending_version = pin.versions[ENGAGEMENT_ACTIVITY.name], pin.versions[ENGAGEMENT_MUTATIONS_PENDING.name]
+    activity_version, pending_version = (
+        pin.versions[ENGAGEMENT_ACTIVITY.name],
+        pin.versions[ENGAGEMENT_MUTATIONS_PENDING.name],
+    )
 
     # -- requests of this batch: new valid ones + every pending one (pinned version), one row each
     t1 = time.perf_counter()
@@ -196,7 +226,9 @@ def apply_mutation_batch(
     # erasure between a crashed attempt and this re-run must hold for every step not committed yet)
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
     checked, request_hits = drop_suppressed_requests(checked, suppressed)
-    malformed, malformed_hits = drop_suppressed_quarantine(quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context), suppressed)
+    malformed, malformed_hits = drop_suppressed_quarantine(
+        quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context), suppressed
+    )
     hits = hits_table(request_hits + malformed_hits)
     gathered = gather_candidates(lake, pending_version, checked, batch, horizon_batches)
     candidates = gathered.table
@@ -215,7 +247,9 @@ def apply_mutation_batch(
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     held_back, active = executed.held_back, executed.held_back.active
     seconds["executors"] = time.perf_counter() - t2
-    seconds.update({k[:-3] + "_s": executed.stats[k] / 1000 for k in executed.stats if k.endswith("_ms")})  # summed over tasks
+    seconds.update(
+        {k[:-3] + "_s": executed.stats[k] / 1000 for k in executed.stats if k.endswith("_ms")}
+    )  # summed over tasks
     t4 = time.perf_counter()
     expired, still_pending = split_held(candidates, held_back, batch, as_of, max_age_hours)
     outcome = np.full(candidates.num_rows, APPLIED, dtype=np.int64)
@@ -226,18 +260,32 @@ def apply_mutation_batch(
     seconds["outcomes"] = time.perf_counter() - t4
 
     t5 = time.perf_counter()
-    log_rows = _log_rows(gathered.new, outcome[gathered.carried.num_rows:], plan, now)
+    log_rows = _log_rows(gathered.new, outcome[gathered.carried.num_rows :], plan, now)
     delta = pending_delta(still_pending, erased, gathered.carried, seq, batch, as_of)
-    quarantine = pa.concat_tables([
-        malformed,
-        quarantine_candidates(gathered.arrived.filter(pa.array(gathered.replayed)).to_pylist(), context, STREAM, "duplicate_request",
-                              lambda c: f"request_id '{c['request_id']}' was already received by an earlier batch"),
-        quarantine_candidates([c for c in expired if (c["org_id"], c["request_id"]) not in erased], context, STREAM, TARGET_NOT_FOUND, lambda c: (
-            f"targets {describe_missing(c['missing'])} not found in engagement_activity within the "
-            f"{' and '.join(c['horizons'])} horizon: "
-            f"{horizon_batches} batch(es) after batch {c['first_seen_batch']} ({c['attempts'] + 1} attempts), "
-            f"{max_age_hours:g} h after {iso(c['first_seen_at'] or as_of)} (batch as-of {iso(as_of)})")),
-    ])
+    quarantine = pa.concat_tables(
+        [
+            malformed,
+            quarantine_candidates(
+                gathered.arrived.filter(pa.array(gathered.replayed)).to_pylist(),
+                context,
+                STREAM,
+                "duplicate_request",
+                lambda c: f"request_id '{c['request_id']}' was already received by an earlier batch",
+            ),
+            quarantine_candidates(
+                [c for c in expired if (c["org_id"], c["request_id"]) not in erased],
+                context,
+                STREAM,
+                TARGET_NOT_FOUND,
+                lambda c: (
+                    f"targets {describe_missing(c['missing'])} not found in engagement_activity within the "
+                    f"{' and '.join(c['horizons'])} horizon: "
+                    f"{horizon_batches} batch(es) after batch {c['first_seen_batch']} ({c['attempts'] + 1} attempts), "
+                    f"{max_age_hours:g} h after {iso(c['first_seen_at'] or as_of)} (batch as-of {iso(as_of)})"
+                ),
+            ),
+        ]
+    )
     applied = Applied()
     seconds["log_rows"] = time.perf_counter() - t5
 
@@ -246,14 +294,32 @@ def apply_mutation_batch(
         plan,
         APP_ID,
         [
-            CommitStep(ENGAGEMENT_MUTATION_REQUESTS.name, lambda txn, _: lake.append(ENGAGEMENT_MUTATION_REQUESTS, log_rows, txn)),
+            CommitStep(
+                ENGAGEMENT_MUTATION_REQUESTS.name,
+                lambda txn, _: lake.append(ENGAGEMENT_MUTATION_REQUESTS, log_rows, txn),
+            ),
             activity_step(lake, APP_ID, batch, tag, executed, activity_version, applied, seconds),
             log_step(lake, APP_ID, batch, executed, log_version),
             pending_step(lake, delta),
-            CommitStep(QUARANTINE_ENGAGEMENT_MUTATIONS.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn)),
-            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, batch, now)),
+            CommitStep(
+                QUARANTINE_ENGAGEMENT_MUTATIONS.name,
+                lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_MUTATIONS, quarantine, txn),
+            ),
+            suppressed_step(
+                lake,
+                ENGAGEMENT_SUPPRESSED_RECORDS,
+                suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits, STREAM, batch, now),
+            ),
             # counts as the activity step found them (filled when it commits); a re-run reads them back
-            notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, now, appended_counts=applied.counts),
+            notification_step(
+                lake,
+                ENGAGEMENT_NOTIFICATIONS,
+                ENGAGEMENT_ACTIVITY.name,
+                APP_ID,
+                plan,
+                now,
+                appended_counts=applied.counts,
+            ),
         ],
         checkpoints,
         ranges=plan.ranges_json(),
@@ -294,9 +360,15 @@ def _log_rows(new: pa.Table, outcome: np.ndarray, plan: BatchPlan, at: datetime)
     """The request log's rows of this batch's new requests (candidate rows), with each one's outcome code."""
     n = new.num_rows
     columns = {name: new[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names if name in new.column_names}
-    columns.update(request_date=pc.cast(new["request_time"], pa.date32()), outcome=OUTCOMES.take(pa.array(outcome, pa.int64())),
-                   batch_id=pa.array([plan.batch_id] * n, pa.int64()), received_at=pa.array([at] * n, pa.timestamp("us", tz="UTC")))
-    return pa.table({name: columns[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names}).cast(ENGAGEMENT_MUTATION_REQUESTS.schema)
+    columns.update(
+        request_date=pc.cast(new["request_time"], pa.date32()),
+        outcome=OUTCOMES.take(pa.array(outcome, pa.int64())),
+        batch_id=pa.array([plan.batch_id] * n, pa.int64()),
+        received_at=pa.array([at] * n, pa.timestamp("us", tz="UTC")),
+    )
+    return pa.table({name: columns[name] for name in ENGAGEMENT_MUTATION_REQUESTS.schema.names}).cast(
+        ENGAGEMENT_MUTATION_REQUESTS.schema
+    )
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> MutationResult:

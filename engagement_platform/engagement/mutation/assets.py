@@ -37,23 +37,25 @@ def pending_retry_run(store: CheckpointStore, latest: BatchPlan | None, watermar
     return None
 
 
-MUTATION = build_kafka_stream(KafkaStreamDefinition(
-    spec=SPEC,
-    asset_key=MUTATION_ASSET,
-    topic_asset_key=TOPIC_ASSET,
-    topic=lambda: load_settings().mutation.topic,
-    description="Mutation stream: each partition is one planned slice of requests, reduced (cascades) and applied as one "
-                "MERGE exactly once; requests whose targets are not ingested yet wait in pending.",
-    topic_description="Kafka topic of ID mutation requests: convert, merge, delete, update (EP_MUTATIONS_TOPIC).",
-    group=GROUP,
-    pool=REWRITE_POOL,
-    checks=MUTATION_CHECKS,
-    job_description="Apply one planned slice of ID mutation requests to the engagement lake (one MERGE).",
-    sensor_description="Plans the next slice of engagement.mutations when the previous mutation batch is done; retries "
-                       "pending requests on their own once ingestion has finished batches since the last mutation batch, "
-                       "or once a pending request's age horizon ran out.",
-    idle_plan=pending_retry_run,
-))
+MUTATION = build_kafka_stream(
+    KafkaStreamDefinition(
+        spec=SPEC,
+        asset_key=MUTATION_ASSET,
+        topic_asset_key=TOPIC_ASSET,
+        topic=lambda: load_settings().mutation.topic,
+        description="Mutation stream: each partition is one planned slice of requests, reduced (cascades) and applied as one "
+        "MERGE exactly once; requests whose targets are not ingested yet wait in pending.",
+        topic_description="Kafka topic of ID mutation requests: convert, merge, delete, update (EP_MUTATIONS_TOPIC).",
+        group=GROUP,
+        pool=REWRITE_POOL,
+        checks=MUTATION_CHECKS,
+        job_description="Apply one planned slice of ID mutation requests to the engagement lake (one MERGE).",
+        sensor_description="Plans the next slice of engagement.mutations when the previous mutation batch is done; retries "
+        "pending requests on their own once ingestion has finished batches since the last mutation batch, "
+        "or once a pending request's age horizon ran out.",
+        idle_plan=pending_retry_run,
+    )
+)
 engagement_mutations_topic = MUTATION.topic_asset
 engagement_mutation = MUTATION.asset
 mutation_batches = MUTATION.partitions

@@ -28,19 +28,23 @@ ENGAGEMENT = "engagement_id"
 
 def request_order(requests: pa.Table) -> np.ndarray:
     """Row indices in (org_id, request_time, request_id) order: each org's requests in fold order."""
-    return pc.sort_indices(requests, [("org_id", "ascending"), ("request_time", "ascending"), ("request_id", "ascending")]).to_numpy()
+    return pc.sort_indices(
+        requests, [("org_id", "ascending"), ("request_time", "ascending"), ("request_id", "ascending")]
+    ).to_numpy()
 
 
 def _part(requests: pa.Table, index: np.ndarray, column, ids, pos=None) -> pa.Table:
     n = len(index)
     take = pa.array(index)
-    return pa.table({
-        "req": take,
-        "org_id": requests["org_id"].take(take),
-        "column": column if not isinstance(column, str) else pa.array([column] * n, pa.string()),
-        "id": ids,
-        "pos": pa.array(np.zeros(n, dtype=np.int64) if pos is None else pos),
-    })
+    return pa.table(
+        {
+            "req": take,
+            "org_id": requests["org_id"].take(take),
+            "column": column if not isinstance(column, str) else pa.array([column] * n, pa.string()),
+            "id": ids,
+            "pos": pa.array(np.zeros(n, dtype=np.int64) if pos is None else pos),
+        }
+    )
 
 
 def request_targets(requests: pa.Table, records: list) -> tuple[pa.Table, pa.Table]:
@@ -67,24 +71,49 @@ def request_targets(requests: pa.Table, records: list) -> tuple[pa.Table, pa.Tab
     listed = listed.combine_chunks() if isinstance(listed, pa.ChunkedArray) else listed
     local = pc.list_parent_indices(listed).to_numpy()
     offsets = listed.offsets.to_numpy()
-    merged = pa.table({"req": pa.array(m[local], pa.int64()), "id": pc.list_flatten(listed),
-                       "pos": pa.array(np.arange(len(local)) + offsets[0] - offsets[local], pa.int64())})
-    merged = merged.filter(pc.invert(pc.fill_null(pc.equal(merged["id"], requests["to_id"].take(merged["req"])), False)))
-    first = merged.append_column("k", pa.array(np.arange(merged.num_rows))).group_by(["req", "id"]).aggregate([("k", "min")])["k_min"]
+    merged = pa.table(
+        {
+            "req": pa.array(m[local], pa.int64()),
+            "id": pc.list_flatten(listed),
+            "pos": pa.array(np.arange(len(local)) + offsets[0] - offsets[local], pa.int64()),
+        }
+    )
+    merged = merged.filter(
+        pc.invert(pc.fill_null(pc.equal(merged["id"], requests["to_id"].take(merged["req"])), False))
+    )
+    first = (
+        merged.append_column("k", pa.array(np.arange(merged.num_rows)))
+        .group_by(["req", "id"])
+        .aggregate([("k", "min")])["k_min"]
+    )
     merged = merged.take(pa.array(np.sort(first.to_numpy())))
-    needs = pa.concat_tables([
-        _part(requests, rows(convert), col("from_field", convert), col("from_id", convert)),
-        _part(requests, merged["req"].to_numpy(), requests["field"].take(merged["req"]), merged["id"], merged["pos"].to_numpy()),
-        _part(requests, rows(owner_delete), col("field", owner_delete), col("id", owner_delete)),
-        _part(requests, rows(by_engagement), ENGAGEMENT, col("engagement_id", by_engagement)),
-    ])
+    needs = pa.concat_tables(
+        [
+            _part(requests, rows(convert), col("from_field", convert), col("from_id", convert)),
+            _part(
+                requests,
+                merged["req"].to_numpy(),
+                requests["field"].take(merged["req"]),
+                merged["id"],
+                merged["pos"].to_numpy(),
+            ),
+            _part(requests, rows(owner_delete), col("field", owner_delete), col("id", owner_delete)),
+            _part(requests, rows(by_engagement), ENGAGEMENT, col("engagement_id", by_engagement)),
+        ]
+    )
     updated = [(i, name, value) for i, name, value in owner_ids_of_records(records) if update[i]]
-    produces = pa.concat_tables([
-        _part(requests, rows(convert), col("to_field", convert), col("to_id", convert)),
-        _part(requests, rows(merge), col("field", merge), col("to_id", merge)),
-        _part(requests, np.array([i for i, _, _ in updated], dtype=np.int64), pa.array([n for _, n, _ in updated], pa.string()),
-              pa.array([v for _, _, v in updated], pa.string())),
-    ])
+    produces = pa.concat_tables(
+        [
+            _part(requests, rows(convert), col("to_field", convert), col("to_id", convert)),
+            _part(requests, rows(merge), col("field", merge), col("to_id", merge)),
+            _part(
+                requests,
+                np.array([i for i, _, _ in updated], dtype=np.int64),
+                pa.array([n for _, n, _ in updated], pa.string()),
+                pa.array([v for _, _, v in updated], pa.string()),
+            ),
+        ]
+    )
     return needs, produces
 
 
@@ -107,11 +136,17 @@ def hold_back(requests: pa.Table, needs: pa.Table, produces: pa.Table, seq: np.n
     need_req = needs["req"].to_numpy()
     need_seq = seq[need_req]
     is_engagement = bool_mask(pc.equal(needs["column"], ENGAGEMENT))
-    present = _present(needs.append_column("date_from", requests["date_from"].take(needs["req"]))
-                       .append_column("date_to", requests["date_to"].take(needs["req"])), rows)
+    present = _present(
+        needs.append_column("date_from", requests["date_from"].take(needs["req"])).append_column(
+            "date_to", requests["date_to"].take(needs["req"])
+        ),
+        rows,
+    )
     produced = produces.append_column("seq", pa.array(seq[produces["req"].to_numpy()]))
     produce_req = produces["req"].to_numpy()
-    org_codes = np.asarray(pc.dictionary_encode(requests["org_id"].combine_chunks()).indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    org_codes = np.asarray(
+        pc.dictionary_encode(requests["org_id"].combine_chunks()).indices.to_numpy(zero_copy_only=False), dtype=np.int64
+    )
     todo = np.ones(org_codes.max() + 1, dtype=bool)
     rounds = 0
     while True:
@@ -123,7 +158,10 @@ def hold_back(requests: pa.Table, needs: pa.Table, produces: pa.Table, seq: np.n
         looked = needs.select(["org_id", "column", "id"]).take(pa.array(index)).append_column("_n", pa.array(index))
         joined = looked.join(first, keys=["org_id", "column", "id"], join_type="left outer")
         at = joined["_n"].to_numpy()
-        produced_before = np.asarray(pc.fill_null(joined["seq_min"], np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)) < need_seq[at]
+        produced_before = (
+            np.asarray(pc.fill_null(joined["seq_min"], np.iinfo(np.int64).max).to_numpy(zero_copy_only=False))
+            < need_seq[at]
+        )
         external = np.zeros(len(need_req), dtype=bool)
         external[at] = ~produced_before | is_engagement[at]
         missing = np.flatnonzero(external & ~present)
@@ -135,7 +173,9 @@ def hold_back(requests: pa.Table, needs: pa.Table, produces: pa.Table, seq: np.n
             if req not in missing_of:
                 held.append(req)
             kind = "engagement" if need["column"] == ENGAGEMENT else "owner"
-            missing_of.setdefault(req, []).append({"kind": kind, "field": None if kind == "engagement" else need["column"], "id": need["id"]})
+            missing_of.setdefault(req, []).append(
+                {"kind": kind, "field": None if kind == "engagement" else need["column"], "id": need["id"]}
+            )
         newly = np.unique(need_req[missing])
         active[newly] = False
         todo[:] = False
@@ -163,5 +203,13 @@ def affected_keys(requests: pa.Table, needs: pa.Table, produces: pa.Table) -> pa
     convert = np.flatnonzero(bool_mask(pc.equal(requests["op"], "convert")))
     take = pa.array(convert)
     # a convert also names its target id under the source field; rows holding it come out unchanged
-    extra = pa.table({"org_id": requests["org_id"].take(take), "column": requests["from_field"].take(take), "id": requests["to_id"].take(take)})
-    return pa.concat_tables([needs.select(["org_id", "column", "id"]), produces.select(["org_id", "column", "id"]), extra])
+    extra = pa.table(
+        {
+            "org_id": requests["org_id"].take(take),
+            "column": requests["from_field"].take(take),
+            "id": requests["to_id"].take(take),
+        }
+    )
+    return pa.concat_tables(
+        [needs.select(["org_id", "column", "id"]), produces.select(["org_id", "column", "id"]), extra]
+    )

@@ -18,7 +18,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -29,15 +29,29 @@ from engagement_platform.engagement.mutation.affected_rows import FilePlan
 from engagement_platform.engagement.mutation.hold_back import HoldBack
 from engagement_platform.engagement.mutation.org_outcome import CANDIDATE
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
-from engagement_platform.engagement.mutation.rewrite_task import ADDS, COUNTS, HELD, LOG_ADDS, REMOVES, STAT_NAMES, STATS, rewrite_task
+from engagement_platform.engagement.mutation.rewrite_task import (
+    ADDS,
+    COUNTS,
+    HELD,
+    LOG_ADDS,
+    REMOVES,
+    STAT_NAMES,
+    STATS,
+    rewrite_task,
+)
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
-from engagement_platform.spark.handoff_files import delete_handoff, handoff_parent, new_handoff, sweep_handoffs, write_handoff
+from engagement_platform.spark.handoff_files import (
+    delete_handoff,
+    handoff_parent,
+    new_handoff,
+    sweep_handoffs,
+    write_handoff,
+)
 
 HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
-
 
 
 @dataclass
@@ -58,30 +72,58 @@ class ExecutorResult:
         return counts
 
 
-def apply_on_executors(spark: SparkSession, lake: DeltaLake, candidates: pa.Table, files: FilePlan, tag: str, write: bool,
-                       log_version: int | None, seconds: dict[str, float]) -> ExecutorResult:
+def apply_on_executors(
+    spark: SparkSession,
+    lake: DeltaLake,
+    candidates: pa.Table,
+    files: FilePlan,
+    tag: str,
+    write: bool,
+    log_version: int | None,
+    seconds: dict[str, float],
+) -> ExecutorResult:
     """One Spark job over the candidate requests (CANDIDATE_SCHEMA rows), partitioned by org: each task
     applies its orgs' requests to their planned files (rewrite_task: new data files when `write`, change
     log files stamped `log_version` unless None). The upload's and the job's seconds go into `seconds`."""
     n = candidates.num_rows
-    requests = candidates.select(CANONICAL_SCHEMA.names).append_column(CANDIDATE, pa.array(np.arange(n, dtype=np.int64)))
+    requests = candidates.select(CANONICAL_SCHEMA.names).append_column(
+        CANDIDATE, pa.array(np.arange(n, dtype=np.int64))
+    )
     handed: dict[str, pa.Table] = {}
     if n:
         tasks = int(spark.conf.get("spark.sql.shuffle.partitions"))
         t = time.perf_counter()
-        parent, now = handoff_parent(lake.root, "mutation"), datetime.now(timezone.utc)
+        parent, now = handoff_parent(lake.root, "mutation"), datetime.now(UTC)
         sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
         folder = new_handoff(parent, now, uuid.uuid4().hex)
         task_of = task_of_org(requests, files, tasks)
         bucket = pa.array([task_of[o] for o in requests["org_id"].to_pylist()], pa.int64())
         for index in range(tasks):
-            write_handoff(f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)), lake.storage_options)
-            planned = [f.to_json() for org, index_of in task_of.items() if index_of == index for f in files.files_by_org.get(org, ())]
-            write_handoff(f"{folder}/files-{index}.arrow", pa.table({"file": pa.array(planned, pa.string())}), lake.storage_options)
+            write_handoff(
+                f"{folder}/requests-{index}.arrow", requests.filter(pc.equal(bucket, index)), lake.storage_options
+            )
+            planned = [
+                f.to_json()
+                for org, index_of in task_of.items()
+                if index_of == index
+                for f in files.files_by_org.get(org, ())
+            ]
+            write_handoff(
+                f"{folder}/files-{index}.arrow",
+                pa.table({"file": pa.array(planned, pa.string())}),
+                lake.storage_options,
+            )
         seconds["upload"] = time.perf_counter() - t
         try:
-            task = rewrite_task(lake.uri(ENGAGEMENT_ACTIVITY.name), lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name), tag, write,
-                                log_version, folder, lake.storage_options)
+            task = rewrite_task(
+                lake.uri(ENGAGEMENT_ACTIVITY.name),
+                lake.uri(ENGAGEMENT_ACTIVITY_CHANGES.name),
+                tag,
+                write,
+                log_version,
+                folder,
+                lake.storage_options,
+            )
             handed = collect_handoff(spark.range(tasks, numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
         finally:
             delete_handoff(folder, lake.storage_options)

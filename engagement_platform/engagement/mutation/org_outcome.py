@@ -60,7 +60,9 @@ def orgs_outcome(requests: pa.Table, rows: pa.Table) -> OrgsOutcome:
     needs, produces = request_targets(requests, records)
     affected = rows.filter(pa.array(rows_holding(rows, affected_keys(requests, needs, produces), date_spans(requests))))
     held_back = hold_back(requests, needs, produces, seq, affected)
-    reduced = reduce_batch(mutation_requests(requests, records), order, requests["org_id"].to_pylist(), held_back.active)
+    reduced = reduce_batch(
+        mutation_requests(requests, records), order, requests["org_id"].to_pylist(), held_back.active
+    )
     source, counts = outcome_table(affected, reduced.actions)
     candidate = requests[CANDIDATE].to_pylist()
     return OrgsOutcome(
@@ -81,10 +83,14 @@ def change_rows(rows: pa.Table, source: pa.Table, schema: pa.Schema) -> pa.Table
     updates, deletes = source.filter(is_update), source.filter(pc.invert(is_update))
     before = rows.take(_positions(rows, updates))
     parts = [(before, "update_preimage"), (updates, "update_postimage"), (deletes, "delete")]
-    return pa.concat_tables([
-        part.select(schema.names).cast(schema).append_column(CHANGE_TYPE, pa.array([kind] * part.num_rows, pa.string()))
-        for part, kind in parts
-    ])
+    return pa.concat_tables(
+        [
+            part.select(schema.names)
+            .cast(schema)
+            .append_column(CHANGE_TYPE, pa.array([kind] * part.num_rows, pa.string()))
+            for part, kind in parts
+        ]
+    )
 
 
 def _positions(rows: pa.Table, changed: pa.Table) -> pa.Array:
@@ -101,4 +107,3 @@ def rewritten_file(original: pa.Table, changed: pa.Table, schema: pa.Schema) -> 
     kept = original.filter(pc.invert(pc.is_in(original[ROW], value_set=changed[ROW].combine_chunks())))
     updated = changed.filter(pc.equal(changed[ACTION], UPDATE))
     return pa.concat_tables([kept.select(schema.names).cast(schema), updated.select(schema.names).cast(schema)])
-

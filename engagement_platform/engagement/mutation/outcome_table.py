@@ -21,9 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, REPLACE
 from engagement_platform.engagement.mutation.reduction.model import OwnerFate
 from engagement_platform.engagement.mutation.reduction.row_outcome import settle_owners
+from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, REPLACE
 
 INF = np.iinfo(np.int64).max
 FIRST_DAY = (date.min - date(1970, 1, 1)).days  # a null engagement_date counts as 0001-01-01
@@ -44,11 +44,22 @@ def _in_range(day: np.ndarray, date_from, date_to) -> np.ndarray:
     return (epoch_days(date_from, FIRST_DAY) <= day) & (day <= epoch_days(date_to, 2**31 - 1))
 
 
-def match_rows(rows: pa.Table, day: np.ndarray, key: str, actions: pa.Table, action_key: str) -> tuple[np.ndarray, np.ndarray]:
+def match_rows(
+    rows: pa.Table, day: np.ndarray, key: str, actions: pa.Table, action_key: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(row index, action index) of every action on (org_id, the row's `key`) whose date range holds the row's date."""
-    left = pa.table({"_i": pa.array(np.arange(rows.num_rows)), "org_id": rows["org_id"], "_k": rows[key]}).filter(pc.is_valid(rows[key]))
-    right = pa.table({"org_id": actions["org_id"], "_k": actions[action_key], "_a": pa.array(np.arange(actions.num_rows)),
-                      "date_from": actions["date_from"], "date_to": actions["date_to"]})
+    left = pa.table({"_i": pa.array(np.arange(rows.num_rows)), "org_id": rows["org_id"], "_k": rows[key]}).filter(
+        pc.is_valid(rows[key])
+    )
+    right = pa.table(
+        {
+            "org_id": actions["org_id"],
+            "_k": actions[action_key],
+            "_a": pa.array(np.arange(actions.num_rows)),
+            "date_from": actions["date_from"],
+            "date_to": actions["date_to"],
+        }
+    )
     joined = left.join(right, keys=["org_id", "_k"], join_type="inner")
     i, a = joined["_i"].to_numpy(), joined["_a"].to_numpy()
     ok = _in_range(day[i], joined["date_from"], joined["date_to"])
@@ -143,7 +154,9 @@ def outcome_table(rows: pa.Table, actions: pa.Table) -> tuple[pa.Table, dict[str
     if has_mover.any():
         new_id = owner["new_id"].take(pa.array(mover_safe))
         for g in OWNER_FIELDS:  # then the moving id lands in its final field
-            lands = has_mover & np.asarray(pc.fill_null(pc.equal(new_field, g), False).to_numpy(zero_copy_only=False), dtype=bool)
+            lands = has_mover & np.asarray(
+                pc.fill_null(pc.equal(new_field, g), False).to_numpy(zero_copy_only=False), dtype=bool
+            )
             if lands.any():
                 owners[g] = pc.if_else(pa.array(lands), new_id, owners[g])
 
@@ -159,7 +172,9 @@ def outcome_table(rows: pa.Table, actions: pa.Table) -> tuple[pa.Table, dict[str
                 if has[f][row_index]:
                     a = fate[f][row_index]
                     steps = tuple(tuple(m) for m in json.loads(moves[a] or "[]"))
-                    fates[f] = OwnerFate(fates_cols["deleted_at"][a], fates_cols["new_field"][a], fates_cols["new_id"][a], steps)
+                    fates[f] = OwnerFate(
+                        fates_cols["deleted_at"][a], fates_cols["new_field"][a], fates_cols["new_id"][a], steps
+                    )
             seq, final = settle_owners(row, fates)
             row_deleted[row_index] = INF if seq is None else seq
             for f in OWNER_FIELDS:
@@ -172,10 +187,17 @@ def outcome_table(rows: pa.Table, actions: pa.Table) -> tuple[pa.Table, dict[str
     if branches.num_rows:
         seqs = _ints(branches["seq"])
         is_replace = np.asarray(pc.equal(branches["action"], REPLACE).to_numpy(zero_copy_only=False), dtype=bool)
-        all_i, all_a = match_rows(rows, np.zeros(n, dtype=np.int64), "engagement_id",
-                              branches.set_column(branches.schema.get_field_index("date_from"), "date_from", pa.nulls(branches.num_rows, pa.date32()))
-                              .set_column(branches.schema.get_field_index("date_to"), "date_to", pa.nulls(branches.num_rows, pa.date32())),
-                              "engagement_id")
+        all_i, all_a = match_rows(
+            rows,
+            np.zeros(n, dtype=np.int64),
+            "engagement_id",
+            branches.set_column(
+                branches.schema.get_field_index("date_from"), "date_from", pa.nulls(branches.num_rows, pa.date32())
+            ).set_column(
+                branches.schema.get_field_index("date_to"), "date_to", pa.nulls(branches.num_rows, pa.date32())
+            ),
+            "engagement_id",
+        )
         replace_ids[all_i[is_replace[all_a]]] = True  # counted as replaced whenever the engagement has a replace branch
         i, a = match_rows(rows, day, "engagement_id", branches, "engagement_id")
         order = np.lexsort((seqs[a], i))
@@ -186,8 +208,11 @@ def outcome_table(rows: pa.Table, actions: pa.Table) -> tuple[pa.Table, dict[str
         branch[i[takes]] = a[takes]
     taken = branch >= 0
     branch_safe = np.where(taken, branch, 0)
-    branch_deletes = taken & (np.asarray(pc.equal(branches["action"], DELETE).to_numpy(zero_copy_only=False), dtype=bool)[branch_safe]
-                              if branches.num_rows else False)
+    branch_deletes = taken & (
+        np.asarray(pc.equal(branches["action"], DELETE).to_numpy(zero_copy_only=False), dtype=bool)[branch_safe]
+        if branches.num_rows
+        else False
+    )
     deleted = np.where(taken, branch_deletes, row_deleted < INF)
     replaced = taken & ~branch_deletes
 

@@ -22,7 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from engagement_platform.engagement.mutation.hold_back import HoldBack
-from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA, CheckedRequests, canonical_from_json, request_json
+from engagement_platform.engagement.mutation.request_columns import (
+    CANONICAL_SCHEMA,
+    CheckedRequests,
+    canonical_from_json,
+    request_json,
+)
 from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING
 from engagement_platform.ingest.errors import SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext
@@ -37,13 +42,19 @@ APPLY = "apply"  # stage of errors found while applying (targets never arrived)
 _TS = pa.timestamp("us", tz="UTC")
 
 # The batch's requests, one row each: canonical columns, then where they come from and how long they may wait.
-CANDIDATE_SCHEMA = pa.schema([
-    *CANONICAL_SCHEMA,
-    ("source_partition", pa.int32()), ("source_offset", pa.int64()), ("first_seen_batch", pa.int64()), ("attempts", pa.int64()),
-    ("expires_batch", pa.int64()), ("from_pending", pa.bool_()),
-    ("first_seen_at", _TS),  # the as-of time of the batch that first held it back (null: this batch)
-    ("request_json", pa.string()),
-])
+CANDIDATE_SCHEMA = pa.schema(
+    [
+        *CANONICAL_SCHEMA,
+        ("source_partition", pa.int32()),
+        ("source_offset", pa.int64()),
+        ("first_seen_batch", pa.int64()),
+        ("attempts", pa.int64()),
+        ("expires_batch", pa.int64()),
+        ("from_pending", pa.bool_()),
+        ("first_seen_at", _TS),  # the as-of time of the batch that first held it back (null: this batch)
+        ("request_json", pa.string()),
+    ]
+)
 
 
 def pending_max_age_hours() -> float:
@@ -51,7 +62,9 @@ def pending_max_age_hours() -> float:
     return load_settings().mutation.pending_max_age_hours
 
 
-def read_at(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None, schema: pa.Schema | None = None) -> tuple[pa.Table, int, int]:
+def read_at(
+    lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None, schema: pa.Schema | None = None
+) -> tuple[pa.Table, int, int]:
     """(rows, files read, files in the table) of `name` at `version` (-1: not created yet)."""
     if version < 0:
         return schema.empty_table(), 0, 0
@@ -75,12 +88,18 @@ class Candidates:
     replayed: np.ndarray  # per arrived row: an earlier batch already logged it, or it is pending
 
 
-def gather_candidates(lake: DeltaLake, pending_version: int, checked: CheckedRequests, batch_id: int, horizon_batches: int) -> Candidates:
+def gather_candidates(
+    lake: DeltaLake, pending_version: int, checked: CheckedRequests, batch_id: int, horizon_batches: int
+) -> Candidates:
     log_version = current_version(lake, ENGAGEMENT_MUTATION_REQUESTS.name)
-    pending_rows, _, _ = read_at(lake, ENGAGEMENT_MUTATIONS_PENDING.name, pending_version, schema=ENGAGEMENT_MUTATIONS_PENDING.schema)
+    pending_rows, _, _ = read_at(
+        lake, ENGAGEMENT_MUTATIONS_PENDING.name, pending_version, schema=ENGAGEMENT_MUTATIONS_PENDING.schema
+    )
     carried, carried_records = _carried(pending_rows)
     arrived = _new_candidates(checked.requests, batch_id, horizon_batches)
-    seen = pa.concat_arrays([_already_logged(lake, log_version, arrived, batch_id), pc.unique(_keys(carried)).cast(pa.string())])
+    seen = pa.concat_arrays(
+        [_already_logged(lake, log_version, arrived, batch_id), pc.unique(_keys(carried)).cast(pa.string())]
+    )
     replayed = np.asarray(pc.is_in(_keys(arrived), value_set=seen).to_numpy(zero_copy_only=False), dtype=bool)
     new = arrived.filter(pa.array(~replayed))
     records = carried_records + [r for r, again in zip(checked.records, replayed.tolist()) if not again]
@@ -92,10 +111,17 @@ def _carried(pending: pa.Table) -> tuple[pa.Table, list[dict | None]]:
     texts = pending["request_json"].to_pylist()
     canonical, records = canonical_from_json(texts)
     columns = {name: canonical[name] for name in CANONICAL_SCHEMA.names}
-    columns.update({name: pending[name] for name in ("source_partition", "source_offset", "first_seen_batch", "attempts", "expires_batch")})
+    columns.update(
+        {
+            name: pending[name]
+            for name in ("source_partition", "source_offset", "first_seen_batch", "attempts", "expires_batch")
+        }
+    )
     columns["from_pending"] = pa.array([True] * pending.num_rows, pa.bool_())
     # null in rows written before the column existed: the clock starts now
-    columns["first_seen_at"] = pending["first_seen_at"] if "first_seen_at" in pending.column_names else pa.nulls(pending.num_rows, _TS)
+    columns["first_seen_at"] = (
+        pending["first_seen_at"] if "first_seen_at" in pending.column_names else pa.nulls(pending.num_rows, _TS)
+    )
     columns["request_json"] = pending["request_json"]
     return pa.table(columns).cast(CANDIDATE_SCHEMA), records
 
@@ -104,10 +130,16 @@ def _new_candidates(checked: pa.Table, batch_id: int, horizon_batches: int) -> p
     """The slice's checked requests as candidate rows: first seen in this batch."""
     n = checked.num_rows
     columns = {name: checked[name] for name in CANONICAL_SCHEMA.names}
-    columns.update(source_partition=checked[SOURCE_PARTITION], source_offset=checked[SOURCE_OFFSET],
-                   first_seen_batch=pa.array([batch_id] * n, pa.int64()), attempts=pa.array([0] * n, pa.int64()),
-                   expires_batch=pa.array([batch_id + horizon_batches] * n, pa.int64()), from_pending=pa.array([False] * n, pa.bool_()),
-                   first_seen_at=pa.nulls(n, _TS), request_json=request_json(checked))
+    columns.update(
+        source_partition=checked[SOURCE_PARTITION],
+        source_offset=checked[SOURCE_OFFSET],
+        first_seen_batch=pa.array([batch_id] * n, pa.int64()),
+        attempts=pa.array([0] * n, pa.int64()),
+        expires_batch=pa.array([batch_id + horizon_batches] * n, pa.int64()),
+        from_pending=pa.array([False] * n, pa.bool_()),
+        first_seen_at=pa.nulls(n, _TS),
+        request_json=request_json(checked),
+    )
     return pa.table(columns).cast(CANDIDATE_SCHEMA)
 
 
@@ -124,10 +156,18 @@ def _already_logged(lake: DeltaLake, version_of_log: int, requests: pa.Table, ba
     ids = text_column("request_id").isin(pc.unique(requests["request_id"]).to_pylist())
     expr = ds.field("org_id").isin(orgs) & ids & (ds.field("batch_id") < batch_id)
     rows, _, _ = read_at(lake, ENGAGEMENT_MUTATION_REQUESTS.name, version_of_log, expr)
-    return pc.unique(_keys(rows.select(["org_id", "request_id"]).cast(pa.schema([("org_id", pa.string()), ("request_id", pa.string())]))))
+    return pc.unique(
+        _keys(
+            rows.select(["org_id", "request_id"]).cast(
+                pa.schema([("org_id", pa.string()), ("request_id", pa.string())])
+            )
+        )
+    )
 
 
-def split_held(candidates: pa.Table, held_back: HoldBack, batch_id: int, as_of: datetime, max_age_hours: float) -> tuple[list[dict], list[dict]]:
+def split_held(
+    candidates: pa.Table, held_back: HoldBack, batch_id: int, as_of: datetime, max_age_hours: float
+) -> tuple[list[dict], list[dict]]:
     """(expired, still pending) held-back candidates, as dicts with their `index`, `missing` targets and the
     `horizons` that ran out: `horizon_batches` after the first attempt (expires_batch), or `max_age_hours`
     after the batch that first held it back (first_seen_at), both at this batch's pinned as-of time."""
@@ -149,26 +189,51 @@ def expired_horizons(c: dict, batch_id: int, as_of: datetime, max_age: timedelta
     return out
 
 
-def pending_delta(still_pending: list[dict], erased: set[tuple[str, str]], carried: pa.Table, seq: np.ndarray, batch_id: int,
-                  as_of: datetime) -> pa.Table:
+def pending_delta(
+    still_pending: list[dict],
+    erased: set[tuple[str, str]],
+    carried: pa.Table,
+    seq: np.ndarray,
+    batch_id: int,
+    as_of: datetime,
+) -> pa.Table:
     """The pending step's change as a MERGE source against the current table (PENDING_ACTION per row):
     upsert what stays pending (in fold order), delete the carried requests this batch consumed."""
-    keep = sorted((c for c in still_pending if (c["org_id"], c["request_id"]) not in erased), key=lambda c: seq[c["index"]])
+    keep = sorted(
+        (c for c in still_pending if (c["org_id"], c["request_id"]) not in erased), key=lambda c: seq[c["index"]]
+    )
     kept_keys = {(c["org_id"], c["request_id"]) for c in keep}
     consumed = sorted(set(zip(carried["org_id"].to_pylist(), carried["request_id"].to_pylist())) - kept_keys)
     schema = ENGAGEMENT_MUTATIONS_PENDING.schema
-    staying = pa.Table.from_pylist([
-        dict(org_id=c["org_id"], request_id=c["request_id"], request_time=c["request_time"], request_json=c["request_json"],
-             missing_targets=json.dumps(c["missing"]), first_seen_batch=c["first_seen_batch"], last_batch=batch_id, attempts=c["attempts"] + 1,
-             expires_batch=c["expires_batch"], source_partition=c["source_partition"], source_offset=c["source_offset"],
-             first_seen_at=c["first_seen_at"] or as_of)
-        for c in keep
-    ], schema=schema)
-    return pa.concat_tables([
-        staying.append_column(PENDING_ACTION, pa.array([UPSERT] * staying.num_rows, pa.string())),
-        pa.Table.from_pylist([dict(org_id=o, request_id=r, **{PENDING_ACTION: PENDING_DELETE}) for o, r in consumed],
-                             schema=schema.append(pa.field(PENDING_ACTION, pa.string()))),
-    ])
+    staying = pa.Table.from_pylist(
+        [
+            dict(
+                org_id=c["org_id"],
+                request_id=c["request_id"],
+                request_time=c["request_time"],
+                request_json=c["request_json"],
+                missing_targets=json.dumps(c["missing"]),
+                first_seen_batch=c["first_seen_batch"],
+                last_batch=batch_id,
+                attempts=c["attempts"] + 1,
+                expires_batch=c["expires_batch"],
+                source_partition=c["source_partition"],
+                source_offset=c["source_offset"],
+                first_seen_at=c["first_seen_at"] or as_of,
+            )
+            for c in keep
+        ],
+        schema=schema,
+    )
+    return pa.concat_tables(
+        [
+            staying.append_column(PENDING_ACTION, pa.array([UPSERT] * staying.num_rows, pa.string())),
+            pa.Table.from_pylist(
+                [dict(org_id=o, request_id=r, **{PENDING_ACTION: PENDING_DELETE}) for o, r in consumed],
+                schema=schema.append(pa.field(PENDING_ACTION, pa.string())),
+            ),
+        ]
+    )
 
 
 def pending_step(lake: DeltaLake, delta: pa.Table) -> CommitStep:
@@ -183,25 +248,37 @@ def pending_step(lake: DeltaLake, delta: pa.Table) -> CommitStep:
         if delta.num_rows == 0:
             return None  # nothing carried, nothing held back: no commit (a re-run finds nothing to do either)
         orgs = ", ".join(sql_literal(o) for o in pc.unique(delta["org_id"]).to_pylist())
-        (table.merge(delta, predicate=f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.request_id = s.request_id",
-                     source_alias="s", target_alias="t", merge_schema=True, commit_properties=txn.commit_properties())
-         .when_matched_update_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
-         .when_matched_delete(predicate=f"s.{PENDING_ACTION} = '{PENDING_DELETE}'")
-         .when_not_matched_insert_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
-         .execute())
+        (
+            table.merge(
+                delta,
+                predicate=f"t.org_id IN ({orgs}) AND t.org_id = s.org_id AND t.request_id = s.request_id",
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+                commit_properties=txn.commit_properties(),
+            )
+            .when_matched_update_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
+            .when_matched_delete(predicate=f"s.{PENDING_ACTION} = '{PENDING_DELETE}'")
+            .when_not_matched_insert_all(predicate=f"s.{PENDING_ACTION} = '{UPSERT}'", except_cols=[PENDING_ACTION])
+            .execute()
+        )
         return table.version()  # the MERGE left the object at its own commit (updating it could pass a later writer's)
 
     return CommitStep(ENGAGEMENT_MUTATIONS_PENDING.name, commit)
 
 
-def _request_keys(lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None) -> set[tuple[str, str]]:
+def _request_keys(
+    lake: DeltaLake, name: str, version: int, filter: ds.Expression | None = None
+) -> set[tuple[str, str]]:
     if version < 0:
         return set()
     rows = lake.table(name, version).to_pyarrow_dataset().to_table(columns=["org_id", "request_id"], filter=filter)
     return set(zip(rows["org_id"].to_pylist(), rows["request_id"].to_pylist()))
 
 
-def erased_since_pin(lake: DeltaLake, app_id: str, batch_id: int, pinned_pending: int, new: pa.Table) -> set[tuple[str, str]]:
+def erased_since_pin(
+    lake: DeltaLake, app_id: str, batch_id: int, pinned_pending: int, new: pa.Table
+) -> set[tuple[str, str]]:
     """(org_id, request_id) of this batch's requests that another writer (a GDPR erasure) deleted after the
     batch's pin; a re-run must not write them back (to pending or quarantine) although its decisions,
     computed against the pin, still count them. The rule: the pending table changes only through this
@@ -224,17 +301,34 @@ def erased_since_pin(lake: DeltaLake, app_id: str, batch_id: int, pinned_pending
     return erased
 
 
-def quarantine_candidates(candidates: list[dict], ctx: QuarantineContext, plugin: str, code: str, message: Callable[[dict], str]) -> pa.Table:
+def quarantine_candidates(
+    candidates: list[dict], ctx: QuarantineContext, plugin: str, code: str, message: Callable[[dict], str]
+) -> pa.Table:
     """Quarantine rows (stage `apply`) for candidate rows (dicts of CANDIDATE_SCHEMA, `missing` added for held-back ones)."""
     rows = []
     for c in candidates:
         text, missing = c["request_json"], c.get("missing")
-        rows.append(dict(
-            pipeline=ctx.pipeline, batch_id=ctx.batch_id, row_id=f"{ctx.source}:{c['source_partition']}:{c['source_offset']}", source=ctx.source,
-            source_partition=c["source_partition"], source_offset=c["source_offset"], org_id=c["org_id"], raw=text.encode(), input=text,
-            stage=APPLY, plugin=plugin, column_name=None, error_code=code, message=message(c), value=json.dumps(missing) if missing else None,
-            quarantined_at=ctx.at, quarantine_date=ctx.at.date(),
-        ))
+        rows.append(
+            dict(
+                pipeline=ctx.pipeline,
+                batch_id=ctx.batch_id,
+                row_id=f"{ctx.source}:{c['source_partition']}:{c['source_offset']}",
+                source=ctx.source,
+                source_partition=c["source_partition"],
+                source_offset=c["source_offset"],
+                org_id=c["org_id"],
+                raw=text.encode(),
+                input=text,
+                stage=APPLY,
+                plugin=plugin,
+                column_name=None,
+                error_code=code,
+                message=message(c),
+                value=json.dumps(missing) if missing else None,
+                quarantined_at=ctx.at,
+                quarantine_date=ctx.at.date(),
+            )
+        )
     return pa.Table.from_pylist(rows, schema=QUARANTINE_SCHEMA)
 
 

@@ -23,7 +23,9 @@ class BatchReduction:
     action_count: int
 
 
-def reduce_batch(requests: list[MutationRequest], order: np.ndarray, orgs: list[str], active: np.ndarray) -> BatchReduction:
+def reduce_batch(
+    requests: list[MutationRequest], order: np.ndarray, orgs: list[str], active: np.ndarray
+) -> BatchReduction:
     """Reduce each org's active requests once (`order`: fold order, `orgs`: each request's org)."""
     applied = order[active[order]].tolist()
     tables, count = [], 0

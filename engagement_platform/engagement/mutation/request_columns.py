@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 
 import numpy as np
@@ -31,17 +31,33 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 CHECKS = "mutation_request"  # plugin name of the driver-side request checks
 # Columns an update's record may set (the rest are the row's identity or ingestion bookkeeping).
 RECORD_COLUMNS = tuple(
-    n for n in ENGAGEMENT_ACTIVITY.schema.names
+    n
+    for n in ENGAGEMENT_ACTIVITY.schema.names
     if n not in ("org_id", "engagement_id", "ingestion_time", "source_partition", "source_offset", "batch_id")
 )
 _TS = pa.timestamp("us", tz="UTC")
-CANONICAL_SCHEMA = pa.schema([
-    ("request_id", pa.string()), ("org_id", pa.string()), ("request_time", _TS), ("op", pa.string()),
-    ("from_field", pa.string()), ("from_id", pa.string()), ("to_field", pa.string()), ("to_id", pa.string()),
-    ("field", pa.string()), ("from_ids", pa.list_(pa.string())), ("id", pa.string()), ("engagement_id", pa.string()),
-    ("record", pa.string()), ("date_from", pa.date32()), ("date_to", pa.date32()),
-])
-CHECKED_SCHEMA = CANONICAL_SCHEMA.append(pa.field(SOURCE_PARTITION, pa.int32())).append(pa.field(SOURCE_OFFSET, pa.int64()))
+CANONICAL_SCHEMA = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("org_id", pa.string()),
+        ("request_time", _TS),
+        ("op", pa.string()),
+        ("from_field", pa.string()),
+        ("from_id", pa.string()),
+        ("to_field", pa.string()),
+        ("to_id", pa.string()),
+        ("field", pa.string()),
+        ("from_ids", pa.list_(pa.string())),
+        ("id", pa.string()),
+        ("engagement_id", pa.string()),
+        ("record", pa.string()),
+        ("date_from", pa.date32()),
+        ("date_to", pa.date32()),
+    ]
+)
+CHECKED_SCHEMA = CANONICAL_SCHEMA.append(pa.field(SOURCE_PARTITION, pa.int32())).append(
+    pa.field(SOURCE_OFFSET, pa.int64())
+)
 OP_REQUIRED = {
     "convert": ("from_field", "from_id", "to_field", "to_id"),
     "merge": ("field", "from_ids", "to_id"),
@@ -58,14 +74,14 @@ def iso(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return value.isoformat().replace("+00:00", "Z")
     return value.isoformat() if isinstance(value, date) else str(value)
 
 
 def parse_timestamp(text: str) -> datetime:
     value = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def typed_record(record: dict) -> dict:
@@ -117,8 +133,14 @@ def canonical_json(value: Any, exact: bool = True) -> str:
 
 
 def _error(column: str | None, code: str, message: str, value: Any = None) -> dict:
-    return {"stage": VALIDATE, "plugin": CHECKS, "column_name": column, "error_code": code, "message": message,
-            "value": None if value is None else str(value)}
+    return {
+        "stage": VALIDATE,
+        "plugin": CHECKS,
+        "column_name": column,
+        "error_code": code,
+        "message": message,
+        "value": None if value is None else str(value),
+    }
 
 
 def bool_mask(array) -> np.ndarray:
@@ -142,7 +164,9 @@ class CheckedRequests:
 def check_requests(validated: pa.Table) -> CheckedRequests:
     """`validated`: the framework's output in source order, every error so far in `_errors`."""
     n = validated.num_rows
-    ok = np.asarray(pc.equal(pc.fill_null(pc.list_value_length(validated[ERRORS]), 0), 0).to_numpy(zero_copy_only=False), dtype=bool)
+    ok = np.asarray(
+        pc.equal(pc.fill_null(pc.list_value_length(validated[ERRORS]), 0), 0).to_numpy(zero_copy_only=False), dtype=bool
+    )
     op = validated["op"]
     errors: dict[int, list[dict]] = {}
 
@@ -155,7 +179,9 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
         if isinstance(ids, list) and ids and all(isinstance(x, str) and x for x in ids):
             from_ids[i] = ids
         else:
-            errors.setdefault(i, []).append(_error("from_ids", "wrong_type", "from_ids must be a non-empty JSON array of ids", text))
+            errors.setdefault(i, []).append(
+                _error("from_ids", "wrong_type", "from_ids must be a non-empty JSON array of ids", text)
+            )
     records: list = [None] * n
     record_texts: list = [None] * n
     for i, text in zip(*_texts(validated, "record", ok)):
@@ -182,7 +208,9 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
         values = validated[column]
         missing[column] = ~bool_mask(pc.is_valid(values)) | bool_mask(pc.equal(pc.utf8_trim_whitespace(values), ""))
     bad_range = bool_mask(pc.greater(validated["date_from"], validated["date_to"]))
-    required = [(name, is_op[name], OP_REQUIRED[name]) for name in OP_REQUIRED] + [("delete", owner_delete, ("field", "id"))]
+    required = [(name, is_op[name], OP_REQUIRED[name]) for name in OP_REQUIRED] + [
+        ("delete", owner_delete, ("field", "id"))
+    ]
     found = np.zeros(n, dtype=bool)
     found[list(errors)] = True
     found |= ok & (ambiguous | bad_range)
@@ -192,22 +220,40 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
     for i in np.flatnonzero(found).tolist():  # the rare rejected rows: messages in the checks' order
         row_errors = errors.setdefault(i, [])
         if ambiguous[i]:
-            row_errors.append(_error("engagement_id", "ambiguous_target", "delete takes engagement_id or field + id, not both"))
+            row_errors.append(
+                _error("engagement_id", "ambiguous_target", "delete takes engagement_id or field + id, not both")
+            )
         for name, of_op, columns in required:
             if of_op[i]:
-                row_errors += [_error(c, "missing_required", f"op '{name}' requires '{c}'") for c in columns if missing[c][i]]
+                row_errors += [
+                    _error(c, "missing_required", f"op '{name}' requires '{c}'") for c in columns if missing[c][i]
+                ]
         if bad_range[i]:
             date_from, date_to = validated["date_from"][i].as_py(), validated["date_to"][i].as_py()
-            row_errors.append(_error("date_to", "invalid_date_range", f"date_to {iso(date_to)} is before date_from {iso(date_from)}", iso(date_to)))
+            row_errors.append(
+                _error(
+                    "date_to",
+                    "invalid_date_range",
+                    f"date_to {iso(date_to)} is before date_from {iso(date_from)}",
+                    iso(date_to),
+                )
+            )
 
     # A request id seen earlier in this batch (among the requests that passed): the first one wins.
     passed = np.flatnonzero(ok & ~found)
-    keys = pa.table({"org_id": validated["org_id"].take(passed), "request_id": validated["request_id"].take(passed),
-                     "i": pa.array(np.arange(len(passed)))})
+    keys = pa.table(
+        {
+            "org_id": validated["org_id"].take(passed),
+            "request_id": validated["request_id"].take(passed),
+            "i": pa.array(np.arange(len(passed))),
+        }
+    )
     first = np.zeros(len(passed), dtype=bool)
     first[keys.group_by(["org_id", "request_id"]).aggregate([("i", "min")])["i_min"].to_numpy()] = True
     for i, rid in zip(passed[~first].tolist(), validated["request_id"].take(passed[~first]).to_pylist()):
-        errors[i] = [_error("request_id", "duplicate_in_batch", f"request_id '{rid}' already appears earlier in this batch", rid)]
+        errors[i] = [
+            _error("request_id", "duplicate_in_batch", f"request_id '{rid}' already appears earlier in this batch", rid)
+        ]
     accepted = passed[first]
 
     take = pa.array(accepted)
@@ -215,12 +261,23 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
     ops = table["op"]
     for column in ("from_field", "from_id", "to_field", "to_id", "field", "id", "engagement_id"):
         users = pa.array([o for o, cs in OP_COLUMNS.items() if column in cs])
-        table = table.set_column(table.schema.get_field_index(column), column,
-                                 pc.if_else(pc.is_in(ops, value_set=users), table[column], pa.nulls(len(table), pa.string())))
+        table = table.set_column(
+            table.schema.get_field_index(column),
+            column,
+            pc.if_else(pc.is_in(ops, value_set=users), table[column], pa.nulls(len(table), pa.string())),
+        )
     picked = accepted.tolist()
-    table = (table.set_column(table.schema.get_field_index("from_ids"), "from_ids", pa.array([from_ids[i] for i in picked], pa.list_(pa.string())))
-             .set_column(table.schema.get_field_index("record"), "record", pa.array([record_texts[i] for i in picked], pa.string()))
-             .set_column(table.schema.get_field_index("request_time"), "request_time", table["request_time"].cast(_TS)))
+    table = (
+        table.set_column(
+            table.schema.get_field_index("from_ids"),
+            "from_ids",
+            pa.array([from_ids[i] for i in picked], pa.list_(pa.string())),
+        )
+        .set_column(
+            table.schema.get_field_index("record"), "record", pa.array([record_texts[i] for i in picked], pa.string())
+        )
+        .set_column(table.schema.get_field_index("request_time"), "request_time", table["request_time"].cast(_TS))
+    )
     return CheckedRequests(table.cast(CHECKED_SCHEMA), [records[i] for i in picked], errors)
 
 
@@ -252,7 +309,9 @@ def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Arr
 def _iso_time(values) -> pa.Array:
     """UTC ISO text like datetime.isoformat: microseconds only when there are any, then Z. Built from
     integer fields: Arrow's strftime and string cast of zoned timestamps are much slower."""
-    micros = np.asarray(pc.fill_null(pc.cast(pc.cast(values, _TS), pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    micros = np.asarray(
+        pc.fill_null(pc.cast(pc.cast(values, _TS), pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64
+    )
     days, rem = np.divmod(micros, 86_400_000_000)
     seconds, fraction = np.divmod(rem, 1_000_000)
     hours, rem = np.divmod(seconds, 3600)
@@ -263,7 +322,9 @@ def _iso_time(values) -> pa.Array:
 
     fraction_text = pc.if_else(pa.array(fraction != 0), pc.binary_join_element_wise(".", padded(fraction, 6), ""), "")
     day_text = pc.cast(pa.array(days.astype(np.int32), pa.date32()), pa.string())
-    text = pc.binary_join_element_wise(day_text, "T", padded(hours, 2), ":", padded(minutes, 2), ":", padded(seconds, 2), fraction_text, "Z", "")
+    text = pc.binary_join_element_wise(
+        day_text, "T", padded(hours, 2), ":", padded(minutes, 2), ":", padded(seconds, 2), fraction_text, "Z", ""
+    )
     return pc.if_else(pc.is_valid(values), text, pa.nulls(len(text), pa.string()))
 
 
@@ -276,7 +337,9 @@ def request_json(table: pa.Table) -> pa.ChunkedArray:
         "request_time": _json_string(_iso_time(table["request_time"])),
         "date_from": _json_string(pc.cast(table["date_from"], pa.string())),
         "date_to": _json_string(pc.cast(table["date_to"], pa.string())),
-        "from_ids": pa.array([None if ids is None else orjson.dumps(ids).decode() for ids in table["from_ids"].to_pylist()], pa.string()),
+        "from_ids": pa.array(
+            [None if ids is None else orjson.dumps(ids).decode() for ids in table["from_ids"].to_pylist()], pa.string()
+        ),
         "record": table["record"],
     }
     parts = []
@@ -309,17 +372,31 @@ def canonical_from_json(texts: list[str]) -> tuple[pa.Table, list[dict | None]]:
 def mutation_requests(table: pa.Table, records: list[dict | None]) -> list[MutationRequest]:
     """One MutationRequest per canonical row (request_time as epoch micros: the fold only compares it)."""
     times = table["request_time"].cast(pa.int64()).to_pylist()
-    columns = [table[c].to_pylist() for c in ("request_id", "org_id", "op", "to_field", "to_id", "engagement_id", "date_from", "date_to")]
-    fields = pc.coalesce(table["from_field"], table["field"]).to_pylist()  # convert: from_field, merge/owner delete: field
+    columns = [
+        table[c].to_pylist()
+        for c in ("request_id", "org_id", "op", "to_field", "to_id", "engagement_id", "date_from", "date_to")
+    ]
+    fields = pc.coalesce(
+        table["from_field"], table["field"]
+    ).to_pylist()  # convert: from_field, merge/owner delete: field
     owners = pc.coalesce(table["from_id"], table["id"]).to_pylist()  # convert: from_id, owner delete: id
     from_ids = table["from_ids"].to_pylist()
     return [
-        MutationRequest(rid, org, at, op, f, owner, tuple(ids) if ids else (), to_field, to_id, eid, record, date_from, date_to)
-        for at, f, owner, ids, record, (rid, org, op, to_field, to_id, eid, date_from, date_to)
-        in zip(times, fields, owners, from_ids, records, zip(*columns))
+        MutationRequest(
+            rid, org, at, op, f, owner, tuple(ids) if ids else (), to_field, to_id, eid, record, date_from, date_to
+        )
+        for at, f, owner, ids, record, (rid, org, op, to_field, to_id, eid, date_from, date_to) in zip(
+            times, fields, owners, from_ids, records, zip(*columns)
+        )
     ]
 
 
 def owner_ids_of_records(records: list[dict | None]) -> list[tuple[int, str, str]]:
     """(row, owner field, id) of every owner id an update's record sets."""
-    return [(i, name, r[name]) for i, r in enumerate(records) if r is not None for name in OWNER_FIELDS if r.get(name) is not None]
+    return [
+        (i, name, r[name])
+        for i, r in enumerate(records)
+        if r is not None
+        for name in OWNER_FIELDS
+        if r.get(name) is not None
+    ]

@@ -4,9 +4,10 @@ as a table keyed by engagement_id (as_table), the form the per-row outcome and t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 OWNER_FIELDS = ("lead_id", "contact_id", "account_id", "user_id")
 FIRST_DAY = date.min.toordinal()  # also the day of a null engagement_date
@@ -36,14 +37,26 @@ class MutationRequest:
     date_to: date | None = None
 
     @classmethod
-    def convert(cls, request_id, org_id, request_time, from_field, from_id, to_field, to_id, **dates) -> MutationRequest:
+    def convert(
+        cls, request_id, org_id, request_time, from_field, from_id, to_field, to_id, **dates
+    ) -> MutationRequest:
         return cls(
-            request_id, org_id, request_time, "convert", field=from_field, owner_id=from_id, to_field=to_field, to_id=to_id, **dates
+            request_id,
+            org_id,
+            request_time,
+            "convert",
+            field=from_field,
+            owner_id=from_id,
+            to_field=to_field,
+            to_id=to_id,
+            **dates,
         )
 
     @classmethod
     def merge(cls, request_id, org_id, request_time, field, from_ids, to_id, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "merge", field=field, from_ids=tuple(from_ids), to_id=to_id, **dates)
+        return cls(
+            request_id, org_id, request_time, "merge", field=field, from_ids=tuple(from_ids), to_id=to_id, **dates
+        )
 
     @classmethod
     def delete_owner(cls, request_id, org_id, request_time, field, owner_id, **dates) -> MutationRequest:
@@ -55,12 +68,13 @@ class MutationRequest:
 
     @classmethod
     def update(cls, request_id, org_id, request_time, engagement_id, record, **dates) -> MutationRequest:
-        return cls(request_id, org_id, request_time, "update", engagement_id=engagement_id, record=dict(record), **dates)
+        return cls(
+            request_id, org_id, request_time, "update", engagement_id=engagement_id, record=dict(record), **dates
+        )
 
     @property
     def order(self) -> tuple:
         return (self.request_time, self.request_id)
-
 
 
 def day_key(day: date | None) -> int:
@@ -89,4 +103,3 @@ def full_record(record: Mapping[str, Any]) -> Row:
     out = {name: None for name in (*OWNER_FIELDS, "engagement_date")}
     out.update((k, v) for k, v in record.items() if k not in ("org_id", "engagement_id"))
     return out
-

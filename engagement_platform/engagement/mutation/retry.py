@@ -12,7 +12,7 @@ every mutation batch. With no new requests there would be no batch, so the senso
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow.compute as pc
 
@@ -38,7 +38,9 @@ def ingestion_done_after_plan(store: CheckpointStore, plan: BatchPlan | None) ->
     return pc.max(after["batch_id"]).as_py() if after.num_rows else None
 
 
-def horizon_ran_out(store: CheckpointStore, latest: BatchPlan | None, max_age_hours: float, now: datetime | None = None) -> datetime | None:
+def horizon_ran_out(
+    store: CheckpointStore, latest: BatchPlan | None, max_age_hours: float, now: datetime | None = None
+) -> datetime | None:
     """The earliest moment a pending request's age horizon ran out after `latest` was planned and by `now`
     (None: no such request). A batch planned after that moment expires the request, so it is asked once."""
     if latest is None:
@@ -50,7 +52,7 @@ def horizon_ran_out(store: CheckpointStore, latest: BatchPlan | None, max_age_ho
     planned = planned_at_in(store.rows(latest.stream), latest.batch_id)
     if len(first_seen) == 0 or planned is None:
         return None
-    now, max_age = now or datetime.now(timezone.utc), timedelta(hours=max_age_hours)
+    now, max_age = now or datetime.now(UTC), timedelta(hours=max_age_hours)
     due = sorted(seen + max_age for seen in first_seen.to_pylist())
     return next((d for d in due if planned < d <= now), None)
 
@@ -58,24 +60,36 @@ def horizon_ran_out(store: CheckpointStore, latest: BatchPlan | None, max_age_ho
 def empty_slice_after(latest: BatchPlan, watermarks: dict[int, tuple[int, int]]) -> BatchPlan:
     """The next batch with nothing new to read: the same next offsets (a retry of the pending requests alone)."""
     ends = latest.ends()
-    ranges = tuple(OffsetRange(p, max(ends.get(p, low), low), max(ends.get(p, low), low)) for p, (low, _) in sorted(watermarks.items()))
+    ranges = tuple(
+        OffsetRange(p, max(ends.get(p, low), low), max(ends.get(p, low), low))
+        for p, (low, _) in sorted(watermarks.items())
+    )
     return BatchPlan(latest.stream, latest.batch_id + 1, KafkaSlice(latest.topic, ranges))
 
 
-def pending_retry(store: CheckpointStore, latest: BatchPlan | None, watermarks: dict[int, tuple[int, int]]) -> tuple[BatchPlan, int] | None:
+def pending_retry(
+    store: CheckpointStore, latest: BatchPlan | None, watermarks: dict[int, tuple[int, int]]
+) -> tuple[BatchPlan, int] | None:
     """(an empty slice after `latest`, the ingestion batch that makes it worth running) when the pending
     table is not empty and an ingestion batch finished after `latest` was planned; else None."""
     ingested = ingestion_done_after_plan(store, latest)
     if ingested is None or latest is None:
         return None
     lake = store.lake
-    if not lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name) or lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).to_pyarrow_dataset().count_rows() == 0:
+    if (
+        not lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name)
+        or lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).to_pyarrow_dataset().count_rows() == 0
+    ):
         return None
     return empty_slice_after(latest, watermarks), ingested
 
 
-def expiry_retry(store: CheckpointStore, latest: BatchPlan | None, watermarks: dict[int, tuple[int, int]],
-                 now: datetime | None = None) -> tuple[BatchPlan, datetime] | None:
+def expiry_retry(
+    store: CheckpointStore,
+    latest: BatchPlan | None,
+    watermarks: dict[int, tuple[int, int]],
+    now: datetime | None = None,
+) -> tuple[BatchPlan, datetime] | None:
     """(an empty slice after `latest`, the moment a pending request's age horizon ran out) when one ran out
     since `latest` was planned; else None."""
     due = horizon_ran_out(store, latest, pending_max_age_hours(), now)

@@ -18,7 +18,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.mutation.org_outcome import CHANGE_TYPE, FILE, ROW, change_rows, orgs_outcome, rewritten_file
+from engagement_platform.engagement.mutation.org_outcome import (
+    CHANGE_TYPE,
+    FILE,
+    ROW,
+    change_rows,
+    orgs_outcome,
+    rewritten_file,
+)
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES
 from engagement_platform.lake.change_log import stamped
 from engagement_platform.lake.file_writes import WrittenFile, read_file, write_files
@@ -27,12 +34,26 @@ from engagement_platform.spark.handoff_files import read_handoff
 
 HELD, STATS, ADDS, REMOVES, LOG_ADDS, COUNTS = "held", "stats", "adds", "removes", "log_adds", "counts"  # handoff kinds
 CHUNK_FILES = 256  # files read (whole) at a time by a task
-STAT_NAMES = ("applied", "actions", "rows_scanned", "files_read", "updated", "replaced", "deleted", "unchanged",
-              "task_read_ms", "task_compute_ms", "task_write_ms", "task_changes_ms")  # *_ms: summed over tasks
+STAT_NAMES = (
+    "applied",
+    "actions",
+    "rows_scanned",
+    "files_read",
+    "updated",
+    "replaced",
+    "deleted",
+    "unchanged",
+    "task_read_ms",
+    "task_compute_ms",
+    "task_write_ms",
+    "task_changes_ms",
+)  # *_ms: summed over tasks
 ROWS_SCHEMA = ENGAGEMENT_ACTIVITY.schema.append(pa.field(FILE, pa.int64())).append(pa.field(ROW, pa.int64()))
 
 
-def org_chunks(orgs: list[str], files_by_org: Mapping[str, list[WrittenFile]], limit: int = CHUNK_FILES) -> list[list[str]]:
+def org_chunks(
+    orgs: list[str], files_by_org: Mapping[str, list[WrittenFile]], limit: int = CHUNK_FILES
+) -> list[list[str]]:
     """Orgs in groups of about `limit` planned files (an org is never split: the rules are per org)."""
     chunks: list[list[str]] = [[]]
     size = 0
@@ -51,13 +72,22 @@ def read_planned(table_uri: str, files: list[WrittenFile], storage_options: Mapp
     tables = []
     for index, written in enumerate(files):
         rows = read_file(table_uri, ENGAGEMENT_ACTIVITY, written, storage_options)
-        tables.append(rows.append_column(FILE, pa.array(np.full(rows.num_rows, index, dtype=np.int64)))
-                      .append_column(ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64))))
+        tables.append(
+            rows.append_column(FILE, pa.array(np.full(rows.num_rows, index, dtype=np.int64))).append_column(
+                ROW, pa.array(np.arange(rows.num_rows, dtype=np.int64))
+            )
+        )
     return tables
 
 
-def rewrite_touched(table_uri: str, files: list[WrittenFile], tables: list[pa.Table], source: pa.Table, tag: str,
-                    storage_options: Mapping[str, str] | None) -> tuple[list[WrittenFile], list[WrittenFile]]:
+def rewrite_touched(
+    table_uri: str,
+    files: list[WrittenFile],
+    tables: list[pa.Table],
+    source: pa.Table,
+    tag: str,
+    storage_options: Mapping[str, str] | None,
+) -> tuple[list[WrittenFile], list[WrittenFile]]:
     """(added, removed): each file holding a changed row written anew (none when every row went) and removed."""
     adds: list[WrittenFile] = []
     removes: list[WrittenFile] = []
@@ -69,8 +99,13 @@ def rewrite_touched(table_uri: str, files: list[WrittenFile], tables: list[pa.Ta
     for start, end in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(at)]])):
         index = int(at[start])
         changed = source.slice(int(start), int(end - start))
-        adds += write_files(table_uri, ENGAGEMENT_ACTIVITY, rewritten_file(tables[index], changed, ENGAGEMENT_ACTIVITY.schema), tag,
-                            storage_options)
+        adds += write_files(
+            table_uri,
+            ENGAGEMENT_ACTIVITY,
+            rewritten_file(tables[index], changed, ENGAGEMENT_ACTIVITY.schema),
+            tag,
+            storage_options,
+        )
         removes.append(files[index])
     return adds, removes
 
@@ -78,14 +113,29 @@ def rewrite_touched(table_uri: str, files: list[WrittenFile], tables: list[pa.Ta
 def org_counts(changes: pa.Table) -> pa.Table:
     """Per org: rows updated (post-images) and deleted, what the notification rows say."""
     kinds = changes[CHANGE_TYPE]
-    flags = pa.table({"org_id": changes["org_id"],
-                      "updated": pc.cast(pc.equal(kinds, "update_postimage"), pa.int64()),
-                      "deleted": pc.cast(pc.equal(kinds, "delete"), pa.int64())})
-    return flags.group_by("org_id").aggregate([("updated", "sum"), ("deleted", "sum")]).rename_columns(["org_id", "updated", "deleted"])
+    flags = pa.table(
+        {
+            "org_id": changes["org_id"],
+            "updated": pc.cast(pc.equal(kinds, "update_postimage"), pa.int64()),
+            "deleted": pc.cast(pc.equal(kinds, "delete"), pa.int64()),
+        }
+    )
+    return (
+        flags.group_by("org_id")
+        .aggregate([("updated", "sum"), ("deleted", "sum")])
+        .rename_columns(["org_id", "updated", "deleted"])
+    )
 
 
-def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_version: int | None, requests_folder: str,
-                 storage_options: Mapping[str, str] | None = None) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def rewrite_task(
+    table_uri: str,
+    log_uri: str,
+    tag: str,
+    write: bool,
+    log_version: int | None,
+    requests_folder: str,
+    storage_options: Mapping[str, str] | None = None,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function over task indices (spark.range): task i reads its requests (whole orgs) from
     `requests_folder`/requests-<i>.arrow and their planned files from files-<i>.arrow (on_executors.py)
     and processes them. It writes the touched files
@@ -99,7 +149,9 @@ def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_versio
                 for text in read_handoff(f"{requests_folder}/files-{index}.arrow", storage_options)["file"].to_pylist():
                     written = WrittenFile.from_json(text)
                     files_by_org.setdefault(written.partition_values["org_id"], []).append(written)
-                yield from run_one(read_handoff(f"{requests_folder}/requests-{index}.arrow", storage_options), files_by_org)
+                yield from run_one(
+                    read_handoff(f"{requests_folder}/requests-{index}.arrow", storage_options), files_by_org
+                )
 
     def run_one(requests: pa.Table, files_by_org: Mapping[str, list[WrittenFile]]) -> Iterator[pa.RecordBatch]:
         for orgs in org_chunks(sorted(pc.unique(requests["org_id"]).to_pylist()), files_by_org):
@@ -116,17 +168,39 @@ def rewrite_task(table_uri: str, log_uri: str, tag: str, write: bool, log_versio
             read_ms = lap()
             outcome = orgs_outcome(of_orgs, rows)
             compute_ms = lap()
-            adds, removes = rewrite_touched(table_uri, files, tables, outcome.source, tag, storage_options) if write else ([], [])
+            adds, removes = (
+                rewrite_touched(table_uri, files, tables, outcome.source, tag, storage_options) if write else ([], [])
+            )
             write_ms = lap()
             changes = change_rows(rows, outcome.source, ENGAGEMENT_ACTIVITY.schema)
-            log_files = [] if log_version is None else write_files(
-                log_uri, ENGAGEMENT_ACTIVITY_CHANGES, stamped(changes, log_version), tag, storage_options)
-            stats = dict(applied=outcome.applied, actions=outcome.actions, rows_scanned=outcome.rows_scanned, files_read=len(files),
-                         **{k: outcome.counts[k] for k in ("updated", "replaced", "deleted", "unchanged")},
-                         task_read_ms=read_ms, task_compute_ms=compute_ms, task_write_ms=write_ms, task_changes_ms=lap())
+            log_files = (
+                []
+                if log_version is None
+                else write_files(
+                    log_uri, ENGAGEMENT_ACTIVITY_CHANGES, stamped(changes, log_version), tag, storage_options
+                )
+            )
+            stats = dict(
+                applied=outcome.applied,
+                actions=outcome.actions,
+                rows_scanned=outcome.rows_scanned,
+                files_read=len(files),
+                **{k: outcome.counts[k] for k in ("updated", "replaced", "deleted", "unchanged")},
+                task_read_ms=read_ms,
+                task_compute_ms=compute_ms,
+                task_write_ms=write_ms,
+                task_changes_ms=lap(),
+            )
             yield from handoff(STATS, pa.table({k: pa.array([stats[k]], pa.int64()) for k in STAT_NAMES}))
-            yield from handoff(HELD, pa.table({"candidate": pa.array(outcome.held, pa.int64()),
-                                               "missing": pa.array([json.dumps(outcome.missing[c]) for c in outcome.held], pa.string())}))
+            yield from handoff(
+                HELD,
+                pa.table(
+                    {
+                        "candidate": pa.array(outcome.held, pa.int64()),
+                        "missing": pa.array([json.dumps(outcome.missing[c]) for c in outcome.held], pa.string()),
+                    }
+                ),
+            )
             yield from handoff(ADDS, pa.table({"file": pa.array([f.to_json() for f in adds], pa.string())}))
             yield from handoff(REMOVES, pa.table({"file": pa.array([f.to_json() for f in removes], pa.string())}))
             yield from handoff(LOG_ADDS, pa.table({"file": pa.array([f.to_json() for f in log_files], pa.string())}))

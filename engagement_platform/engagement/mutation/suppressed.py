@@ -12,14 +12,22 @@ from engagement_platform.engagement.mutation.request_columns import CheckedReque
 from engagement_platform.lake.suppression import Suppressed
 
 
-def drop_suppressed_requests(checked: CheckedRequests, suppressed: Suppressed) -> tuple[CheckedRequests, list[tuple[str, str]]]:
+def drop_suppressed_requests(
+    checked: CheckedRequests, suppressed: Suppressed
+) -> tuple[CheckedRequests, list[tuple[str, str]]]:
     """`checked` without the requests whose canonical JSON names a suppressed subject of their org, and the
     (org, subject hash) of each dropped one."""
     table = checked.requests
     if not suppressed or table.num_rows == 0:
         return checked, []
-    tested = np.flatnonzero(np.asarray(pc.is_in(table["org_id"], value_set=pa.array(suppressed.scopes, pa.string()))
-                                       .to_numpy(zero_copy_only=False), dtype=bool))
+    tested = np.flatnonzero(
+        np.asarray(
+            pc.is_in(table["org_id"], value_set=pa.array(suppressed.scopes, pa.string())).to_numpy(
+                zero_copy_only=False
+            ),
+            dtype=bool,
+        )
+    )
     if len(tested) == 0:
         return checked, []
     texts = request_json(table.take(pa.array(tested, pa.int64()))).to_pylist()

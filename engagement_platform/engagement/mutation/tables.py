@@ -57,7 +57,10 @@ ENGAGEMENT_MUTATIONS_PENDING = TableSpec(
             ("expires_batch", pa.int64()),  # quarantined if still unresolved in this batch
             ("source_partition", pa.int32()),
             ("source_offset", pa.int64()),
-            ("first_seen_at", pa.timestamp("us", tz="UTC")),  # as-of time of the batch that first held it back (age horizon)
+            (
+                "first_seen_at",
+                pa.timestamp("us", tz="UTC"),
+            ),  # as-of time of the batch that first held it back (age horizon)
         ]
     ),
     partition_by=("org_id",),
@@ -65,4 +68,7 @@ ENGAGEMENT_MUTATIONS_PENDING = TableSpec(
     description="Mutation requests whose targets are not in engagement_activity yet; retried every batch.",
 )
 
-QUARANTINE_ENGAGEMENT_MUTATIONS = kafka_quarantine_spec("quarantine_engagement_mutations", "Mutation requests that are malformed or whose targets never arrived: raw request, position, reason.")
+QUARANTINE_ENGAGEMENT_MUTATIONS = kafka_quarantine_spec(
+    "quarantine_engagement_mutations",
+    "Mutation requests that are malformed or whose targets never arrived: raw request, position, reason.",
+)

@@ -30,7 +30,12 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from engagement_platform.engagement.mutation.request_columns import CheckedRequests, check_requests, parse_timestamp, typed_record
+from engagement_platform.engagement.mutation.request_columns import (
+    CheckedRequests,
+    check_requests,
+    parse_timestamp,
+    typed_record,
+)
 from engagement_platform.engagement.mutation.requests import MutationRequest
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
@@ -61,8 +66,13 @@ def request_from_json(d: dict) -> MutationRequest:
     raise ValueError(f"unknown op {op!r}")
 
 
-def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None,
-                      seconds: dict[str, float] | None = None) -> tuple[pa.Table, CheckedRequests]:
+def validate_requests(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    kafka_config: dict | None = None,
+    seconds: dict[str, float] | None = None,
+) -> tuple[pa.Table, CheckedRequests]:
     """(validated slice with every error in `_errors`, the requests that passed, canonical).
 
     The framework validates in Spark; the op-dependent checks and duplicate request ids are added here
@@ -79,5 +89,7 @@ def validate_requests(spark: SparkSession, bootstrap_servers: str, plan: BatchPl
         errors = validated[ERRORS].to_pylist()
         for i, found in checked.errors.items():
             errors[i] = found
-        validated = reject_on_driver(validated, errors, sorted(checked.errors), bootstrap_servers, plan.topic, kafka_config)
+        validated = reject_on_driver(
+            validated, errors, sorted(checked.errors), bootstrap_servers, plan.topic, kafka_config
+        )
     return validated, checked

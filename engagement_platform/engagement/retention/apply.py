@@ -35,23 +35,38 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.engagement.retention.erasure import (
-    ERASABLE, ERASED_TABLES, WINDOW_TABLES, erased_activity_keys, erased_log_rows, erasure_matches,
-    LOG_NOT_REDACTED, REDACTED_IN_LOG,
+    ERASABLE,
+    ERASED_TABLES,
+    LOG_NOT_REDACTED,
+    REDACTED_IN_LOG,
+    WINDOW_TABLES,
+    erased_activity_keys,
+    erased_log_rows,
+    erasure_matches,
 )
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, log_predicate,
+    ERASURE,
+    RETENTION,
+    RetentionRequest,
+    activity_predicate,
+    activity_request,
+    log_predicate,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.retention.validate import validate_requests
 from engagement_platform.engagement.tables import (
-    ACTIVITY_LOCK, ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, ENGAGEMENT_ERASED_SUBJECTS, ENGAGEMENT_NOTIFICATIONS,
+    ACTIVITY_LOCK,
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_ACTIVITY_CHANGES,
+    ENGAGEMENT_ERASED_SUBJECTS,
+    ENGAGEMENT_NOTIFICATIONS,
     ENGAGEMENT_SUPPRESSED_RECORDS,
 )
 from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines_naming_people
@@ -61,7 +76,13 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.row_erasure import checkpoint_tables, commit_bytes, keyed_predicate, purge_quarantine
 from engagement_platform.lake.suppression import Suppressed, subject_hash
-from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.lake.suppression_tables import (
+    drop_suppressed_quarantine,
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+)
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.notify import notification_step
@@ -73,7 +94,11 @@ STREAM = "retention"
 APP_ID = "engagement.retention"
 PIPELINE_NAME = "engagement_gdpr"
 PURGE_APP_ID = "engagement.retention.purge"
-PINNED = (GDPR_AUDIT.name, ENGAGEMENT_ERASED_SUBJECTS.name, *(e.spec.name for e in ERASABLE))  # versions a re-run computes against
+PINNED = (
+    GDPR_AUDIT.name,
+    ENGAGEMENT_ERASED_SUBJECTS.name,
+    *(e.spec.name for e in ERASABLE),
+)  # versions a re-run computes against
 
 
 def gdpr_topic() -> str:
@@ -124,7 +149,9 @@ class RetentionResult:
 
     def metadata(self) -> dict:
         return batch_metadata(
-            self.plan, self.versions, self.seconds,
+            self.plan,
+            self.versions,
+            self.seconds,
             as_of=self.as_of.isoformat(),
             requests_read=self.requests_read,
             requests_applied=self.requests_applied,
@@ -134,7 +161,8 @@ class RetentionResult:
             erasure_requests=self.erasure_requests,
             rows_removed=sum(self.rows_removed.values()),
             **{f"rows_removed_{t}": n for t, n in self.rows_removed.items()},
-            bytes_rewritten=self.bytes_written, bytes_removed=self.bytes_removed,
+            bytes_rewritten=self.bytes_written,
+            bytes_removed=self.bytes_removed,
             org_ids=",".join(self.org_ids),
         )
 
@@ -153,14 +181,23 @@ def apply_retention_batch(
     pin = batch_pin(lake, batch)
     as_of, snapshot = pin.as_of, pin.versions
     t0 = time.perf_counter()
-    validated, requests = validate_requests(spark, lake, bootstrap_servers, plan, as_of, snapshot[GDPR_AUDIT.name], kafka_config)
+    validated, requests = validate_requests(
+        spark, lake, bootstrap_servers, plan, as_of, snapshot[GDPR_AUDIT.name], kafka_config
+    )
     seconds["read_validate"] = time.perf_counter() - t0
     n_errors = pc.list_value_length(validated[ERRORS])
-    quarantine = quarantine_rows(validated.filter(pc.greater(n_errors, 0)), QuarantineContext(PIPELINE_NAME, batch, plan.topic, as_of, kafka=True))
+    quarantine = quarantine_rows(
+        validated.filter(pc.greater(n_errors, 0)),
+        QuarantineContext(PIPELINE_NAME, batch, plan.topic, as_of, kafka=True),
+    )
     # A request naming an erased subject (a repeated erasure, say) is not kept raw in quarantine: counted instead.
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret, snapshot[ENGAGEMENT_ERASED_SUBJECTS.name])
-    erasing = Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in requests if r is not None and r.kind == ERASURE))
-    quarantine, hits = drop_suppressed_quarantine(quarantine, Suppressed.of(secret, suppressed.pairs() | erasing.pairs()))
+    erasing = Suppressed.of_subjects(
+        secret, ((r.org_id, r.subject_id) for r in requests if r is not None and r.kind == ERASURE)
+    )
+    quarantine, hits = drop_suppressed_quarantine(
+        quarantine, Suppressed.of(secret, suppressed.pairs() | erasing.pairs())
+    )
     positions = validated.select([SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist()
     applied = sorted(((r, p) for r, p in zip(requests, positions) if r is not None), key=lambda rp: rp[0].order)
     ordered = [r for r, _ in applied]
@@ -192,7 +229,14 @@ def apply_retention_batch(
         lose changes: a consumer that had not read a logged delete yet would count the row forever."""
         if not lake.exists(ENGAGEMENT_ACTIVITY_CHANGES.name):
             return None
-        terms = [p for p in (activity_predicate([r for r in ordered if r.kind == RETENTION]), log_predicate(erased_log_rows(lake, erasures))) if p]
+        terms = [
+            p
+            for p in (
+                activity_predicate([r for r in ordered if r.kind == RETENTION]),
+                log_predicate(erased_log_rows(lake, erasures)),
+            )
+            if p
+        ]
         if not terms:
             return None
         predicate = f"({' OR '.join(f'({p})' for p in terms)}) AND ({LOG_NOT_REDACTED})"
@@ -206,11 +250,14 @@ def apply_retention_batch(
                 return None
             metrics = lake.delete(e.spec, predicate, txn)
             return metrics["version"] if metrics and metrics.get("num_deleted_rows") else None
+
         return step
 
     def activity_version(done: Outcomes) -> int | None:
         version = done.get(ENGAGEMENT_ACTIVITY.name)
-        if version is None and lake.exists(ENGAGEMENT_ACTIVITY.name):  # committed by an earlier attempt, or nothing matched
+        if version is None and lake.exists(
+            ENGAGEMENT_ACTIVITY.name
+        ):  # committed by an earlier attempt, or nothing matched
             version = lake.find_batch_commit(ENGAGEMENT_ACTIVITY.name, APP_ID, batch)
         return version
 
@@ -223,7 +270,7 @@ def apply_retention_batch(
                 r = activity_request(row, ordered)
                 if r is not None:
                     removed[r.request_id][ENGAGEMENT_ACTIVITY.name] += 1
-        return lake.append(GDPR_AUDIT, _audit_rows(applied, removed, plan, as_of, datetime.now(timezone.utc), secret), txn)
+        return lake.append(GDPR_AUDIT, _audit_rows(applied, removed, plan, as_of, datetime.now(UTC), secret), txn)
 
     landing_removed: dict[str, int] = {}
     t2 = time.perf_counter()
@@ -231,16 +278,26 @@ def apply_retention_batch(
         plan,
         APP_ID,
         [
-            CommitStep(QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)),
+            CommitStep(
+                QUARANTINE_ENGAGEMENT_GDPR.name, lambda txn, _: lake.append(QUARANTINE_ENGAGEMENT_GDPR, quarantine, txn)
+            ),
             # the suppression list first: from here on every stream drops the subjects' records
             suppressed_step(lake, ENGAGEMENT_ERASED_SUBJECTS, _erased_rows(erasures, secret, plan, as_of)),
-            suppressed_step(lake, ENGAGEMENT_SUPPRESSED_RECORDS, suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, as_of)),
+            suppressed_step(
+                lake,
+                ENGAGEMENT_SUPPRESSED_RECORDS,
+                suppressed_rows(ENGAGEMENT_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, as_of),
+            ),
             CommitStep(ENGAGEMENT_ACTIVITY.name, activity_step),
             CommitStep(ENGAGEMENT_ACTIVITY_CHANGES.name, change_log_redact),
             *[CommitStep(e.spec.name, keyed_step(e)) for e in ERASABLE],
             # landing pipelines whose records name this lake's people (their `suppression:` section)
-            *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, ENGAGEMENT_ERASED_SUBJECTS.name),
-                                    Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in erasures)), landing_removed),
+            *pipeline_erasure_steps(
+                lake,
+                pipelines_naming_people(load_settings().pipelines_dir, ENGAGEMENT_ERASED_SUBJECTS.name),
+                Suppressed.of_subjects(secret, ((r.org_id, r.subject_id) for r in erasures)),
+                landing_removed,
+            ),
             notification_step(lake, ENGAGEMENT_NOTIFICATIONS, ENGAGEMENT_ACTIVITY.name, APP_ID, plan, as_of),
             CommitStep(GDPR_AUDIT.name, audit),
         ],
@@ -251,46 +308,93 @@ def apply_retention_batch(
     if erasures:
         # refused requests of earlier batches naming a subject erased now (its own txn: the batch already
         # appended to that quarantine; idempotent, so a re-run just finds nothing)
-        purged = purge_quarantine(lake, QUARANTINE_ENGAGEMENT_GDPR, load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret), PURGE_APP_ID)
+        purged = purge_quarantine(
+            lake, QUARANTINE_ENGAGEMENT_GDPR, load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, secret), PURGE_APP_ID
+        )
         # log cleanup can then drop every entry from before the erasure (lake/row_erasure.py)
         touched = [t for t, v in versions.items() if v is not None and t in WINDOW_TABLES]
         checkpoint_tables(lake, touched + ([QUARANTINE_ENGAGEMENT_GDPR.name] if purged else []))
     seconds["commit"] = time.perf_counter() - t2
     totals = {**{t: sum(c[t] for c in removed.values()) for t in ERASED_TABLES}, **landing_removed}
-    rewritten = [commit_bytes(lake, t, v) for t, v in versions.items() if v is not None and t in (*WINDOW_TABLES, *landing_removed)]
+    rewritten = [
+        commit_bytes(lake, t, v)
+        for t, v in versions.items()
+        if v is not None and t in (*WINDOW_TABLES, *landing_removed)
+    ]
     return RetentionResult(
-        plan=plan, as_of=as_of, requests_read=validated.num_rows, requests_applied=len(ordered),
-        requests_quarantined=validated.num_rows - len(ordered) - len(hits), requests_suppressed=len(hits),
-        retention_requests=sum(r.kind == RETENTION for r in ordered), erasure_requests=len(erasures),
-        quarantined_errors=quarantine.num_rows, rows_removed=totals, versions=versions, snapshot=snapshot,
-        erasures=erasures, org_ids=sorted({r.org_id for r in ordered}), seconds=seconds,
-        bytes_written=sum(a for a, _ in rewritten), bytes_removed=sum(r for _, r in rewritten),
+        plan=plan,
+        as_of=as_of,
+        requests_read=validated.num_rows,
+        requests_applied=len(ordered),
+        requests_quarantined=validated.num_rows - len(ordered) - len(hits),
+        requests_suppressed=len(hits),
+        retention_requests=sum(r.kind == RETENTION for r in ordered),
+        erasure_requests=len(erasures),
+        quarantined_errors=quarantine.num_rows,
+        rows_removed=totals,
+        versions=versions,
+        snapshot=snapshot,
+        erasures=erasures,
+        org_ids=sorted({r.org_id for r in ordered}),
+        seconds=seconds,
+        bytes_written=sum(a for a, _ in rewritten),
+        bytes_removed=sum(r for _, r in rewritten),
     )
 
 
-def _audit_rows(applied: list[tuple[RetentionRequest, dict]], removed: dict[str, dict[str, int]], plan: BatchPlan,
-                as_of: datetime, completed_at: datetime, secret: bytes) -> pa.Table:
+def _audit_rows(
+    applied: list[tuple[RetentionRequest, dict]],
+    removed: dict[str, dict[str, int]],
+    plan: BatchPlan,
+    as_of: datetime,
+    completed_at: datetime,
+    secret: bytes,
+) -> pa.Table:
     """One row per request; an erasure's subject as its keyed hash only (in subject_hash and in the request JSON)."""
     rows = []
     for r, p in applied:
         counts = removed[r.request_id]
         digest = subject_hash(secret, r.org_id, r.subject_id) if r.kind == ERASURE else None
-        request = {k: v for k, v in r.to_json().items() if k != "subject_id"} | ({"subject_hash": digest} if digest else {})
-        rows.append(dict(
-            org_id=r.org_id, request_id=r.request_id, kind=r.kind, subject_hash=digest, retention_days=r.retention_days,
-            cutoff_date=r.cutoff, request_time=r.request_time, received_at=as_of, completed_at=completed_at,
-            rows_removed=sum(counts.values()), rows_removed_by_table=json.dumps(counts, sort_keys=True),
-            request_json=json.dumps(request, sort_keys=True), batch_id=plan.batch_id,
-            source_partition=p[SOURCE_PARTITION], source_offset=p[SOURCE_OFFSET],
-        ))
+        request = {k: v for k, v in r.to_json().items() if k != "subject_id"} | (
+            {"subject_hash": digest} if digest else {}
+        )
+        rows.append(
+            dict(
+                org_id=r.org_id,
+                request_id=r.request_id,
+                kind=r.kind,
+                subject_hash=digest,
+                retention_days=r.retention_days,
+                cutoff_date=r.cutoff,
+                request_time=r.request_time,
+                received_at=as_of,
+                completed_at=completed_at,
+                rows_removed=sum(counts.values()),
+                rows_removed_by_table=json.dumps(counts, sort_keys=True),
+                request_json=json.dumps(request, sort_keys=True),
+                batch_id=plan.batch_id,
+                source_partition=p[SOURCE_PARTITION],
+                source_offset=p[SOURCE_OFFSET],
+            )
+        )
     return pa.Table.from_pylist(rows, schema=GDPR_AUDIT.schema)
 
 
 def _erased_rows(erasures: list[RetentionRequest], secret: bytes, plan: BatchPlan, as_of: datetime) -> pa.Table:
     """The suppression list's rows of this batch's erasures."""
-    return pa.Table.from_pylist([
-        dict(org_id=r.org_id, subject_hash=subject_hash(secret, r.org_id, r.subject_id), request_id=r.request_id,
-             erased_at=as_of, batch_id=plan.batch_id) for r in erasures], schema=ENGAGEMENT_ERASED_SUBJECTS.schema)
+    return pa.Table.from_pylist(
+        [
+            dict(
+                org_id=r.org_id,
+                subject_hash=subject_hash(secret, r.org_id, r.subject_id),
+                request_id=r.request_id,
+                erased_at=as_of,
+                batch_id=plan.batch_id,
+            )
+            for r in erasures
+        ],
+        schema=ENGAGEMENT_ERASED_SUBJECTS.schema,
+    )
 
 
 def audited_erasures(lake: DeltaLake, batch_id: int | None = None) -> list[tuple[str, str]]:
@@ -314,7 +418,7 @@ def seconds_until_due(checkpoints: CheckpointStore, interval: int, now: datetime
     if not checkpoints.is_done(STREAM, latest):
         return 0.0
     planned_at = pc.max(plans.filter(pc.equal(plans["batch_id"], latest))["recorded_at"]).as_py()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return max((planned_at - now).total_seconds() + interval, 0.0)
 
 

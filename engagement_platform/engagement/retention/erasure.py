@@ -19,11 +19,22 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from engagement_platform.engagement.mutation.tables import (
-    ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
+    ENGAGEMENT_MUTATION_REQUESTS,
+    ENGAGEMENT_MUTATIONS_PENDING,
+    QUARANTINE_ENGAGEMENT_MUTATIONS,
+)
+from engagement_platform.engagement.retention.requests import (
+    SUBJECT_FIELDS,
+    RetentionRequest,
+    activity_request,
+    content_request,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.retention.requests import SUBJECT_FIELDS, RetentionRequest, activity_request, content_request
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ACTIVITY_CHANGES, QUARANTINE_ENGAGEMENT_INGESTION
+from engagement_platform.engagement.tables import (
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_ACTIVITY_CHANGES,
+    QUARANTINE_ENGAGEMENT_INGESTION,
+)
 from engagement_platform.lake.delta import DeltaLake, TableSpec, text_column
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.pin import current_version
@@ -65,11 +76,15 @@ def read_at(lake: DeltaLake, name: str, version: int | None, expr: ds.Expression
     return lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr)
 
 
-def erasure_matches(lake: DeltaLake, erasable: Erasable, version: int | None, erasures: list[RetentionRequest]) -> list[tuple[tuple[str, str], str]]:
+def erasure_matches(
+    lake: DeltaLake, erasable: Erasable, version: int | None, erasures: list[RetentionRequest]
+) -> list[tuple[tuple[str, str], str]]:
     """(row key, request id) per row of `erasable` (at `version`; None = latest) that mentions an erased subject."""
     if not erasures:
         return []
-    expr = text_column("org_id").isin(sorted({r.org_id for r in erasures})) | ds.field("org_id").is_null()  # not every table's partition
+    expr = (
+        text_column("org_id").isin(sorted({r.org_id for r in erasures})) | ds.field("org_id").is_null()
+    )  # not every table's partition
     columns = list(dict.fromkeys((*erasable.key, "org_id", *erasable.texts)))
     rows = read_at(lake, erasable.spec.name, version, expr, columns).to_pylist()
     out = []
@@ -90,7 +105,9 @@ def activity_rows_of_subjects(lake: DeltaLake, erasures: list[RetentionRequest])
         ids = ids | text_column(f).isin(subjects)
     expr = ds.field("org_id").isin(sorted({r.org_id for r in erasures})) & ids
     table = lake.table(ENGAGEMENT_ACTIVITY.name).to_pyarrow_dataset().to_table(filter=expr)
-    keep = [activity_request(row, erasures) is not None for row in table.select(["org_id", *SUBJECT_FIELDS]).to_pylist()]
+    keep = [
+        activity_request(row, erasures) is not None for row in table.select(["org_id", *SUBJECT_FIELDS]).to_pylist()
+    ]
     return table.filter(pa.array(keep, pa.bool_()))
 
 
@@ -118,9 +135,16 @@ def erased_log_rows(lake: DeltaLake, erasures: list[RetentionRequest]) -> list[d
     subjects: dict[str, set[str]] = {}
     for r in erasures:
         subjects.setdefault(r.org_id, set()).add(r.subject_id)
-    table = lake.table(ENGAGEMENT_ACTIVITY_CHANGES.name).to_pyarrow_dataset().to_table(
-        columns=[*LOG_KEY, *SUBJECT_FIELDS], filter=ds.field("org_id").isin(sorted(subjects)))
-    return [{k: row[k] for k in LOG_KEY} for row in table.to_pylist() if any(row[f] in subjects[row["org_id"]] for f in SUBJECT_FIELDS)]
+    table = (
+        lake.table(ENGAGEMENT_ACTIVITY_CHANGES.name)
+        .to_pyarrow_dataset()
+        .to_table(columns=[*LOG_KEY, *SUBJECT_FIELDS], filter=ds.field("org_id").isin(sorted(subjects)))
+    )
+    return [
+        {k: row[k] for k in LOG_KEY}
+        for row in table.to_pylist()
+        if any(row[f] in subjects[row["org_id"]] for f in SUBJECT_FIELDS)
+    ]
 
 
 def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
@@ -133,7 +157,11 @@ def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
     for name in (ENGAGEMENT_ACTIVITY.name, ENGAGEMENT_ACTIVITY_CHANGES.name):
         if not lake.exists(name):
             continue
-        rows = lake.table(name).to_pyarrow_dataset().to_table(columns=["org_id", *SUBJECT_FIELDS], filter=ds.field("org_id").isin(suppressed.scopes))
+        rows = (
+            lake.table(name)
+            .to_pyarrow_dataset()
+            .to_table(columns=["org_id", *SUBJECT_FIELDS], filter=ds.field("org_id").isin(suppressed.scopes))
+        )
         for org in suppressed.scopes:
             of_org = rows.filter(pc.equal(rows["org_id"], org))
             ids = set()
@@ -146,9 +174,17 @@ def rows_naming(lake: DeltaLake, suppressed: Suppressed) -> dict[str, int]:
     for spec, texts in (*((e.spec, e.texts) for e in ERASABLE), (QUARANTINE_ENGAGEMENT_GDPR, ("raw", "input"))):
         if not lake.exists(spec.name):
             continue
-        expr = text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()  # not every table's partition
-        rows = lake.table(spec.name).to_pyarrow_dataset().to_table(columns=list(dict.fromkeys(("org_id", *texts))), filter=expr)
-        counts[spec.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in texts]))
+        expr = (
+            text_column("org_id").isin(suppressed.scopes) | ds.field("org_id").is_null()
+        )  # not every table's partition
+        rows = (
+            lake.table(spec.name)
+            .to_pyarrow_dataset()
+            .to_table(columns=list(dict.fromkeys(("org_id", *texts))), filter=expr)
+        )
+        counts[spec.name] = sum(
+            1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r[t] for t in texts])
+        )
     return counts
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -60,7 +60,12 @@ class RetentionRequest:
         return cutoff_date(self.request_time, self.retention_days) if self.kind == RETENTION else None
 
     def to_json(self) -> dict:
-        d = {"request_id": self.request_id, "org_id": self.org_id, "request_time": iso(self.request_time), "kind": self.kind}
+        d = {
+            "request_id": self.request_id,
+            "org_id": self.org_id,
+            "request_time": iso(self.request_time),
+            "kind": self.kind,
+        }
         if self.kind == RETENTION:
             d["retention_days"] = self.retention_days
         else:
@@ -74,7 +79,7 @@ def cutoff_date(request_time: datetime, retention_days: int) -> date:
 
 
 def utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def iso(value: datetime) -> str:
@@ -82,8 +87,14 @@ def iso(value: datetime) -> str:
 
 
 def error(column: str | None, code: str, message: str, value: Any = None) -> dict:
-    return {"stage": VALIDATE, "plugin": CHECKS, "column_name": column, "error_code": code, "message": message,
-            "value": None if value is None else str(value)}
+    return {
+        "stage": VALIDATE,
+        "plugin": CHECKS,
+        "column_name": column,
+        "error_code": code,
+        "message": message,
+        "value": None if value is None else str(value),
+    }
 
 
 def canonical_request(row: dict, as_of: datetime) -> tuple[RetentionRequest | None, list[dict]]:
@@ -102,13 +113,24 @@ def canonical_request(row: dict, as_of: datetime) -> tuple[RetentionRequest | No
             errors.append(error(name, "missing_required", f"'{name}' is blank"))
     at = utc(d["request_time"])
     if at > utc(as_of) + FUTURE_TOLERANCE:
-        errors.append(error("request_time", "request_time_in_future",
-                            f"request_time {iso(at)} is more than {FUTURE_TOLERANCE.days} day(s) after the batch time {iso(as_of)}", iso(at)))
+        errors.append(
+            error(
+                "request_time",
+                "request_time_in_future",
+                f"request_time {iso(at)} is more than {FUTURE_TOLERANCE.days} day(s) after the batch time {iso(as_of)}",
+                iso(at),
+            )
+        )
     if errors:
         return None, errors
-    return RetentionRequest(d["request_id"], d["org_id"], at, kind,
-                            int(d["retention_days"]) if kind == RETENTION else None,
-                            d["subject_id"] if kind == ERASURE else None), []
+    return RetentionRequest(
+        d["request_id"],
+        d["org_id"],
+        at,
+        kind,
+        int(d["retention_days"]) if kind == RETENTION else None,
+        d["subject_id"] if kind == ERASURE else None,
+    ), []
 
 
 @lru_cache(maxsize=4096)
@@ -137,7 +159,9 @@ def activity_request(row: dict, requests: list[RetentionRequest]) -> RetentionRe
     return None
 
 
-def content_request(texts: list[str | bytes | None], org_id: str | None, erasures: list[RetentionRequest]) -> RetentionRequest | None:
+def content_request(
+    texts: list[str | bytes | None], org_id: str | None, erasures: list[RetentionRequest]
+) -> RetentionRequest | None:
     """The first erasure whose subject the content mentions, among the row's org's erasures (all of
     them when the row has no org: a record that did not parse far enough to have one)."""
     for r in erasures:
@@ -153,7 +177,7 @@ def activity_predicate(requests: list[RetentionRequest], erased: dict[str, set[s
     by_org: dict[str, list[RetentionRequest]] = {}
     for r in requests:
         by_org.setdefault(r.org_id, []).append(r)
-    for org in (erased or {}):
+    for org in erased or {}:
         by_org.setdefault(org, [])
     parts = []
     for org, rs in sorted(by_org.items()):
@@ -175,7 +199,9 @@ def log_predicate(rows: list[dict]) -> str | None:
     grouped: dict[tuple, set[str]] = {}
     for r in rows:
         grouped.setdefault((r["org_id"], r["_commit_version"], r["_change_type"]), set()).add(r["engagement_id"])
-    parts = [f"(org_id = {sql_literal(org)} AND _commit_version = {int(v)} AND _change_type = {sql_literal(t)} "
-             f"AND engagement_id IN ({', '.join(sql_literal(e) for e in sorted(ids))}))"
-             for (org, v, t), ids in sorted(grouped.items())]
+    parts = [
+        f"(org_id = {sql_literal(org)} AND _commit_version = {int(v)} AND _change_type = {sql_literal(t)} "
+        f"AND engagement_id IN ({', '.join(sql_literal(e) for e in sorted(ids))}))"
+        for (org, v, t), ids in sorted(grouped.items())
+    ]
     return " OR ".join(parts) or None

@@ -35,4 +35,7 @@ GDPR_AUDIT = TableSpec(
     description="One row per applied retention or erasure request: when it completed and how many rows went per table.",
 )
 
-QUARANTINE_ENGAGEMENT_GDPR = kafka_quarantine_spec("quarantine_engagement_gdpr", "Retention / erasure requests that are malformed or repeated: raw request, position, reason.")
+QUARANTINE_ENGAGEMENT_GDPR = kafka_quarantine_spec(
+    "quarantine_engagement_gdpr",
+    "Retention / erasure requests that are malformed or repeated: raw request, position, reason.",
+)

@@ -32,14 +32,24 @@ def _audited(lake: DeltaLake, version: int, requests: list[RetentionRequest], ba
     """(org_id, request_id) of these requests an earlier batch already applied (a producer retry)."""
     if not requests:
         return set()
-    expr = (ds.field("org_id").isin(sorted({r.org_id for r in requests}))
-            & text_column("request_id").isin(sorted({r.request_id for r in requests})) & (ds.field("batch_id") < batch_id))
+    expr = (
+        ds.field("org_id").isin(sorted({r.org_id for r in requests}))
+        & text_column("request_id").isin(sorted({r.request_id for r in requests}))
+        & (ds.field("batch_id") < batch_id)
+    )
     rows = read_at(lake, GDPR_AUDIT.name, version, expr, ["org_id", "request_id"])
     return {(r["org_id"], r["request_id"]) for r in rows.to_pylist()}
 
 
-def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, as_of: datetime,
-                      audit_version: int, kafka_config: dict | None = None) -> tuple[pa.Table, list[RetentionRequest | None]]:
+def validate_requests(
+    spark: SparkSession,
+    lake: DeltaLake,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    as_of: datetime,
+    audit_version: int,
+    kafka_config: dict | None = None,
+) -> tuple[pa.Table, list[RetentionRequest | None]]:
     """(validated slice with every error in `_errors`, request per row or None if quarantined)."""
     validated = validate_kafka_slice(spark, retention_pipeline(plan.topic), bootstrap_servers, plan, kafka_config)
     validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
@@ -60,9 +70,23 @@ def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: s
     for i, r in candidates.items():
         key = (r.org_id, r.request_id)
         if key in seen:
-            errors[i] = [error("request_id", "duplicate_in_batch", f"request_id '{r.request_id}' already appears earlier in this batch", r.request_id)]
+            errors[i] = [
+                error(
+                    "request_id",
+                    "duplicate_in_batch",
+                    f"request_id '{r.request_id}' already appears earlier in this batch",
+                    r.request_id,
+                )
+            ]
         elif key in earlier:
-            errors[i] = [error("request_id", "duplicate_request", f"request_id '{r.request_id}' was already applied by an earlier batch", r.request_id)]
+            errors[i] = [
+                error(
+                    "request_id",
+                    "duplicate_request",
+                    f"request_id '{r.request_id}' was already applied by an earlier batch",
+                    r.request_id,
+                )
+            ]
         else:
             seen.add(key)
             requests[i] = r

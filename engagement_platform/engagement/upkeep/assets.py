@@ -41,7 +41,14 @@ from engagement_platform.engagement.mutation.apply import STREAM as MUTATION_STR
 from engagement_platform.engagement.retention.erasure import VACUUMED_TABLES, WINDOW_TABLES
 from engagement_platform.engagement.retention.tables import QUARANTINE_ENGAGEMENT_GDPR
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_ERASED_SUBJECTS
-from engagement_platform.engagement.upkeep.plan import batches_since, completed_batches, layout_markdown, layout_summary, max_of, upkeep_metadata
+from engagement_platform.engagement.upkeep.plan import (
+    batches_since,
+    completed_batches,
+    layout_markdown,
+    layout_summary,
+    max_of,
+    upkeep_metadata,
+)
 from engagement_platform.lake.layout import partition_layout, upkeep
 from engagement_platform.lake.row_erasure import expire_logs, purge_quarantine, vacuum_tables
 from engagement_platform.lake.suppression_tables import load_suppressed
@@ -72,14 +79,30 @@ class LayoutUpkeepConfig(Config):
     org_ids: list[str] = []  # empty: every org partition
 
 
-@asset(key=UPKEEP_ASSET, deps=[AssetKey(ENGAGEMENT_ACTIVITY.name)], group_name=GROUP, kinds={"deltalake"}, pool=REWRITE_POOL)
-def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource) -> MaterializeResult:
+@asset(
+    key=UPKEEP_ASSET,
+    deps=[AssetKey(ENGAGEMENT_ACTIVITY.name)],
+    group_name=GROUP,
+    kinds={"deltalake"},
+    pool=REWRITE_POOL,
+)
+def engagement_layout_upkeep(
+    context: AssetExecutionContext, config: LayoutUpkeepConfig, lake: LakeResource
+) -> MaterializeResult:
     """Per org partition of engagement_activity: files, mean file size and engagement_date overlap after compaction, z-ordering and vacuum."""
-    retention_hours = load_settings().retention.vacuum_retention_hours if config.vacuum_retention_hours is None else config.vacuum_retention_hours
+    retention_hours = (
+        load_settings().retention.vacuum_retention_hours
+        if config.vacuum_retention_hours is None
+        else config.vacuum_retention_hours
+    )
     erasure = load_settings().erasure
     # a malformed or repeated erasure request naming a subject a later request erased is kept raw until here
-    purged = purge_quarantine(lake.lake, QUARANTINE_ENGAGEMENT_GDPR, load_suppressed(lake.lake, ENGAGEMENT_ERASED_SUBJECTS, erasure.secret),
-                              PURGE_APP_ID)
+    purged = purge_quarantine(
+        lake.lake,
+        QUARANTINE_ENGAGEMENT_GDPR,
+        load_suppressed(lake.lake, ENGAGEMENT_ERASED_SUBJECTS, erasure.secret),
+        PURGE_APP_ID,
+    )
     result = upkeep(
         lake.lake,
         ENGAGEMENT_ACTIVITY,
@@ -99,17 +122,35 @@ def engagement_layout_upkeep(context: AssetExecutionContext, config: LayoutUpkee
     if result["partitions_conflicted"]:
         context.log.warning(f"commit conflicts, left for the next run: {result['partitions_conflicted']}")
     metadata, worst = upkeep_metadata(result, others, retention_hours, WORST_SHOWN)
-    context.log_event(AssetObservation(
-        asset_key=AssetKey(ENGAGEMENT_ACTIVITY.name),
-        metadata={"files": result["files_after"], **layout_summary(result["layout_after"]), "table_version": result["version_after"]},
-    ))
-    return MaterializeResult(metadata={**metadata, "worst_partitions": MetadataValue.md(worst), "logs_expired": sum(v >= 0 for v in expired.values()),
-                                       "log_expiry_conflicts": sum(v < 0 for v in expired.values()), "handoff_folders_swept": len(swept), "quarantined_requests_purged": purged,
-                                       "erasure_window_seconds": erasure.window_seconds})
+    context.log_event(
+        AssetObservation(
+            asset_key=AssetKey(ENGAGEMENT_ACTIVITY.name),
+            metadata={
+                "files": result["files_after"],
+                **layout_summary(result["layout_after"]),
+                "table_version": result["version_after"],
+            },
+        )
+    )
+    return MaterializeResult(
+        metadata={
+            **metadata,
+            "worst_partitions": MetadataValue.md(worst),
+            "logs_expired": sum(v >= 0 for v in expired.values()),
+            "log_expiry_conflicts": sum(v < 0 for v in expired.values()),
+            "handoff_folders_swept": len(swept),
+            "quarantined_requests_purged": purged,
+            "erasure_window_seconds": erasure.window_seconds,
+        }
+    )
 
 
-@asset_check(asset=UPKEEP_ASSET, name=DATE_RANGES_DO_NOT_OVERLAP, blocking=False,
-             description="No org partition's files overlap in engagement_date by more than max_overlap_ratio (warns).")
+@asset_check(
+    asset=UPKEEP_ASSET,
+    name=DATE_RANGES_DO_NOT_OVERLAP,
+    blocking=False,
+    description="No org partition's files overlap in engagement_date by more than max_overlap_ratio (warns).",
+)
 def date_ranges_do_not_overlap(config: LayoutUpkeepConfig, lake: LakeResource) -> AssetCheckResult:
     layout = partition_layout(lake.lake, ENGAGEMENT_ACTIVITY.name)  # sorted worst overlap first
     over = [r for r in layout.to_pylist() if r["overlap_ratio"] > config.max_overlap_ratio]
@@ -126,8 +167,12 @@ def date_ranges_do_not_overlap(config: LayoutUpkeepConfig, lake: LakeResource) -
     )
 
 
-@asset_check(asset=UPKEEP_ASSET, name=FILE_COUNT_UNDER_LIMIT, blocking=False,
-             description="No org partition of engagement_activity has more than max_files_per_partition files (warns).")
+@asset_check(
+    asset=UPKEEP_ASSET,
+    name=FILE_COUNT_UNDER_LIMIT,
+    blocking=False,
+    description="No org partition of engagement_activity has more than max_files_per_partition files (warns).",
+)
 def file_count_under_limit(config: LayoutUpkeepConfig, lake: LakeResource) -> AssetCheckResult:
     layout = partition_layout(lake.lake, ENGAGEMENT_ACTIVITY.name)
     layout = layout.sort_by([("files", "descending")])
@@ -155,7 +200,9 @@ layout_upkeep_job = define_asset_job(
 
 
 def _in_flight(instance) -> bool:
-    return bool(instance.get_run_records(RunsFilter(job_name=layout_upkeep_job.name, statuses=list(UNFINISHED)), limit=1))
+    return bool(
+        instance.get_run_records(RunsFilter(job_name=layout_upkeep_job.name, statuses=list(UNFINISHED)), limit=1)
+    )
 
 
 @sensor(job=layout_upkeep_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
@@ -176,7 +223,12 @@ def layout_upkeep_sensor(context: SensorEvaluationContext, lake: LakeResource):
     )
 
 
-@schedule(job=layout_upkeep_job, cron_schedule="17 3 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING)
+@schedule(
+    job=layout_upkeep_job,
+    cron_schedule="17 3 * * *",
+    execution_timezone="UTC",
+    default_status=DefaultScheduleStatus.RUNNING,
+)
 def layout_upkeep_schedule(context: ScheduleEvaluationContext):
     """Daily upkeep: vacuum, plus any partition rewritten by writers the sensor does not count."""
     if _in_flight(context.instance):
@@ -189,4 +241,10 @@ UPKEEP_CHECKS = [date_ranges_do_not_overlap, file_count_under_limit]
 UPKEEP_JOBS = [layout_upkeep_job]
 UPKEEP_SCHEDULES = [layout_upkeep_schedule]
 UPKEEP_SENSORS = [layout_upkeep_sensor]
-UPKEEP = Parts(assets=UPKEEP_ASSETS, asset_checks=UPKEEP_CHECKS, jobs=UPKEEP_JOBS, sensors=UPKEEP_SENSORS, schedules=UPKEEP_SCHEDULES)
+UPKEEP = Parts(
+    assets=UPKEEP_ASSETS,
+    asset_checks=UPKEEP_CHECKS,
+    jobs=UPKEEP_JOBS,
+    sensors=UPKEEP_SENSORS,
+    schedules=UPKEEP_SCHEDULES,
+)

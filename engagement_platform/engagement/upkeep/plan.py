@@ -40,12 +40,16 @@ def layout_summary(layout: pa.Table) -> dict:
 def layout_markdown(layout: pa.Table) -> str:
     lines = ["| org_id | files | mean MB | overlap | depth | dates |", "| --- | --- | --- | --- | --- | --- |"]
     for r in layout.to_pylist():
-        lines.append(f"| {r['org_id']} | {r['files']} | {r['mean_file_bytes'] / 2**20:.2f} | {r['overlap_ratio']:.3f} "
-                     f"| {r['max_depth']} | {r['range_min']} .. {r['range_max']} |")
+        lines.append(
+            f"| {r['org_id']} | {r['files']} | {r['mean_file_bytes'] / 2**20:.2f} | {r['overlap_ratio']:.3f} "
+            f"| {r['max_depth']} | {r['range_min']} .. {r['range_max']} |"
+        )
     return "\n".join(lines)
 
 
-def upkeep_metadata(result: dict, vacuumed_elsewhere: dict[str, int], retention_hours: int, worst_shown: int) -> tuple[dict, str]:
+def upkeep_metadata(
+    result: dict, vacuumed_elsewhere: dict[str, int], retention_hours: int, worst_shown: int
+) -> tuple[dict, str]:
     """(the upkeep run's figures, the markdown of its `worst_shown` worst partitions) from lake.layout.upkeep's result."""
     before, after = result["layout_before"], result["layout_after"]
     return {

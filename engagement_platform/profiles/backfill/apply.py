@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -48,20 +48,30 @@ from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, qua
 from engagement_platform.ingest.plugins import ColumnValidator
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
-from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.lake.suppression_tables import (
+    drop_suppressed_quarantine,
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+)
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.backfill.export import plan_files, read_snapshot, snapshot_slice
 from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.profiles.processor.commit import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
-from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.processor.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
+from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
 from engagement_platform.profiles.suppressed import SUPPRESSED_HASH, mark_suppressed
 from engagement_platform.profiles.tables import (
-    PROFILE_ERASED_SUBJECTS, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC, raw_table_spec, validate_tenant,
+    PROFILE_ERASED_SUBJECTS,
+    PROFILE_SUPPRESSED_RECORDS,
+    QUARANTINE_PROFILE_CDC,
+    raw_table_spec,
+    validate_tenant,
 )
+from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
-from engagement_platform.settings import load_settings
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
@@ -77,14 +87,16 @@ def backfill_app_id(tenant: str) -> str:
 
 
 def _utc(ts: datetime) -> datetime:
-    return ts.replace(tzinfo=timezone.utc) if ts.tzinfo is None else ts.astimezone(timezone.utc)
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts.astimezone(UTC)
 
 
 def parse_until(value: str | datetime) -> datetime:
     return _utc(value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00")))
 
 
-def plan_backfill(checkpoints: CheckpointStore, tenant: str, path: str | Path, until: datetime) -> tuple[BatchPlan, bool]:
+def plan_backfill(
+    checkpoints: CheckpointStore, tenant: str, path: str | Path, until: datetime
+) -> tuple[BatchPlan, bool]:
     """(plan, already done). An unfinished plan of the tenant is resumed (it must be the same input);
     the same input as the last finished backfill is already done; anything else is a new batch."""
     stream = backfill_stream(tenant)
@@ -93,7 +105,9 @@ def plan_backfill(checkpoints: CheckpointStore, tenant: str, path: str | Path, u
     same = latest is not None and latest.slice == snapshot
     if latest is not None and not done:
         if not same:
-            raise RuntimeError(f"{stream}: batch {latest.batch_id} ({latest.slice.key}) is unfinished; re-run it before a new backfill")
+            raise RuntimeError(
+                f"{stream}: batch {latest.batch_id} ({latest.slice.key}) is unfinished; re-run it before a new backfill"
+            )
         return latest, False
     if same:
         return latest, True
@@ -123,25 +137,46 @@ class SnapshotTenant(ColumnValidator):
 
     def errors(self) -> list[Column]:
         tenant = F.col("tenant")
-        return [F.when(tenant.isNotNull() & (tenant != F.lit(self.params.tenant)),
-                       self.err("tenant", "tenant_mismatch",
-                                F.format_string(f"row of tenant %s in a backfill of {self.params.tenant}", tenant), tenant))]
+        return [
+            F.when(
+                tenant.isNotNull() & (tenant != F.lit(self.params.tenant)),
+                self.err(
+                    "tenant",
+                    "tenant_mismatch",
+                    F.format_string(f"row of tenant %s in a backfill of {self.params.tenant}", tenant),
+                    tenant,
+                ),
+            )
+        ]
 
 
 def snapshot_pipeline(tenant: str) -> Pipeline:
     config = load_pipeline(PIPELINE_FILE)
     pipeline = Pipeline.from_config(config)
-    pipeline.validators += [JsonShape("profile_snapshot", JsonShape.Params(), config.target.columns),
-                            SnapshotTenant("profile_snapshot", SnapshotTenant.Params(tenant=tenant), config.target.columns)]
+    pipeline.validators += [
+        JsonShape("profile_snapshot", JsonShape.Params(), config.target.columns),
+        SnapshotTenant("profile_snapshot", SnapshotTenant.Params(tenant=tenant), config.target.columns),
+    ]
     return pipeline
 
 
 def snapshot_changes(valid: DataFrame, tenant: str) -> DataFrame:
     """Valid rows inside the boundary -> the processor's staged-change columns, newest row per id."""
-    newest = Window.partitionBy("primary_id").orderBy(F.desc("cdc_seq"), F.desc(SOURCE_PARTITION), F.desc(SOURCE_OFFSET))
+    newest = Window.partitionBy("primary_id").orderBy(
+        F.desc("cdc_seq"), F.desc(SOURCE_PARTITION), F.desc(SOURCE_OFFSET)
+    )
     staged = with_staging_columns(valid).withColumn("_n", F.row_number().over(newest)).where("_n = 1")
-    return staged.select(F.lit(tenant).alias("tenant"), "bucket", "primary_id", "related_ids", "record_type",
-                         F.lit(UPSERT).alias("op"), "cdc_seq", "cdc_ts", "fields")
+    return staged.select(
+        F.lit(tenant).alias("tenant"),
+        "bucket",
+        "primary_id",
+        "related_ids",
+        "record_type",
+        F.lit(UPSERT).alias("op"),
+        "cdc_seq",
+        "cdc_ts",
+        "fields",
+    )
 
 
 def replaced(raw: DataFrame, changes: DataFrame) -> DataFrame:
@@ -150,10 +185,12 @@ def replaced(raw: DataFrame, changes: DataFrame) -> DataFrame:
     stored links still find the components to relabel."""
     keys = changes.select(*KEY, F.lit(True).alias("_replaced"))
     hit = F.col("_replaced").isNotNull()
-    return (raw.join(keys, KEY, "left")
-            .withColumn("deleted", F.when(hit, F.lit(True)).otherwise(F.col("deleted")))
-            .withColumn("fields", F.when(~hit, F.col("fields")))
-            .drop("_replaced"))
+    return (
+        raw.join(keys, KEY, "left")
+        .withColumn("deleted", F.when(hit, F.lit(True)).otherwise(F.col("deleted")))
+        .withColumn("fields", F.when(~hit, F.col("fields")))
+        .drop("_replaced")
+    )
 
 
 # ---- the batch --------------------------------------------------------------------------------------
@@ -177,16 +214,34 @@ class BackfillResult:
 
     def metadata(self) -> dict:
         snapshot = self.plan.slice_as(SnapshotSlice)
-        return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "path": snapshot.path, "until": snapshot.until.isoformat(),
-                "files": len(snapshot.files), "already_done": self.already_done, "records_read": self.records_read,
-                "rows_valid": self.rows_valid, "rows_beyond_boundary": self.rows_beyond_boundary,
-                "records_quarantined": self.records_quarantined, "records_suppressed": self.records_suppressed, "rows_upserted": self.rows_upserted,
-                "rows_relinked": self.rows_relinked, **{f"{k}_version": v for k, v in self.versions.items()},
-                **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}}
+        return {
+            "tenant": self.tenant,
+            "batch_id": self.plan.batch_id,
+            "path": snapshot.path,
+            "until": snapshot.until.isoformat(),
+            "files": len(snapshot.files),
+            "already_done": self.already_done,
+            "records_read": self.records_read,
+            "rows_valid": self.rows_valid,
+            "rows_beyond_boundary": self.rows_beyond_boundary,
+            "records_quarantined": self.records_quarantined,
+            "records_suppressed": self.records_suppressed,
+            "rows_upserted": self.rows_upserted,
+            "rows_relinked": self.rows_relinked,
+            **{f"{k}_version": v for k, v in self.versions.items()},
+            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+        }
 
 
-def backfill_tenant(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, path: str | Path,
-                    until: str | datetime, before_commit: Callable[[], None] | None = None) -> BackfillResult:
+def backfill_tenant(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    tenant: str,
+    path: str | Path,
+    until: str | datetime,
+    before_commit: Callable[[], None] | None = None,
+) -> BackfillResult:
     """Load the export at `path` up to `until` into the tenant's raw table, exactly once.
 
     Take the tenant lock around the call (profiles/locks.py) so the processor does not write the
@@ -197,8 +252,14 @@ def backfill_tenant(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     return run_backfill_plan(spark, lake, checkpoints, tenant, plan, before_commit)
 
 
-def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan,
-                      before_commit: Callable[[], None] | None = None) -> BackfillResult:
+def run_backfill_plan(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    tenant: str,
+    plan: BatchPlan,
+    before_commit: Callable[[], None] | None = None,
+) -> BackfillResult:
     t0 = time.perf_counter()
     files = plan_files(plan)
     until = plan.slice_as(SnapshotSlice).until
@@ -208,27 +269,52 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
     checked = pipeline.transform(with_parsed_json(read_snapshot(spark, pipeline, files)), keep=PARSED_JSON)
     ok = F.size(ERRORS) == 0
     inside = ok & (F.col("cdc_ts") <= F.lit(until))
-    counts = checked.agg(F.count(F.lit(1)).alias("read"), F.count(F.when(ok, 1)).alias("valid"),
-                         F.count(F.when(ok & ~inside, 1)).alias("beyond")).toArrow().to_pylist()[0]
+    counts = (
+        checked.agg(
+            F.count(F.lit(1)).alias("read"),
+            F.count(F.when(ok, 1)).alias("valid"),
+            F.count(F.when(ok & ~inside, 1)).alias("beyond"),
+        )
+        .toArrow()
+        .to_pylist()[0]
+    )
     bad = checked.where(~ok).withColumn("tenant", F.lit(tenant)).toArrow()
     changes = snapshot_changes(checked.where(inside), tenant)
     # rows naming an erased identity are dropped in the tasks and counted by hash (profiles/suppressed.py)
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, load_settings().erasure.secret)
     hits = hits_table([])
     if suppressed.by_scope.get(tenant):
-        marked = changes.mapInArrow(mark_suppressed(suppressed), StructType([*changes.schema.fields, StructField(SUPPRESSED_HASH, StringType())]))
-        named = marked.where(F.col(SUPPRESSED_HASH).isNotNull()).select(SUPPRESSED_HASH).toArrow()[SUPPRESSED_HASH].to_pylist()
+        marked = changes.mapInArrow(
+            mark_suppressed(suppressed),
+            StructType([*changes.schema.fields, StructField(SUPPRESSED_HASH, StringType())]),
+        )
+        named = (
+            marked.where(F.col(SUPPRESSED_HASH).isNotNull())
+            .select(SUPPRESSED_HASH)
+            .toArrow()[SUPPRESSED_HASH]
+            .to_pylist()
+        )
         hits = hits_table([(tenant, h) for h in named])
         changes = marked.where(F.col(SUPPRESSED_HASH).isNull()).drop(SUPPRESSED_HASH)
-    raw = snapshots.read_files(spark, lake.table(spec.name, version=read_version).file_uris(), RAW_DDL, lake.storage_options)
+    raw = snapshots.read_files(
+        spark, lake.table(spec.name, version=read_version).file_uris(), RAW_DDL, lake.storage_options
+    )
     source = merge_source(changes, replaced(raw, changes)).toArrow()
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     errors, quarantine_hits = drop_suppressed_quarantine(_quarantine(bad, plan, files, at), suppressed)
     hits = pa.concat_tables([hits, hits_table(quarantine_hits)])
     t1 = time.perf_counter()
 
-    result = BackfillResult(tenant, plan, records_read=counts["read"], rows_valid=counts["valid"], rows_beyond_boundary=counts["beyond"],
-                            records_quarantined=bad.num_rows - len(quarantine_hits), raw_version_read=read_version, records_suppressed=hits.num_rows)
+    result = BackfillResult(
+        tenant,
+        plan,
+        records_read=counts["read"],
+        rows_valid=counts["valid"],
+        rows_beyond_boundary=counts["beyond"],
+        records_quarantined=bad.num_rows - len(quarantine_hits),
+        raw_version_read=read_version,
+        records_suppressed=hits.num_rows,
+    )
     source = _with_batch(source, plan.batch_id, at)
     result.rows_upserted = pc.sum(pc.equal(source[ACTION], UPSERT)).as_py() or 0
     result.rows_relinked = pc.sum(pc.equal(source[ACTION], RELINK)).as_py() or 0
@@ -244,19 +330,30 @@ def run_backfill_plan(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpo
         merge_raw(table, source, txn)
         return table.version()
 
-    result.versions = commit_batch(plan, backfill_app_id(tenant), [
-        CommitStep(spec.name, merge_step),
-        CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
-        suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, plan.stream, plan.batch_id, at)),
-    ], checkpoints, tenant=tenant)
+    result.versions = commit_batch(
+        plan,
+        backfill_app_id(tenant),
+        [
+            CommitStep(spec.name, merge_step),
+            CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
+            suppressed_step(
+                lake,
+                PROFILE_SUPPRESSED_RECORDS,
+                suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, plan.stream, plan.batch_id, at),
+            ),
+        ],
+        checkpoints,
+        tenant=tenant,
+    )
     result.seconds = {"compute": t1 - t0, "commit": time.perf_counter() - t1}
     return result
 
 
 def _with_batch(source: pa.Table, batch_id: int, at: datetime) -> pa.Table:
     n = source.num_rows
-    source = (source.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
-              .append_column("processed_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))))
+    source = source.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
+        "processed_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))
+    )
     return source.select(SOURCE_SCHEMA.names).cast(SOURCE_SCHEMA)
 
 
@@ -266,5 +363,9 @@ def _quarantine(bad: pa.Table, plan: BatchPlan, files: list[str], at: datetime) 
     for i, path in enumerate(files):
         rows = bad.filter(pc.equal(bad[SOURCE_PARTITION], i))
         if rows.num_rows:
-            parts.append(quarantine_rows(rows, QuarantineContext(QUARANTINE_PIPELINE, plan.batch_id, path, at), org_column="tenant"))
+            parts.append(
+                quarantine_rows(
+                    rows, QuarantineContext(QUARANTINE_PIPELINE, plan.batch_id, path, at), org_column="tenant"
+                )
+            )
     return pa.concat_tables(parts) if parts else QUARANTINE_PROFILE_CDC.schema.empty_table()

@@ -1,7 +1,16 @@
 """Snapshot backfill in Dagster: profile_backfill, one partition per tenant; each run loads a hot-store
 export up to a time boundary into the tenant's raw table (profile_raw's partition), under the tenant lock."""
 
-from dagster import AssetExecutionContext, AssetMaterialization, AssetSelection, Config, MaterializeResult, asset, define_asset_job, in_process_executor
+from dagster import (
+    AssetExecutionContext,
+    AssetMaterialization,
+    AssetSelection,
+    Config,
+    MaterializeResult,
+    asset,
+    define_asset_job,
+    in_process_executor,
+)
 
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import report_table_commits
@@ -19,20 +28,43 @@ class BackfillConfig(Config):
 
 
 @asset(key=BACKFILL_ASSET, partitions_def=profile_tenants, group_name=GROUP, kinds={"spark", "deltalake"})
-def profile_backfill(context: AssetExecutionContext, config: BackfillConfig, spark: SparkResource, lake: LakeResource,
-                     coordinator: CoordinatorResource) -> MaterializeResult:
+def profile_backfill(
+    context: AssetExecutionContext,
+    config: BackfillConfig,
+    spark: SparkResource,
+    lake: LakeResource,
+    coordinator: CoordinatorResource,
+) -> MaterializeResult:
     """Snapshot backfills of one tenant: each run loads a hot-store export up to a time boundary into the
     tenant's raw table, exactly once, under the tenant lock."""
     tenant = context.partition_key
-    result = tenant_locked(context, coordinator, spark, tenant, f"{backfill_stream(tenant)}/{context.run_id[:8]}",
-                           lambda: backfill_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant, config.path, config.until))
+    result = tenant_locked(
+        context,
+        coordinator,
+        spark,
+        tenant,
+        f"{backfill_stream(tenant)}/{context.run_id[:8]}",
+        lambda: backfill_tenant(
+            spark.spark_session, lake.lake, coordinator.checkpoints, tenant, config.path, config.until
+        ),
+    )
     meta = result.metadata()
     raw_version = result.versions.get(raw_table_name(tenant))
     if raw_version is not None:  # the raw table is profile_raw's partition: report it there
-        context.log_event(AssetMaterialization(asset_key=RAW_ASSET, partition=tenant, description=f"backfill batch {result.plan.batch_id}",
-                                               metadata={"table_version": raw_version, "stream": backfill_stream(tenant), **meta}))
-    report_table_commits(context, backfill_stream(tenant), result.plan.batch_id,
-                         {k: v for k, v in result.versions.items() if k == QUARANTINE_PROFILE_CDC.name})
+        context.log_event(
+            AssetMaterialization(
+                asset_key=RAW_ASSET,
+                partition=tenant,
+                description=f"backfill batch {result.plan.batch_id}",
+                metadata={"table_version": raw_version, "stream": backfill_stream(tenant), **meta},
+            )
+        )
+    report_table_commits(
+        context,
+        backfill_stream(tenant),
+        result.plan.batch_id,
+        {k: v for k, v in result.versions.items() if k == QUARANTINE_PROFILE_CDC.name},
+    )
     return MaterializeResult(metadata=meta)
 
 

@@ -44,8 +44,11 @@ def snapshot_files(path: str | Path, storage_options: Mapping[str, str] | None =
         return [(path, info.size)]
     if info.type != pafs.FileType.Directory:
         raise FileNotFoundError(f"snapshot export {path} does not exist")
-    return sorted((join(path, f.base_name), f.size) for f in fs.get_file_info(pafs.FileSelector(where))
-                  if f.is_file and os.path.splitext(f.base_name)[1] in SUFFIXES and not f.base_name.startswith((".", "_")))
+    return sorted(
+        (join(path, f.base_name), f.size)
+        for f in fs.get_file_info(pafs.FileSelector(where))
+        if f.is_file and os.path.splitext(f.base_name)[1] in SUFFIXES and not f.base_name.startswith((".", "_"))
+    )
 
 
 def _names_and_sizes(files: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
@@ -64,7 +67,9 @@ def plan_files(plan: BatchPlan) -> list[str]:
     planned = plan.slice_as(SnapshotSlice)
     files = snapshot_files(planned.path, load_settings().storage_options)
     if _names_and_sizes(files) != planned.files:
-        raise RuntimeError(f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable")
+        raise RuntimeError(
+            f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable"
+        )
     return [path for path, _ in files]
 
 
@@ -86,7 +91,9 @@ def _parquet_rows(spark: SparkSession, path: str) -> tuple[DataFrame, Column, li
         for _ in batches:
             task_fs, task_where = filesystem(path, storage_options)
             rows = read_parquet(task_fs, task_where)
-            rows = rows.cast(spark_compatible(rows.schema), safe=False).append_column(ROW_INDEX, pa.array(range(rows.num_rows), pa.int64()))
+            rows = rows.cast(spark_compatible(rows.schema), safe=False).append_column(
+                ROW_INDEX, pa.array(range(rows.num_rows), pa.int64())
+            )
             yield from rows.cast(arrow).to_batches()
 
     return spark.range(1, numPartitions=1).mapInArrow(read, struct), F.col(ROW_INDEX), schema.names
@@ -136,9 +143,11 @@ def _read_parquet_file(spark: SparkSession, columns: list[str], path: str) -> Da
         return F.to_json(F.col(c)) if nested else F.col(c).cast("string")
 
     return df.select(
-        (row_index + 1).alias(SOURCE_OFFSET), F.lit(0).alias(SOURCE_PARTITION),
+        (row_index + 1).alias(SOURCE_OFFSET),
+        F.lit(0).alias(SOURCE_PARTITION),
         F.to_json(F.struct(*[F.col(f"`{c}`") for c in file_columns])).cast("binary").alias(RAW),
-        *[text(c).alias(c) for c in columns], F.struct(*[text(c).alias(c) for c in columns]).alias(INPUT),
+        *[text(c).alias(c) for c in columns],
+        F.struct(*[text(c).alias(c) for c in columns]).alias(INPUT),
         gather([]).alias(ERRORS),
     ).withColumn(ROW_ID, F.col(SOURCE_OFFSET))
 
@@ -148,11 +157,22 @@ def read_snapshot(spark: SparkSession, pipeline: Pipeline, files: list[str]) -> 
     source = pipeline.config.source
     frames = []
     for i, path in enumerate(files):
-        df = _read_parquet_file(spark, list(source.columns), path) if path.endswith(".parquet") else read_lines_file(spark, source, path)
-        frames.append(df.select(
-            (F.lit(i).cast("long") * (1 << FILE_SHIFT) + F.col(SOURCE_OFFSET)).alias(ROW_ID), F.lit(i).alias(SOURCE_PARTITION),
-            SOURCE_OFFSET, RAW, *source.columns, INPUT, ERRORS,
-        ))
+        df = (
+            _read_parquet_file(spark, list(source.columns), path)
+            if path.endswith(".parquet")
+            else read_lines_file(spark, source, path)
+        )
+        frames.append(
+            df.select(
+                (F.lit(i).cast("long") * (1 << FILE_SHIFT) + F.col(SOURCE_OFFSET)).alias(ROW_ID),
+                F.lit(i).alias(SOURCE_PARTITION),
+                SOURCE_OFFSET,
+                RAW,
+                *source.columns,
+                INPUT,
+                ERRORS,
+            )
+        )
     if not frames:
         raise ValueError("the snapshot export has no JSON lines or Parquet files")
     out = frames[0]

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,23 +44,46 @@ from pyspark.sql import SparkSession
 from engagement_platform.ingest.config import load_kafka_pipeline
 from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines_naming_people
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, reject_on_driver, validate_kafka_slice
+from engagement_platform.ingest.pipeline import (
+    QuarantineContext,
+    quarantine_rows,
+    reject_on_driver,
+    validate_kafka_slice,
+)
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, text_column
 from engagement_platform.lake.file_writes import filesystem
 from engagement_platform.lake.row_erasure import (
-    checkpoint_tables, commit_bytes, delete_quarantined, erase_rows, live_files, purge_quarantine, quarantined_keys_naming,
+    checkpoint_tables,
+    commit_bytes,
+    delete_quarantined,
+    erase_rows,
+    live_files,
+    purge_quarantine,
+    quarantined_keys_naming,
 )
 from engagement_platform.lake.suppression import Suppressed, subject_hash
-from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
+from engagement_platform.lake.suppression_tables import (
+    drop_suppressed_quarantine,
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+)
 from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
 from engagement_platform.profiles.locks import tenant_locks
 from engagement_platform.profiles.processor.progress import processed_version
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.snapshots import SnapshotListings
 from engagement_platform.profiles.tables import (
-    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
-    QUARANTINE_PROFILE_ERASURE, raw_table_name, raw_table_spec,
+    PROFILE_CDC_STAGING,
+    PROFILE_ERASED_SUBJECTS,
+    PROFILE_ERASURE_AUDIT,
+    PROFILE_SUPPRESSED_RECORDS,
+    QUARANTINE_PROFILE_CDC,
+    QUARANTINE_PROFILE_ERASURE,
+    raw_table_name,
+    raw_table_spec,
 )
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
@@ -90,28 +113,57 @@ def _audited(lake: DeltaLake, requests: list[ErasureRequest], batch_id: int) -> 
     """(tenant, request_id) of these requests an earlier batch already applied (a producer retry)."""
     if not requests or not lake.exists(PROFILE_ERASURE_AUDIT.name):
         return set()
-    expr = (text_column("tenant").isin(sorted({r.tenant for r in requests})) & (ds.field("batch_id") < batch_id)
-            & text_column("request_id").isin(sorted({r.request_id for r in requests})))
-    rows = lake.table(PROFILE_ERASURE_AUDIT.name).to_pyarrow_dataset().to_table(columns=["tenant", "request_id"], filter=expr)
+    expr = (
+        text_column("tenant").isin(sorted({r.tenant for r in requests}))
+        & (ds.field("batch_id") < batch_id)
+        & text_column("request_id").isin(sorted({r.request_id for r in requests}))
+    )
+    rows = (
+        lake.table(PROFILE_ERASURE_AUDIT.name)
+        .to_pyarrow_dataset()
+        .to_table(columns=["tenant", "request_id"], filter=expr)
+    )
     return {(r["tenant"], r["request_id"]) for r in rows.to_pylist()}
 
 
-def validate_requests(spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan,
-                      kafka_config: dict | None = None) -> tuple[pa.Table, list[ErasureRequest]]:
+def validate_requests(
+    spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None
+) -> tuple[pa.Table, list[ErasureRequest]]:
     """(validated slice with every error in `_errors`, the requests to apply, in source order)."""
-    validated = validate_kafka_slice(spark, load_kafka_pipeline(PIPELINE_FILE, plan.topic), bootstrap_servers, plan, kafka_config)
+    validated = validate_kafka_slice(
+        spark, load_kafka_pipeline(PIPELINE_FILE, plan.topic), bootstrap_servers, plan, kafka_config
+    )
     validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
     errors = validated[ERRORS].to_pylist()
-    candidates = [(i, ErasureRequest(r["request_id"], r["tenant"], r["subject_id"], r["request_time"], r[SOURCE_PARTITION], r[SOURCE_OFFSET]))
-                  for i, r in enumerate(validated.select(["request_id", "tenant", "subject_id", "request_time", SOURCE_PARTITION, SOURCE_OFFSET]).to_pylist())
-                  if not errors[i]]
+    candidates = [
+        (
+            i,
+            ErasureRequest(
+                r["request_id"], r["tenant"], r["subject_id"], r["request_time"], r[SOURCE_PARTITION], r[SOURCE_OFFSET]
+            ),
+        )
+        for i, r in enumerate(
+            validated.select(
+                ["request_id", "tenant", "subject_id", "request_time", SOURCE_PARTITION, SOURCE_OFFSET]
+            ).to_pylist()
+        )
+        if not errors[i]
+    ]
     earlier = _audited(lake, [r for _, r in candidates], plan.batch_id)
     seen, applied, flagged = set(), [], []
     for i, r in candidates:
         key = (r.tenant, r.request_id)
         if key in seen or key in earlier:
-            errors[i] = [{"stage": "validate", "plugin": "profile_erasure", "column_name": "request_id", "error_code": "duplicate_request",
-                          "message": f"request_id '{r.request_id}' was already received", "value": r.request_id}]
+            errors[i] = [
+                {
+                    "stage": "validate",
+                    "plugin": "profile_erasure",
+                    "column_name": "request_id",
+                    "error_code": "duplicate_request",
+                    "message": f"request_id '{r.request_id}' was already received",
+                    "value": r.request_id,
+                }
+            ]
             flagged.append(i)
         else:
             seen.add(key)
@@ -135,19 +187,29 @@ class ProfileErasureResult:
     bytes_removed: int = 0  # files those commits took out of their tables
 
     def metadata(self) -> dict:
-        return batch_metadata(self.plan, self.versions, self.seconds, requests_read=self.requests_read,
-                              requests_applied=self.requests_applied, requests_quarantined=self.requests_quarantined,
-                              requests_suppressed=self.requests_suppressed, ids_erased=self.ids_erased,
-                              rows_removed=sum(self.rows_removed.values()), bytes_rewritten=self.bytes_written,
-                              bytes_removed=self.bytes_removed,
-                              **{f"rows_removed_{t.replace('/', '_')}": n for t, n in self.rows_removed.items()},
-                              tenants=",".join(self.tenants))
+        return batch_metadata(
+            self.plan,
+            self.versions,
+            self.seconds,
+            requests_read=self.requests_read,
+            requests_applied=self.requests_applied,
+            requests_quarantined=self.requests_quarantined,
+            requests_suppressed=self.requests_suppressed,
+            ids_erased=self.ids_erased,
+            rows_removed=sum(self.rows_removed.values()),
+            bytes_rewritten=self.bytes_written,
+            bytes_removed=self.bytes_removed,
+            **{f"rows_removed_{t.replace('/', '_')}": n for t, n in self.rows_removed.items()},
+            tenants=",".join(self.tenants),
+        )
 
 
 def _rows_at(lake: DeltaLake, name: str, version: int, expr: ds.Expression | None, columns: list[str]) -> list[dict]:
     if version < 0 or not lake.exists(name):
         return []
-    return lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr).to_pylist()  # views read as str
+    return (
+        lake.table(name, version).to_pyarrow_dataset().to_table(columns=columns, filter=expr).to_pylist()
+    )  # views read as str
 
 
 def erased_identities(lake: DeltaLake, requests: list[ErasureRequest], pin: Pin) -> dict[str, set[str]]:
@@ -156,7 +218,9 @@ def erased_identities(lake: DeltaLake, requests: list[ErasureRequest], pin: Pin)
     links: dict[str, tuple[list[dict], list[dict]]] = {}
     listings = SnapshotListings(lake, PROFILE_CDC_STAGING.name)
     for tenant in sorted({r.tenant for r in requests}):
-        raw = _rows_at(lake, raw_table_name(tenant), pin.versions[raw_table_name(tenant)], None, ["primary_id", "related_ids"])
+        raw = _rows_at(
+            lake, raw_table_name(tenant), pin.versions[raw_table_name(tenant)], None, ["primary_id", "related_ids"]
+        )
         # only changes not merged yet: merged ones are in the raw table's links (and may carry links split since)
         unmerged = listings.added(tenant, processed_version(lake, tenant), pin.versions[PROFILE_CDC_STAGING.name])
         links[tenant] = (raw, _staged_links(lake, unmerged))
@@ -192,6 +256,7 @@ class Tally:
                 self.add(r.request_id, table, pc.sum(new).as_py() or 0)
                 mask = pc.or_(mask, new)
             return mask
+
         return remove
 
     def add(self, request_id: str, table: str, n: int) -> None:
@@ -217,12 +282,23 @@ def _raw_files(lake: DeltaLake, tenant: str, ids: set[str]):
     stats = lake.file_stats(spec.name)
     low = stats["min.primary_id"].to_pylist() if "min.primary_id" in stats.column_names else [None] * stats.num_rows
     high = stats["max.primary_id"].to_pylist() if "max.primary_id" in stats.column_names else [None] * stats.num_rows
-    keep = {p for p, lo, hi in zip(stats["path"].to_pylist(), low, high) if lo is None or hi is None or any(lo <= i <= hi for i in ids)}
+    keep = {
+        p
+        for p, lo, hi in zip(stats["path"].to_pylist(), low, high)
+        if lo is None or hi is None or any(lo <= i <= hi for i in ids)
+    }
     return [f for f in live_files(lake, spec) if f.path in keep]
 
 
-def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, bootstrap_servers: str, plan: BatchPlan,
-                         coordinator=None, kafka_config: dict | None = None) -> ProfileErasureResult:
+def erase_profiles_batch(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    coordinator=None,
+    kafka_config: dict | None = None,
+) -> ProfileErasureResult:
     seconds: dict[str, float] = {}
     batch, secret = plan.batch_id, load_settings().erasure.secret
     t0 = time.perf_counter()
@@ -233,8 +309,16 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
 
     with tenant_locks(coordinator, tenants, f"{STREAM}/{batch}"):
         # pinned inside the locks: no processor or backfill merge can land between the pin and the rewrites
-        pin = pin_batch(lake, QUARANTINE_PROFILE_ERASURE.name, APP_ID, batch, [*(raw_table_name(t) for t in tenants), PROFILE_CDC_STAGING.name])
-        quarantine = quarantine_rows(bad, QuarantineContext(STREAM, batch, plan.topic, pin.as_of, kafka=True), org_column="tenant")
+        pin = pin_batch(
+            lake,
+            QUARANTINE_PROFILE_ERASURE.name,
+            APP_ID,
+            batch,
+            [*(raw_table_name(t) for t in tenants), PROFILE_CDC_STAGING.name],
+        )
+        quarantine = quarantine_rows(
+            bad, QuarantineContext(STREAM, batch, plan.topic, pin.as_of, kafka=True), org_column="tenant"
+        )
         t1 = time.perf_counter()
         ids = erased_identities(lake, requests, pin)
         by_tenant: dict[str, set[str]] = {}
@@ -253,9 +337,16 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
                 if lake.exists(spec.name) and lake.already_committed(spec.name, txn):
                     tally.read_back(lake, spec.name, batch)
                     return None
-                version, _ = erase_rows(lake, spec, _raw_files(lake, tenant, by_tenant[tenant]), tally.remover(spec.name, {tenant}), txn,
-                                        lambda: tally.of_table(spec.name))
+                version, _ = erase_rows(
+                    lake,
+                    spec,
+                    _raw_files(lake, tenant, by_tenant[tenant]),
+                    tally.remover(spec.name, {tenant}),
+                    txn,
+                    lambda: tally.of_table(spec.name),
+                )
                 return version
+
             return CommitStep(spec.name, commit)
 
         def staging_step(txn: BatchTxn, _: Outcomes) -> int | None:
@@ -263,70 +354,150 @@ def erase_profiles_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Chec
                 tally.read_back(lake, PROFILE_CDC_STAGING.name, batch)
                 return None
             files = [f for t in tenants for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
-            version, _ = erase_rows(lake, PROFILE_CDC_STAGING, files, tally.remover(PROFILE_CDC_STAGING.name, set(tenants)), txn,
-                                    lambda: tally.of_table(PROFILE_CDC_STAGING.name))
+            version, _ = erase_rows(
+                lake,
+                PROFILE_CDC_STAGING,
+                files,
+                tally.remover(PROFILE_CDC_STAGING.name, set(tenants)),
+                txn,
+                lambda: tally.of_table(PROFILE_CDC_STAGING.name),
+            )
             return version
 
         def membership_step(spec):
             def commit(txn: BatchTxn, _: Outcomes) -> int | None:
                 """Segment membership and its entries / exits: an identity is keyed by its component id, one of its ids."""
+
                 def remove(rows: pa.Table) -> pa.Array:
                     mask = pa.array([False] * rows.num_rows, pa.bool_())
                     for tenant, tids in by_tenant.items():
-                        hit = pc.and_(pc.equal(rows["tenant"], tenant), pc.is_in(rows["identity"], value_set=pa.array(sorted(tids), pa.string())))
+                        hit = pc.and_(
+                            pc.equal(rows["tenant"], tenant),
+                            pc.is_in(rows["identity"], value_set=pa.array(sorted(tids), pa.string())),
+                        )
                         mask = pc.or_(mask, hit)
                     return mask
+
                 files = [f for t in tenants for f in live_files(lake, spec, {"tenant": t})]
                 return erase_rows(lake, spec, files, remove, txn)[0]
+
             return CommitStep(spec.name, commit)
 
         def quarantine_step(txn: BatchTxn, _: Outcomes) -> int | None:
             if lake.exists(QUARANTINE_PROFILE_CDC.name) and lake.already_committed(QUARANTINE_PROFILE_CDC.name, txn):
                 return None
-            keys = quarantined_keys_naming(lake, QUARANTINE_PROFILE_CDC, erased, text_column("org_id").isin(tenants) | ds.field("org_id").is_null())
+            keys = quarantined_keys_naming(
+                lake, QUARANTINE_PROFILE_CDC, erased, text_column("org_id").isin(tenants) | ds.field("org_id").is_null()
+            )
             return delete_quarantined(lake, QUARANTINE_PROFILE_CDC, keys, txn)[0]
 
         landing_removed: dict[str, int] = {}
         t2 = time.perf_counter()
-        versions = commit_batch(plan, APP_ID, [
-            CommitStep(QUARANTINE_PROFILE_ERASURE.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_ERASURE, quarantine, txn)),
-            suppressed_step(lake, PROFILE_ERASED_SUBJECTS, _erased_rows(requests, ids, secret, plan, pin.as_of)),
-            *(raw_step(t) for t in tenants),
-            CommitStep(PROFILE_CDC_STAGING.name, staging_step),
-            CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
-            membership_step(PROFILE_SEGMENTS), membership_step(PROFILE_SEGMENT_CHANGES),
-            *pipeline_erasure_steps(lake, pipelines_naming_people(load_settings().pipelines_dir, PROFILE_ERASED_SUBJECTS.name), erased, landing_removed),
-            suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of)),
-            CommitStep(PROFILE_ERASURE_AUDIT.name, lambda txn, _: lake.append(PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn)),
-        ], checkpoints, ranges=plan.ranges_json(), **pin.metadata())
+        versions = commit_batch(
+            plan,
+            APP_ID,
+            [
+                CommitStep(
+                    QUARANTINE_PROFILE_ERASURE.name,
+                    lambda txn, _: lake.append(QUARANTINE_PROFILE_ERASURE, quarantine, txn),
+                ),
+                suppressed_step(lake, PROFILE_ERASED_SUBJECTS, _erased_rows(requests, ids, secret, plan, pin.as_of)),
+                *(raw_step(t) for t in tenants),
+                CommitStep(PROFILE_CDC_STAGING.name, staging_step),
+                CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
+                membership_step(PROFILE_SEGMENTS),
+                membership_step(PROFILE_SEGMENT_CHANGES),
+                *pipeline_erasure_steps(
+                    lake,
+                    pipelines_naming_people(load_settings().pipelines_dir, PROFILE_ERASED_SUBJECTS.name),
+                    erased,
+                    landing_removed,
+                ),
+                suppressed_step(
+                    lake,
+                    PROFILE_SUPPRESSED_RECORDS,
+                    suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits_table(hits), STREAM, batch, pin.as_of),
+                ),
+                CommitStep(
+                    PROFILE_ERASURE_AUDIT.name,
+                    lambda txn, _: lake.append(
+                        PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn
+                    ),
+                ),
+            ],
+            checkpoints,
+            ranges=plan.ranges_json(),
+            **pin.metadata(),
+        )
         # refused requests of earlier batches naming an id erased now (own txn; idempotent on a re-run)
-        purged = purge_quarantine(lake, QUARANTINE_PROFILE_ERASURE, load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret), PURGE_APP_ID)
-        checkpoint_tables(lake, [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name]
-                          + ([QUARANTINE_PROFILE_ERASURE.name] if purged else []))
+        purged = purge_quarantine(
+            lake, QUARANTINE_PROFILE_ERASURE, load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret), PURGE_APP_ID
+        )
+        checkpoint_tables(
+            lake,
+            [t for t, v in versions.items() if v is not None and t != PROFILE_ERASURE_AUDIT.name]
+            + ([QUARANTINE_PROFILE_ERASURE.name] if purged else []),
+        )
         seconds["commit"] = time.perf_counter() - t2
     totals: dict[str, int] = dict(landing_removed)
     for counts in tally.removed.values():
         for t, n in counts.items():
             totals[t] = totals.get(t, 0) + n
     rewritten = [commit_bytes(lake, t, v) for t, v in versions.items() if v is not None]
-    return ProfileErasureResult(plan, validated.num_rows, len(requests), validated.num_rows - len(requests) - len(hits), len(hits),
-                                sum(len(v) for v in by_tenant.values()), totals, versions, tenants, seconds,
-                                bytes_written=sum(a for a, _ in rewritten), bytes_removed=sum(r for _, r in rewritten))
+    return ProfileErasureResult(
+        plan,
+        validated.num_rows,
+        len(requests),
+        validated.num_rows - len(requests) - len(hits),
+        len(hits),
+        sum(len(v) for v in by_tenant.values()),
+        totals,
+        versions,
+        tenants,
+        seconds,
+        bytes_written=sum(a for a, _ in rewritten),
+        bytes_removed=sum(r for _, r in rewritten),
+    )
 
 
-def _erased_rows(requests: list[ErasureRequest], ids: dict[str, set[str]], secret: bytes, plan: BatchPlan, at: datetime) -> pa.Table:
+def _erased_rows(
+    requests: list[ErasureRequest], ids: dict[str, set[str]], secret: bytes, plan: BatchPlan, at: datetime
+) -> pa.Table:
     """The suppression list's rows: every erased id of each request, as its keyed hash."""
-    rows = [dict(tenant=r.tenant, subject_hash=subject_hash(secret, r.tenant, i), request_id=r.request_id, erased_at=at, batch_id=plan.batch_id)
-            for r in requests for i in sorted(ids[r.request_id])]
+    rows = [
+        dict(
+            tenant=r.tenant,
+            subject_hash=subject_hash(secret, r.tenant, i),
+            request_id=r.request_id,
+            erased_at=at,
+            batch_id=plan.batch_id,
+        )
+        for r in requests
+        for i in sorted(ids[r.request_id])
+    ]
     return pa.Table.from_pylist(rows, schema=PROFILE_ERASED_SUBJECTS.schema)
 
 
-def _audit_rows(requests: list[ErasureRequest], ids: dict[str, set[str]], tally: Tally, secret: bytes, plan: BatchPlan) -> pa.Table:
-    now = datetime.now(timezone.utc)
-    rows = [dict(tenant=r.tenant, request_id=r.request_id, subject_hash=subject_hash(secret, r.tenant, r.subject_id), ids_erased=len(ids[r.request_id]),
-                 request_time=r.request_time, completed_at=now, rows_removed=sum(tally.removed[r.request_id].values()),
-                 rows_removed_by_table=json.dumps(tally.removed[r.request_id], sort_keys=True), batch_id=plan.batch_id,
-                 source_partition=r.source_partition, source_offset=r.source_offset) for r in requests]
+def _audit_rows(
+    requests: list[ErasureRequest], ids: dict[str, set[str]], tally: Tally, secret: bytes, plan: BatchPlan
+) -> pa.Table:
+    now = datetime.now(UTC)
+    rows = [
+        dict(
+            tenant=r.tenant,
+            request_id=r.request_id,
+            subject_hash=subject_hash(secret, r.tenant, r.subject_id),
+            ids_erased=len(ids[r.request_id]),
+            request_time=r.request_time,
+            completed_at=now,
+            rows_removed=sum(tally.removed[r.request_id].values()),
+            rows_removed_by_table=json.dumps(tally.removed[r.request_id], sort_keys=True),
+            batch_id=plan.batch_id,
+            source_partition=r.source_partition,
+            source_offset=r.source_offset,
+        )
+        for r in requests
+    ]
     return pa.Table.from_pylist(rows, schema=PROFILE_ERASURE_AUDIT.schema)
 
 

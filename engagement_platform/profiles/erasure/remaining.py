@@ -32,12 +32,14 @@ def _rows_with_suppressed_ids(rows: pa.Table, tenant: str, suppressed: Suppresse
 
 def plain_strings(rows: pa.Table) -> pa.Table:
     """Files a delta-rs MERGE wrote hold string_view (and lists of it); compute kernels want plain strings."""
+
     def plain(t: pa.DataType) -> pa.DataType:
         if pa.types.is_string_view(t):
             return pa.string()
         if pa.types.is_list(t) or pa.types.is_large_list(t):
             return pa.list_(plain(t.value_type))
         return t
+
     return rows.cast(pa.schema([pa.field(f.name, plain(f.type)) for f in rows.schema]))
 
 
@@ -51,11 +53,22 @@ def profile_rows_naming(lake: DeltaLake, suppressed: Suppressed, tenants: list[s
             rows = lake.table(raw).to_pyarrow_dataset().to_table(columns=["primary_id", "related_ids", "linked_ids"])
             counts[raw] = _rows_with_suppressed_ids(rows, tenant, suppressed)
         if lake.exists(PROFILE_CDC_STAGING.name):
-            rows = lake.table(PROFILE_CDC_STAGING.name).to_pyarrow_dataset().to_table(
-                columns=["primary_id", "related_ids"], filter=ds.field("tenant") == tenant)
+            rows = (
+                lake.table(PROFILE_CDC_STAGING.name)
+                .to_pyarrow_dataset()
+                .to_table(columns=["primary_id", "related_ids"], filter=ds.field("tenant") == tenant)
+            )
             counts[PROFILE_CDC_STAGING.name] += _rows_with_suppressed_ids(rows, tenant, suppressed)
     if scopes and lake.exists(QUARANTINE_PROFILE_CDC.name):
-        rows = lake.table(QUARANTINE_PROFILE_CDC.name).to_pyarrow_dataset().to_table(
-            columns=["org_id", "raw", "input"], filter=text_column("org_id").isin(scopes) | ds.field("org_id").is_null())
-        counts[QUARANTINE_PROFILE_CDC.name] = sum(1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]]))
+        rows = (
+            lake.table(QUARANTINE_PROFILE_CDC.name)
+            .to_pyarrow_dataset()
+            .to_table(
+                columns=["org_id", "raw", "input"],
+                filter=text_column("org_id").isin(scopes) | ds.field("org_id").is_null(),
+            )
+        )
+        counts[QUARANTINE_PROFILE_CDC.name] = sum(
+            1 for r in rows.to_pylist() if suppressed.content_hit(r["org_id"], [r["raw"], r["input"]])
+        )
     return counts

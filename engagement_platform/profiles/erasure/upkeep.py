@@ -14,7 +14,7 @@ folders a crashed run left swept.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +29,12 @@ from engagement_platform.profiles.processor.progress import latest_progress, sta
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.snapshots import files_by_tenant
 from engagement_platform.profiles.tables import (
-    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE, bucket_end,
+    PROFILE_CDC_STAGING,
+    PROFILE_ERASED_SUBJECTS,
+    PROFILE_ERASURE_AUDIT,
+    QUARANTINE_PROFILE_CDC,
+    QUARANTINE_PROFILE_ERASURE,
+    bucket_end,
     raw_table_name,
 )
 from engagement_platform.settings import ErasureSettings
@@ -44,23 +49,39 @@ def expired_staging_files(lake: DeltaLake, tenant: str, merged_version: int, cut
     ended before `cutoff`."""
     if merged_version < 0:
         return []
-    merged = {uri.rsplit("/", 1)[-1] for uri in files_by_tenant(lake, PROFILE_CDC_STAGING.name, merged_version).get(tenant, set())}
-    return [f for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": tenant})
-            if f.path.rsplit("/", 1)[-1] in merged and bucket_end(f.partition_values["bucket"]) < cutoff]
+    merged = {
+        uri.rsplit("/", 1)[-1]
+        for uri in files_by_tenant(lake, PROFILE_CDC_STAGING.name, merged_version).get(tenant, set())
+    }
+    return [
+        f
+        for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": tenant})
+        if f.path.rsplit("/", 1)[-1] in merged and bucket_end(f.partition_values["bucket"]) < cutoff
+    ]
 
 
 def expire_staging(lake: DeltaLake, retention_seconds: float, now: datetime | None = None) -> dict[str, int]:
     """Remove every tenant's merged staging files older than the retention, in one commit: files per tenant."""
     if not lake.exists(PROFILE_CDC_STAGING.name):
         return {}
-    cutoff = (now or datetime.now(timezone.utc)) - timedelta(seconds=retention_seconds)
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=retention_seconds)
     progress = latest_progress(lake)
-    expired = {t: expired_staging_files(lake, t, progress[t]["staging_version"], cutoff) for t in sorted(staged_tenants(lake)) if t in progress}
+    expired = {
+        t: expired_staging_files(lake, t, progress[t]["staging_version"], cutoff)
+        for t in sorted(staged_tenants(lake))
+        if t in progress
+    }
     removes = [f for files in expired.values() for f in files]
     if removes:
         # an upkeep run is its own writer: the txn version only has to grow (a retried run lists anew)
-        commit_files(lake, PROFILE_CDC_STAGING, [], BatchTxn(RETENTION_APP_ID, int(time.time() * 1000)), removes,
-                     {"rewrite": "staging_retention", "cutoff": cutoff.isoformat()})
+        commit_files(
+            lake,
+            PROFILE_CDC_STAGING,
+            [],
+            BatchTxn(RETENTION_APP_ID, int(time.time() * 1000)),
+            removes,
+            {"rewrite": "staging_retention", "cutoff": cutoff.isoformat()},
+        )
     return {t: len(files) for t, files in expired.items() if files}
 
 
@@ -69,15 +90,24 @@ def raw_tenants(lake: DeltaLake) -> list[str]:
     staging and no progress, and retention may have emptied a tenant's staging)."""
     fs, root = filesystem(lake.uri(raw_table_name("x").rsplit("/", 1)[0]), lake.storage_options)
     infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and lake.exists(raw_table_name(i.base_name)))
+    return sorted(
+        i.base_name for i in infos if i.type == pafs.FileType.Directory and lake.exists(raw_table_name(i.base_name))
+    )
 
 
 def window_tables(lake: DeltaLake) -> list[str]:
     """The profile tables that can hold a person: staging, the quarantines, the erasure audit, segment membership,
     every raw table."""
     raw = [raw_table_name(t) for t in raw_tenants(lake)]
-    return [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name, QUARANTINE_PROFILE_ERASURE.name, PROFILE_ERASURE_AUDIT.name,
-            PROFILE_SEGMENTS.name, PROFILE_SEGMENT_CHANGES.name, *raw]
+    return [
+        PROFILE_CDC_STAGING.name,
+        QUARANTINE_PROFILE_CDC.name,
+        QUARANTINE_PROFILE_ERASURE.name,
+        PROFILE_ERASURE_AUDIT.name,
+        PROFILE_SEGMENTS.name,
+        PROFILE_SEGMENT_CHANGES.name,
+        *raw,
+    ]
 
 
 def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
@@ -96,11 +126,18 @@ def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
 
     files = [f for t in suppressed.scopes for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
     _, staged = erase_rows(lake, PROFILE_CDC_STAGING, files, remove, BatchTxn(PURGE_APP_ID, int(time.time() * 1000)))
-    return {PROFILE_CDC_STAGING.name: staged,
-            **{spec.name: purge_quarantine(lake, spec, suppressed, PURGE_APP_ID) for spec in (QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE)}}
+    return {
+        PROFILE_CDC_STAGING.name: staged,
+        **{
+            spec.name: purge_quarantine(lake, spec, suppressed, PURGE_APP_ID)
+            for spec in (QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE)
+        },
+    }
 
 
-def profile_upkeep(lake: DeltaLake, erasure: ErasureSettings, staging_retention_seconds: float, vacuum_hours: int) -> dict:
+def profile_upkeep(
+    lake: DeltaLake, erasure: ErasureSettings, staging_retention_seconds: float, vacuum_hours: int
+) -> dict:
     """Purge of raced rows, staging retention, then vacuum, log expiry and handoff sweep over window_tables."""
     started = time.perf_counter()
     purged = purge_suppressed(lake, erasure.secret)
@@ -110,10 +147,15 @@ def profile_upkeep(lake: DeltaLake, erasure: ErasureSettings, staging_retention_
     logs = expire_logs(lake, tables, erasure.retention_seconds)
     swept = sweep_all_handoffs(lake.root, erasure.handoff_age, lake.storage_options)
     return {
-        "rows_purged": sum(purged.values()), **{f"rows_purged_{t}": n for t, n in purged.items()},
-        "staging_files_expired": sum(expired.values()), "tenants_with_expired_staging": len(expired),
-        "tables": len(tables), "files_vacuumed": sum(n for n in vacuumed.values() if n > 0),
-        "logs_expired": sum(v >= 0 for v in logs.values()), "log_expiry_conflicts": sum(v < 0 for v in logs.values()),
-        "handoff_folders_swept": len(swept), "erasure_window_seconds": erasure.window_seconds,
+        "rows_purged": sum(purged.values()),
+        **{f"rows_purged_{t}": n for t, n in purged.items()},
+        "staging_files_expired": sum(expired.values()),
+        "tenants_with_expired_staging": len(expired),
+        "tables": len(tables),
+        "files_vacuumed": sum(n for n in vacuumed.values() if n > 0),
+        "logs_expired": sum(v >= 0 for v in logs.values()),
+        "log_expiry_conflicts": sum(v < 0 for v in logs.values()),
+        "handoff_folders_swept": len(swept),
+        "erasure_window_seconds": erasure.window_seconds,
         "seconds": round(time.perf_counter() - started, 3),
     }

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -31,21 +31,47 @@ from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.locks import tenant_lock_name
-from engagement_platform.spark import handoff_files
 from engagement_platform.profiles.processor.commit import MERGE_THREADS, ProcessResult, commit_tenants
-from engagement_platform.profiles.processor.planning import plan_tenant_batches, processor_app_id, processor_stream, staging_listings, staging_slice
+from engagement_platform.profiles.processor.planning import (
+    plan_tenant_batches,
+    processor_app_id,
+    processor_stream,
+    staging_listings,
+    staging_slice,
+)
 from engagement_platform.profiles.processor.progress import unprocessed_tenants
 from engagement_platform.profiles.processor.resolution import (
-    FILE_PATH, STAGED_DDL, batch_stats, merge_sources_to_files, with_partition_values,
+    FILE_PATH,
+    STAGED_DDL,
+    batch_stats,
+    merge_sources_to_files,
+    with_partition_values,
 )
 from engagement_platform.profiles.snapshots import SnapshotListings
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, RAW_SCHEMA, RAW_Z_ORDER, raw_table_name
+from engagement_platform.profiles.tables import (
+    PROFILE_CDC_STAGING,
+    PROFILE_ERASED_SUBJECTS,
+    RAW_SCHEMA,
+    RAW_Z_ORDER,
+    raw_table_name,
+)
 from engagement_platform.settings import load_settings
+from engagement_platform.spark import handoff_files
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.spec import BatchContext, StreamSpec
 
-__all__ = ["ProcessResult", "process_tenant", "process_tenants", "processor_app_id", "processor_spec", "processor_stream", "read_profiles",
-           "run_tenant_batches", "unprocessed_tenants", "z_order_raw"]  # unprocessed_tenants: the sensor's question
+__all__ = [
+    "ProcessResult",
+    "process_tenant",
+    "process_tenants",
+    "processor_app_id",
+    "processor_spec",
+    "processor_stream",
+    "read_profiles",
+    "run_tenant_batches",
+    "unprocessed_tenants",
+    "z_order_raw",
+]  # unprocessed_tenants: the sensor's question
 
 HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
 
@@ -59,13 +85,16 @@ def processor_spec(tenant: str) -> StreamSpec:
     return StreamSpec(processor_stream(tenant), processor_app_id(tenant), run_batch, lock_name=tenant_lock_name(tenant))
 
 
-def process_tenant(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str) -> ProcessResult | None:
+def process_tenant(
+    spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str
+) -> ProcessResult | None:
     """Merge everything staged for `tenant` since its last batch; None when there is nothing new."""
     return process_tenants(spark, lake, checkpoints, [tenant]).get(tenant)
 
 
-def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenants: list[str],
-                    threads: int = MERGE_THREADS) -> dict[str, ProcessResult]:
+def process_tenants(
+    spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenants: list[str], threads: int = MERGE_THREADS
+) -> dict[str, ProcessResult]:
     """Plan every tenant's batch (resuming unfinished ones), then run_tenant_batches."""
     started = time.perf_counter()
     listings = staging_listings(lake)
@@ -73,9 +102,15 @@ def process_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
     return run_tenant_batches(spark, lake, checkpoints, plans, threads, listings, started)
 
 
-def run_tenant_batches(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[str, BatchPlan],
-                       threads: int = MERGE_THREADS, listings: SnapshotListings | None = None,
-                       started: float | None = None) -> dict[str, ProcessResult]:
+def run_tenant_batches(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    plans: dict[str, BatchPlan],
+    threads: int = MERGE_THREADS,
+    listings: SnapshotListings | None = None,
+    started: float | None = None,
+) -> dict[str, ProcessResult]:
     """One Spark pass for the planned tenants, then their commits: the raw MERGEs in `threads` parallel
     threads (one table each), then one progress commit and one checkpoint commit for all of them."""
     if not plans:
@@ -101,7 +136,9 @@ def run_tenant_batches(spark: SparkSession, lake: DeltaLake, checkpoints: Checkp
     return results
 
 
-def staged_stats_from_rows(spark: SparkSession, lake: DeltaLake, uris_by_tenant: dict[str, list[str]]) -> dict[str, dict]:
+def staged_stats_from_rows(
+    spark: SparkSession, lake: DeltaLake, uris_by_tenant: dict[str, list[str]]
+) -> dict[str, dict]:
     """snapshots.staged_stats' figures computed from the staged rows (a Spark job), for files whose log entry
     lacks a statistic: a staging writer other than the dumper."""
     staged_uris = [u for uris in uris_by_tenant.values() for u in uris]
@@ -109,11 +146,13 @@ def staged_stats_from_rows(spark: SparkSession, lake: DeltaLake, uris_by_tenant:
     return {r["tenant"]: r for r in batch_stats(with_partition_values(files)).toArrow().to_pylist()}
 
 
-def merge_sources(spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[list[str], list[str]]]) -> dict[str, pa.Table]:
+def merge_sources(
+    spark: SparkSession, lake: DeltaLake, files: dict[str, tuple[list[str], list[str]]]
+) -> dict[str, pa.Table]:
     """tenant -> its MERGE source, handed over by the Spark tasks in files under the lake's
     `_handoff/` folder, deleted once read. A crash can leave a folder behind (nothing reads it): each
     run first deletes the folders older than HANDOFF_MAX_AGE, far longer than any run holds one."""
-    parent, now = handoff_files.handoff_parent(lake.root, "profile_processor"), datetime.now(timezone.utc)
+    parent, now = handoff_files.handoff_parent(lake.root, "profile_processor"), datetime.now(UTC)
     handoff_files.sweep_handoffs(parent, now, HANDOFF_MAX_AGE, lake.storage_options)
     handoff = handoff_files.new_handoff(parent, now, uuid.uuid4().hex)
     try:

@@ -30,25 +30,37 @@ PROGRESS_ASSET = AssetKey(PROFILE_PROGRESS.name)
 def raw_check_specs(asset: AssetKey) -> list[AssetCheckSpec]:
     # Evaluated after the tenant's merge is committed: audits of the committed table, not blocking.
     return [
-        AssetCheckSpec(REPLICATION_LAG_UNDER_THRESHOLD, asset=asset,
-                       description="Newest staged CDC time minus newest merged CDC time of the tenant is under "
-                                   "EP_PROFILE_MAX_LAG_SECONDS (also evaluated every minute by profile_lag_sensor)."),
-        AssetCheckSpec(NO_DUPLICATE_PRIMARY_IDS, asset=asset, description="No primary id appears twice in the tenant's raw table."),
+        AssetCheckSpec(
+            REPLICATION_LAG_UNDER_THRESHOLD,
+            asset=asset,
+            description="Newest staged CDC time minus newest merged CDC time of the tenant is under "
+            "EP_PROFILE_MAX_LAG_SECONDS (also evaluated every minute by profile_lag_sensor).",
+        ),
+        AssetCheckSpec(
+            NO_DUPLICATE_PRIMARY_IDS, asset=asset, description="No primary id appears twice in the tenant's raw table."
+        ),
     ]
 
 
 def lag_check(lag: TenantLag, threshold: float | None = None) -> dict:
     """The lag check's outcome as AssetCheckResult / AssetCheckEvaluation keyword arguments."""
     threshold = load_settings().profiles.max_lag_seconds if threshold is None else threshold
-    return {"check_name": REPLICATION_LAG_UNDER_THRESHOLD, "passed": lag.replication_lag_seconds <= threshold,
-            "metadata": {"tenant": lag.tenant, "max_lag_seconds": threshold, **lag.metadata()}}
+    return {
+        "check_name": REPLICATION_LAG_UNDER_THRESHOLD,
+        "passed": lag.replication_lag_seconds <= threshold,
+        "metadata": {"tenant": lag.tenant, "max_lag_seconds": threshold, **lag.metadata()},
+    }
 
 
 def evaluate_raw_checks(lake: DeltaLake, tenant: str, lag: TenantLag) -> list[AssetCheckResult]:
     duplicates, rows = duplicate_primary_ids(lake, tenant)
     return [
         AssetCheckResult(**lag_check(lag)),
-        AssetCheckResult(check_name=NO_DUPLICATE_PRIMARY_IDS, passed=duplicates == 0, metadata={"duplicate_rows": duplicates, "rows": rows}),
+        AssetCheckResult(
+            check_name=NO_DUPLICATE_PRIMARY_IDS,
+            passed=duplicates == 0,
+            metadata={"duplicate_rows": duplicates, "rows": rows},
+        ),
     ]
 
 
@@ -58,17 +70,25 @@ def every_tenant_lag(lags: Mapping[str, TenantLag], threshold: float | None = No
     threshold = load_settings().profiles.max_lag_seconds if threshold is None else threshold
     over = sorted(t for t, lag in lags.items() if lag.replication_lag_seconds > threshold)
     worst = max(lags.values(), key=lambda lag: lag.replication_lag_seconds, default=None)
-    metadata = {"tenants": len(lags), "tenants_over_threshold": len(over), "max_lag_seconds": threshold,
-                "worst_replication_lag_seconds": worst.replication_lag_seconds if worst else 0.0,
-                "worst_tenant": worst.tenant if worst else "", "over_threshold": ", ".join(over)}
+    metadata = {
+        "tenants": len(lags),
+        "tenants_over_threshold": len(over),
+        "max_lag_seconds": threshold,
+        "worst_replication_lag_seconds": worst.replication_lag_seconds if worst else 0.0,
+        "worst_tenant": worst.tenant if worst else "",
+        "over_threshold": ", ".join(over),
+    }
     for tenant, lag in sorted(lags.items()):
         metadata.update({f"{tenant}_{k}": v for k, v in lag.metadata().items()})
     return {"check_name": EVERY_TENANT_LAG_UNDER_THRESHOLD, "passed": not over, "metadata": metadata}
 
 
-@asset_check(asset=PROGRESS_ASSET, name=EVERY_TENANT_LAG_UNDER_THRESHOLD,
-             description="No tenant's newest staged CDC time is more than EP_PROFILE_MAX_LAG_SECONDS ahead of its newest merged "
-                         "one; evaluated every minute by profile_lag_sensor, and on demand.")
+@asset_check(
+    asset=PROGRESS_ASSET,
+    name=EVERY_TENANT_LAG_UNDER_THRESHOLD,
+    description="No tenant's newest staged CDC time is more than EP_PROFILE_MAX_LAG_SECONDS ahead of its newest merged "
+    "one; evaluated every minute by profile_lag_sensor, and on demand.",
+)
 def every_tenant_lag_check(context, lake: LakeResource) -> AssetCheckResult:  # context: AssetCheckExecutionContext
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
     return AssetCheckResult(**every_tenant_lag(tenant_lags(lake.lake, tenants)))

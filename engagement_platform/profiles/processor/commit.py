@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,35 +52,62 @@ class ProcessResult:
         return versions.after, versions.up_to
 
     def metadata(self) -> dict:
-        return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "staging_versions": list(self.staging_versions),
-                "changes_read": self.changes_read, "rows_upserted": self.rows_upserted, "rows_deleted": self.rows_deleted,
-                "rows_relinked": self.rows_relinked, "last_bucket": self.last_bucket or "",
-                **{f"{k}_version": v for k, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}}
+        return {
+            "tenant": self.tenant,
+            "batch_id": self.plan.batch_id,
+            "staging_versions": list(self.staging_versions),
+            "changes_read": self.changes_read,
+            "rows_upserted": self.rows_upserted,
+            "rows_deleted": self.rows_deleted,
+            "rows_relinked": self.rows_relinked,
+            "last_bucket": self.last_bucket or "",
+            **{f"{k}_version": v for k, v in self.versions.items()},
+            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+        }
 
 
-def commit_tenants(lake: DeltaLake, checkpoints: CheckpointStore, plans: dict[str, BatchPlan], sources: dict[str, pa.Table], stats: dict,
-                   threads: int = MERGE_THREADS) -> dict[str, ProcessResult]:
+def commit_tenants(
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    plans: dict[str, BatchPlan],
+    sources: dict[str, pa.Table],
+    stats: dict,
+    threads: int = MERGE_THREADS,
+) -> dict[str, ProcessResult]:
     """The commit phase of many tenants, each exactly once per plan (see the module docstring). When a
     tenant's MERGE fails, the other tenants still finish their batch, then the first error is raised."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     results: dict[str, ProcessResult] = {}
     batches = []
     for tenant, plan in plans.items():
         source = _merge_rows(sources.get(tenant, tenant_merge.SOURCE_SCHEMA.empty_table()), plan.batch_id, now)
         result = results[tenant] = _result(tenant, plan, source, stats.get(tenant, {}))
         progress = _progress_rows(result, stats.get(tenant, {}), now)
-        batches.append(Batch(plan, processor_app_id(tenant), [
-            CommitStep(raw_table_name(tenant), _merge_step(lake, result, source), phase="merges"),
-            AppendStep(lake, PROFILE_PROGRESS, progress, phase="progress"),
-        ], {"tenant": tenant}, outcomes=result.versions))
+        batches.append(
+            Batch(
+                plan,
+                processor_app_id(tenant),
+                [
+                    CommitStep(raw_table_name(tenant), _merge_step(lake, result, source), phase="merges"),
+                    AppendStep(lake, PROFILE_PROGRESS, progress, phase="progress"),
+                ],
+                {"tenant": tenant},
+                outcomes=result.versions,
+            )
+        )
     seconds = commit_batches(batches, checkpoints, threads, stream=PROCESSOR).seconds
     for result in results.values():
-        result.seconds.update(commit_merges=seconds.get("merges", 0.0), commit_progress=seconds.get("progress", 0.0),
-                              commit_checkpoints=seconds["checkpoints"])
+        result.seconds.update(
+            commit_merges=seconds.get("merges", 0.0),
+            commit_progress=seconds.get("progress", 0.0),
+            commit_checkpoints=seconds["checkpoints"],
+        )
     return results
 
 
-def commit_tenant(lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan, rows: pa.Table, stats: dict) -> ProcessResult:
+def commit_tenant(
+    lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan, rows: pa.Table, stats: dict
+) -> ProcessResult:
     """One tenant's commit phase (commit_tenants for one tenant)."""
     return commit_tenants(lake, checkpoints, {tenant: plan}, {tenant: rows}, {tenant: stats}, threads=1)[tenant]
 
@@ -104,10 +131,18 @@ def merge_raw(table, source: pa.Table, txn: BatchTxn) -> dict:
     """The raw table's MERGE. The guards repeat what the Spark plan decided, so a row changed since it
     was read never goes back in time."""
     return (
-        table.merge(source, predicate="t.primary_id = s.primary_id", source_alias="s", target_alias="t",
-                    commit_properties=txn.commit_properties())
+        table.merge(
+            source,
+            predicate="t.primary_id = s.primary_id",
+            source_alias="s",
+            target_alias="t",
+            commit_properties=txn.commit_properties(),
+        )
         .when_matched_update_all(predicate=f"s.{ACTION} = '{UPSERT}' AND s.cdc_seq > t.cdc_seq", except_cols=[ACTION])
-        .when_matched_update(updates={"related_ids": "s.related_ids", "component_id": "s.component_id"}, predicate=f"s.{ACTION} = '{RELINK}'")
+        .when_matched_update(
+            updates={"related_ids": "s.related_ids", "component_id": "s.component_id"},
+            predicate=f"s.{ACTION} = '{RELINK}'",
+        )
         .when_not_matched_insert_all(predicate=f"s.{ACTION} = '{UPSERT}'", except_cols=[ACTION])
         .execute()
     )
@@ -115,19 +150,23 @@ def merge_raw(table, source: pa.Table, txn: BatchTxn) -> dict:
 
 def _merge_rows(rows: pa.Table, batch_id: int, now: datetime) -> pa.Table:
     n = rows.num_rows
-    rows = (rows.append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
-            .append_column("processed_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))))
+    rows = rows.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
+        "processed_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
+    )
     return rows.select(SOURCE_SCHEMA.names).cast(SOURCE_SCHEMA)
 
 
 def _result(tenant: str, plan: BatchPlan, source: pa.Table, stats: dict) -> ProcessResult:
     upserts = pc.equal(source[ACTION], UPSERT)
     return ProcessResult(
-        tenant, plan, changes_read=stats.get("changes_read", 0),
+        tenant,
+        plan,
+        changes_read=stats.get("changes_read", 0),
         rows_upserted=pc.sum(pc.and_(upserts, pc.invert(source["deleted"]))).as_py() or 0,
         rows_deleted=pc.sum(pc.and_(upserts, source["deleted"])).as_py() or 0,
         rows_relinked=pc.sum(pc.equal(source[ACTION], RELINK)).as_py() or 0,
-        last_bucket=stats.get("last_bucket"), max_cdc_ts=stats.get("max_cdc_ts"),
+        last_bucket=stats.get("last_bucket"),
+        max_cdc_ts=stats.get("max_cdc_ts"),
     )
 
 
@@ -136,9 +175,22 @@ def _progress_rows(result: ProcessResult, stats: dict, now: datetime):
     after, up_to = result.staging_versions
 
     def rows(outcomes: Outcomes) -> list[dict]:
-        return [dict(tenant=result.tenant, batch_id=result.plan.batch_id, staging_version_from=after, staging_version=up_to,
-                     last_bucket=result.last_bucket, max_cdc_ts=result.max_cdc_ts, max_cdc_seq=stats.get("max_cdc_seq"),
-                     changes_read=result.changes_read, rows_upserted=result.rows_upserted, rows_deleted=result.rows_deleted,
-                     rows_relinked=result.rows_relinked, raw_version=outcomes.get(raw_table_name(result.tenant)), processed_at=now)]
+        return [
+            dict(
+                tenant=result.tenant,
+                batch_id=result.plan.batch_id,
+                staging_version_from=after,
+                staging_version=up_to,
+                last_bucket=result.last_bucket,
+                max_cdc_ts=result.max_cdc_ts,
+                max_cdc_seq=stats.get("max_cdc_seq"),
+                changes_read=result.changes_read,
+                rows_upserted=result.rows_upserted,
+                rows_deleted=result.rows_deleted,
+                rows_relinked=result.rows_relinked,
+                raw_version=outcomes.get(raw_table_name(result.tenant)),
+                processed_at=now,
+            )
+        ]
 
     return rows

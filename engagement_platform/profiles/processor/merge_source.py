@@ -43,16 +43,29 @@ class ProfileMergeDataSource(DataSource):
         return HANDOFF_DDL
 
     def reader(self, schema) -> DataSourceReader:
-        return ProfileMergeReader(json.loads(self.options["tenants"]), self.options["handoff"], json.loads(self.options.get("storage_options") or "{}"),
-                                  json.loads(self.options.get("suppressed") or "{}"))
+        return ProfileMergeReader(
+            json.loads(self.options["tenants"]),
+            self.options["handoff"],
+            json.loads(self.options.get("storage_options") or "{}"),
+            json.loads(self.options.get("suppressed") or "{}"),
+        )
 
 
 class ProfileMergeReader(DataSourceReader):
-    def __init__(self, tenants: dict[str, dict[str, list[str]]], handoff: str, storage_options: dict[str, str] | None = None,
-                 suppressed: dict | None = None):
+    def __init__(
+        self,
+        tenants: dict[str, dict[str, list[str]]],
+        handoff: str,
+        storage_options: dict[str, str] | None = None,
+        suppressed: dict | None = None,
+    ):
         self.tenants, self.handoff = tenants, handoff.rstrip("/")
-        self.suppressed = suppressed or {}  # {"secret": hex, "by_tenant": {tenant: [hash, ...]}} (resolution.suppressed_option)
-        self.storage_options = storage_options or None  # the lake's, from the driver: executors do not share its environment
+        self.suppressed = (
+            suppressed or {}
+        )  # {"secret": hex, "by_tenant": {tenant: [hash, ...]}} (resolution.suppressed_option)
+        self.storage_options = (
+            storage_options or None
+        )  # the lake's, from the driver: executors do not share its environment
 
     def partitions(self):
         # Biggest first, so the last task to start is a small one and both cores finish together.
@@ -69,7 +82,9 @@ class ProfileMergeReader(DataSourceReader):
             from engagement_platform.lake.suppression import Suppressed
             from engagement_platform.profiles.suppressed import drop_suppressed_changes
 
-            changes, _ = drop_suppressed_changes(changes, Suppressed(bytes.fromhex(self.suppressed["secret"]), {part.tenant: frozenset(hashes)}))
+            changes, _ = drop_suppressed_changes(
+                changes, Suppressed(bytes.fromhex(self.suppressed["secret"]), {part.tenant: frozenset(hashes)})
+            )
         source = tenant_merge_source(changes, stored)
         file = f"{self.handoff}/{part.tenant}.arrow"  # tenant names are safe file names (records.py)
         write_handoff(file, source, self.storage_options)

@@ -39,8 +39,9 @@ def plan_tenant_batch(lake: DeltaLake, checkpoints: CheckpointStore, tenant: str
     return plan_tenant_batches(lake, checkpoints, [tenant]).get(tenant)
 
 
-def plan_tenant_batches(lake: DeltaLake, checkpoints: CheckpointStore, tenants: list[str],
-                        listings: SnapshotListings | None = None) -> dict[str, BatchPlan]:
+def plan_tenant_batches(
+    lake: DeltaLake, checkpoints: CheckpointStore, tenants: list[str], listings: SnapshotListings | None = None
+) -> dict[str, BatchPlan]:
     """plan_tenant_batch for many tenants at once: one read of the checkpoint rows, one listing per
     staging snapshot needed (`listings`, shared with the caller), and the new plans stored in one
     checkpoint commit (one txn per tenant's plan, so each plan is still stored exactly once)."""
@@ -60,7 +61,11 @@ def plan_tenant_batches(lake: DeltaLake, checkpoints: CheckpointStore, tenants: 
         after = staging_slice(plan).up_to if plan is not None else -1
         if not listings.added(tenant, after, current):
             continue
-        plans[tenant] = BatchPlan(stream, plan.batch_id + 1 if plan is not None else 1, TableVersionsSlice(PROFILE_CDC_STAGING.name, after, current))
+        plans[tenant] = BatchPlan(
+            stream,
+            plan.batch_id + 1 if plan is not None else 1,
+            TableVersionsSlice(PROFILE_CDC_STAGING.name, after, current),
+        )
         new.append(plans[tenant])
     checkpoints.record_plans(new)
     return {t: plans[t] for t in tenants if t in plans}

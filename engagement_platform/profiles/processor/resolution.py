@@ -26,18 +26,29 @@ from pyspark.sql import functions as F
 
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.profiles.processor.merge_source import ProfileMergeDataSource
-from engagement_platform.spark.session import register_data_source
 from engagement_platform.profiles.processor.tenant_merge import (
-    ACTION, CHANGE_COLUMNS, RELINK, SOURCE_DDL, SOURCE_SCHEMA, STORED_COLUMNS, UPSERT, tenant_merge_source,
+    ACTION,
+    CHANGE_COLUMNS,
+    RELINK,
+    SOURCE_DDL,
+    SOURCE_SCHEMA,
+    STORED_COLUMNS,
+    UPSERT,
+    tenant_merge_source,
 )
+from engagement_platform.spark.session import register_data_source
 
 __all__ = ["ACTION", "RELINK", "UPSERT"]
 KEY = ["tenant", "primary_id"]
-STAGED_DDL = ("primary_id string, related_ids array<string>, record_type string, op string, cdc_seq bigint, "
-              "cdc_ts timestamp, fields string")
-RAW_DDL = ("tenant string, primary_id string, record_type string, linked_ids array<string>, related_ids array<string>, "
-           "component_id string, cdc_seq bigint, cdc_ts timestamp, deleted boolean, fields string, email string, "
-           "country string, updated_at timestamp, batch_id bigint, processed_at timestamp")
+STAGED_DDL = (
+    "primary_id string, related_ids array<string>, record_type string, op string, cdc_seq bigint, "
+    "cdc_ts timestamp, fields string"
+)
+RAW_DDL = (
+    "tenant string, primary_id string, record_type string, linked_ids array<string>, related_ids array<string>, "
+    "component_id string, cdc_seq bigint, cdc_ts timestamp, deleted boolean, fields string, email string, "
+    "country string, updated_at timestamp, batch_id bigint, processed_at timestamp"
+)
 SOURCE_COLUMNS = tuple(SOURCE_SCHEMA.names)
 
 
@@ -52,15 +63,21 @@ def with_partition_values(staged_files: DataFrame) -> DataFrame:
     """Staging partition values are in the file paths only (Delta keeps them out of the files): `staged_files`
     comes from snapshots.read_files(..., path_column=FILE_PATH)."""
     path = F.col(FILE_PATH)
-    return staged_files.select(F.regexp_extract(path, "/tenant=([^/]+)/", 1).alias("tenant"),
-                               F.regexp_extract(path, "/bucket=([^/]+)/", 1).alias("bucket"),
-                               *[F.col(c.split()[0]) for c in STAGED_DDL.split(", ")])
+    return staged_files.select(
+        F.regexp_extract(path, "/tenant=([^/]+)/", 1).alias("tenant"),
+        F.regexp_extract(path, "/bucket=([^/]+)/", 1).alias("bucket"),
+        *[F.col(c.split()[0]) for c in STAGED_DDL.split(", ")],
+    )
 
 
 def batch_stats(staged: DataFrame) -> DataFrame:
     """Per tenant: changes read, last bucket, newest CDC timestamp and sequence (the progress row)."""
-    return staged.groupBy("tenant").agg(F.count(F.lit(1)).alias("changes_read"), F.max("bucket").alias("last_bucket"),
-                                        F.max("cdc_ts").alias("max_cdc_ts"), F.max("cdc_seq").alias("max_cdc_seq"))
+    return staged.groupBy("tenant").agg(
+        F.count(F.lit(1)).alias("changes_read"),
+        F.max("bucket").alias("last_bucket"),
+        F.max("cdc_ts").alias("max_cdc_ts"),
+        F.max("cdc_seq").alias("max_cdc_seq"),
+    )
 
 
 def _ids_named(links: str) -> Column:
@@ -92,13 +109,24 @@ def suppressed_option(suppressed: Suppressed | None, tenants: list[str]) -> str:
     return json.dumps({"secret": suppressed.secret.hex(), "by_tenant": by_tenant} if by_tenant else {})
 
 
-def merge_sources_to_files(spark: SparkSession, files: dict[str, tuple[list[str], list[str]]], handoff: str,
-                           storage_options: dict[str, str] | None = None, suppressed: Suppressed | None = None) -> DataFrame:
+def merge_sources_to_files(
+    spark: SparkSession,
+    files: dict[str, tuple[list[str], list[str]]],
+    handoff: str,
+    storage_options: dict[str, str] | None = None,
+    suppressed: Suppressed | None = None,
+) -> DataFrame:
     """merge_source for the processor, whose inputs are files: {tenant: (staged file uris, raw file
     uris)}. Each tenant is read and folded in one task of the `profile_merge` data source
     (merge_source.py, registered here), with no shuffle, and its MERGE source written to an Arrow file
     under `handoff` (an absolute path or URI). Returns one row per tenant: tenant, file, rows."""
     register_data_source(spark, ProfileMergeDataSource)
     tenants = {t: {"staged": staged, "raw": raw} for t, (staged, raw) in files.items()}
-    return (spark.read.format("profile_merge").option("tenants", json.dumps(tenants)).option("handoff", handoff)
-            .option("storage_options", json.dumps(storage_options or {})).option("suppressed", suppressed_option(suppressed, list(files))).load())
+    return (
+        spark.read.format("profile_merge")
+        .option("tenants", json.dumps(tenants))
+        .option("handoff", handoff)
+        .option("storage_options", json.dumps(storage_options or {}))
+        .option("suppressed", suppressed_option(suppressed, list(files)))
+        .load()
+    )

@@ -7,15 +7,36 @@ host) is marked failed and the tenant requested again; such attempts do not coun
 import json
 from itertools import takewhile
 
-from dagster import DagsterRunStatus, DefaultSensorStatus, RunRequest, RunsFilter, SensorEvaluationContext, SensorResult, SkipReason, sensor
+from dagster import (
+    DagsterRunStatus,
+    DefaultSensorStatus,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    sensor,
+)
 
-from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
+from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import (
-    FAILED, MAX_ATTEMPTS, STREAM_TAG, UNFINISHED, backoff_wait, counts_as_attempt, unless_unavailable,
+    FAILED,
+    MAX_ATTEMPTS,
+    STREAM_TAG,
+    UNFINISHED,
+    backoff_wait,
+    counts_as_attempt,
+    unless_unavailable,
 )
 from engagement_platform.orchestration.topics import topic_observation
-from engagement_platform.profiles.assets import SEGMENTS_JOB, TOPIC_ASSET, cdc_observation_metadata, profile_tenants, tenants_in_flight
+from engagement_platform.profiles.assets import (
+    SEGMENTS_JOB,
+    TOPIC_ASSET,
+    cdc_observation_metadata,
+    profile_tenants,
+    tenants_in_flight,
+)
 from engagement_platform.profiles.lag import tenant_lags
 from engagement_platform.profiles.processor.apply import processor_stream
 from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
@@ -26,7 +47,9 @@ from engagement_platform.resources import CoordinatorResource, KafkaResource, La
 from engagement_platform.settings import load_settings
 
 STAGING_RANGE_TAG = "profile/staging_versions"  # "<after>-<up to>" as the sensor saw them
-RECENT_RUNS = 100  # a tenant's latest runs searched for deaths since its last success (enough to reach the longest backoff)
+RECENT_RUNS = (
+    100  # a tenant's latest runs searched for deaths since its last success (enough to reach the longest backoff)
+)
 
 
 def processor_run_key(tenant: str, after: int, up_to: int, attempt: int) -> str:
@@ -55,22 +78,42 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
             continue
         after = progress.get(tenant, -1)
         span = f"{after}-{current}"
-        ended = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(FAILED),
-                                                     tags={"dagster/partition": tenant, STAGING_RANGE_TAG: span}))
-        if sum(counts_as_attempt(r) for r in ended) >= MAX_ATTEMPTS:  # lock give-ups and orphans are not the batch's fault
-            waiting.append(f"{tenant}: failed {MAX_ATTEMPTS} times on staging versions {span}, paused until re-executed")
+        ended = instance.get_runs(
+            filters=RunsFilter(
+                job_name=profile_processor_job.name,
+                statuses=list(FAILED),
+                tags={"dagster/partition": tenant, STAGING_RANGE_TAG: span},
+            )
+        )
+        if (
+            sum(counts_as_attempt(r) for r in ended) >= MAX_ATTEMPTS
+        ):  # lock give-ups and orphans are not the batch's fault
+            waiting.append(
+                f"{tenant}: failed {MAX_ATTEMPTS} times on staging versions {span}, paused until re-executed"
+            )
             continue
         # Deaths count since the tenant's last success, not per span: staging grows while the runs keep dying.
-        recent = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}),
-                                   limit=RECENT_RUNS)
+        recent = instance.get_runs(
+            filters=RunsFilter(job_name=profile_processor_job.name, tags={"dagster/partition": tenant}),
+            limit=RECENT_RUNS,
+        )
         since_success = list(takewhile(lambda r: r.status != DagsterRunStatus.SUCCESS, recent))
         backing_off = backoff_wait(instance, [r for r in since_success if r.status in FAILED], tenant)
         if backing_off:
             waiting.append(backing_off)
             continue
         last = recent[:1]
-        requests.append(RunRequest(run_key=processor_run_key(tenant, after, current, len(ended) + 1), partition_key=tenant,
-                                   tags={STREAM_TAG: processor_stream(tenant), STAGING_RANGE_TAG: span, **retry_tags(last[0] if last else None)}))
+        requests.append(
+            RunRequest(
+                run_key=processor_run_key(tenant, after, current, len(ended) + 1),
+                partition_key=tenant,
+                tags={
+                    STREAM_TAG: processor_stream(tenant),
+                    STAGING_RANGE_TAG: span,
+                    **retry_tags(last[0] if last else None),
+                },
+            )
+        )
     known = set(instance.get_dynamic_partitions(profile_tenants.name))
     new = [t for t in tenants if t not in known]
     # Progress (in the lake) decides what runs, so a lost cursor never skips a tenant; the cursor records
@@ -100,8 +143,14 @@ def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, l
     observed = unless_unavailable(observe)
     if isinstance(observed, SkipReason):
         return SensorResult(asset_events=evaluations, skip_reason=observed.skip_message)
-    return SensorResult(asset_events=[observed, *evaluations], skip_reason=None if tenants else "no tenant partitions yet")
+    return SensorResult(
+        asset_events=[observed, *evaluations], skip_reason=None if tenants else "no tenant partitions yet"
+    )
 
 
-PROCESSOR = Parts(assets=[profile_raw], asset_checks=[every_tenant_lag_check], jobs=[profile_processor_job],
-                  sensors=[profile_processor_sensor, profile_lag_sensor])
+PROCESSOR = Parts(
+    assets=[profile_raw],
+    asset_checks=[every_tenant_lag_check],
+    jobs=[profile_processor_job],
+    sensors=[profile_processor_sensor, profile_lag_sensor],
+)

@@ -23,39 +23,86 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.lake.file_writes import filesystem, read_parquet
-from engagement_platform.streams.gc_pause import no_cyclic_gc
 from engagement_platform.profiles.identity import union_find_labels
 from engagement_platform.profiles.json_merge import DELETE
+from engagement_platform.streams.gc_pause import no_cyclic_gc
 
 ACTION, UPSERT, RELINK = "_action", "upsert", "relink"
 UTC_US = pa.timestamp("us", tz="UTC")
-CHANGES_SCHEMA = pa.schema([
-    ("tenant", pa.string()), ("primary_id", pa.string()), ("related_ids", pa.list_(pa.string())), ("record_type", pa.string()),
-    ("op", pa.string()), ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("fields", pa.string()),
-])
-STORED_SCHEMA = pa.schema([
-    ("tenant", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()), ("linked_ids", pa.list_(pa.string())),
-    ("related_ids", pa.list_(pa.string())), ("component_id", pa.string()), ("cdc_seq", pa.int64()), ("deleted", pa.bool_()),
-    ("fields", pa.string()),
-])
+CHANGES_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("primary_id", pa.string()),
+        ("related_ids", pa.list_(pa.string())),
+        ("record_type", pa.string()),
+        ("op", pa.string()),
+        ("cdc_seq", pa.int64()),
+        ("cdc_ts", UTC_US),
+        ("fields", pa.string()),
+    ]
+)
+STORED_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("primary_id", pa.string()),
+        ("record_type", pa.string()),
+        ("linked_ids", pa.list_(pa.string())),
+        ("related_ids", pa.list_(pa.string())),
+        ("component_id", pa.string()),
+        ("cdc_seq", pa.int64()),
+        ("deleted", pa.bool_()),
+        ("fields", pa.string()),
+    ]
+)
 CHANGE_COLUMNS = tuple(CHANGES_SCHEMA.names)
 STORED_COLUMNS = tuple(STORED_SCHEMA.names)
-SOURCE_SCHEMA = pa.schema([
-    ("tenant", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()),
-    ("linked_ids", pa.list_(pa.string())), ("related_ids", pa.list_(pa.string())), ("component_id", pa.string()),
-    ("cdc_seq", pa.int64()), ("cdc_ts", UTC_US), ("deleted", pa.bool_()), ("fields", pa.string()),
-    ("email", pa.string()), ("country", pa.string()), ("updated_at", UTC_US), (ACTION, pa.string()),
-])
-SOURCE_DDL = ", ".join(f"{f.name} {_t}" for f, _t in zip(SOURCE_SCHEMA, (
-    "string", "string", "string", "array<string>", "array<string>", "string", "bigint", "timestamp", "boolean", "string",
-    "string", "string", "timestamp", "string")))
+SOURCE_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("primary_id", pa.string()),
+        ("record_type", pa.string()),
+        ("linked_ids", pa.list_(pa.string())),
+        ("related_ids", pa.list_(pa.string())),
+        ("component_id", pa.string()),
+        ("cdc_seq", pa.int64()),
+        ("cdc_ts", UTC_US),
+        ("deleted", pa.bool_()),
+        ("fields", pa.string()),
+        ("email", pa.string()),
+        ("country", pa.string()),
+        ("updated_at", UTC_US),
+        (ACTION, pa.string()),
+    ]
+)
+SOURCE_DDL = ", ".join(
+    f"{f.name} {_t}"
+    for f, _t in zip(
+        SOURCE_SCHEMA,
+        (
+            "string",
+            "string",
+            "string",
+            "array<string>",
+            "array<string>",
+            "string",
+            "bigint",
+            "timestamp",
+            "boolean",
+            "string",
+            "string",
+            "string",
+            "timestamp",
+            "string",
+        ),
+    )
+)
 
 
 # orjson reads an integer beyond 64 bits as a float (precision lost), the standard parser keeps it
@@ -66,7 +113,9 @@ _INT64_MAGNITUDE = 2.0**63
 _FIRST_VALUE = json.JSONDecoder()
 
 
-def _read_files(uris: list[str], schema: pa.Schema, tenant: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+def _read_files(
+    uris: list[str], schema: pa.Schema, tenant: str, storage_options: Mapping[str, str] | None = None
+) -> pa.Table:
     """The files' rows in `schema` (the tenant column set, since staged files keep it in their path), read
     through the lake's file system (local or object store). Each file is cast on its own: files rewritten
     by delta-rs may store strings as views."""
@@ -83,10 +132,13 @@ def _read_files(uris: list[str], schema: pa.Schema, tenant: str, storage_options
     return pa.table(columns, schema=schema)
 
 
-def read_tenant_files(tenant: str, staged: list[str], raw: list[str],
-                      storage_options: Mapping[str, str] | None = None) -> tuple[pa.Table, pa.Table]:
+def read_tenant_files(
+    tenant: str, staged: list[str], raw: list[str], storage_options: Mapping[str, str] | None = None
+) -> tuple[pa.Table, pa.Table]:
     """(changes, stored rows) of one tenant from its staged files and its raw table's files."""
-    return _read_files(staged, CHANGES_SCHEMA, tenant, storage_options), _read_files(raw, STORED_SCHEMA, tenant, storage_options)
+    return _read_files(staged, CHANGES_SCHEMA, tenant, storage_options), _read_files(
+        raw, STORED_SCHEMA, tenant, storage_options
+    )
 
 
 def loads(text: str | None) -> dict | None:
@@ -138,12 +190,14 @@ def promoted_time(value) -> datetime | None:
         t = datetime.fromisoformat(value)
     except ValueError:
         return None
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 def _sorted_changes(changes: pa.Table) -> pa.Table:
     # Ties in sequence (a replayed record) are broken by content, so the outcome never depends on arrival.
-    keys = [(name, "ascending", "at_start") for name in ("primary_id", "cdc_seq", "op", "cdc_ts", "record_type", "fields")]
+    keys = [
+        (name, "ascending", "at_start") for name in ("primary_id", "cdc_seq", "op", "cdc_ts", "record_type", "fields")
+    ]
     return changes.take(pc.sort_indices(changes, sort_keys=keys))
 
 
@@ -204,7 +258,9 @@ def _merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
                     linked = s_linked[s] or []
                     base = loads(s_fields[s])
                     if base:  # stored fields hold no nulls when the processor wrote them
-                        fields = base if None not in base.values() else {key: v for key, v in base.items() if v is not None}
+                        fields = (
+                            base if None not in base.values() else {key: v for key, v in base.items() if v is not None}
+                        )
                 for k in range(max(start, last_delete + 1), j):
                     if related[k] is not None:
                         linked = related[k]
@@ -232,8 +288,11 @@ def _merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
     touched = resolved.union(*out_linked)
     s_related = stored["related_ids"].to_pylist()
     s_component = stored["component_id"].to_pylist()
-    untouched = [s for s, pid in enumerate(s_ids)
-                 if pid not in resolved and (pid in touched or not touched.isdisjoint(s_related[s] or ()))]
+    untouched = [
+        s
+        for s, pid in enumerate(s_ids)
+        if pid not in resolved and (pid in touched or not touched.isdisjoint(s_related[s] or ()))
+    ]
     src, dst = [], []
     rows = [*zip(out_id, out_linked), *((s_ids[s], s_linked[s] or []) for s in untouched)]
     for pid, linked in rows:  # a self-loop per row, so a row without links is its own component
@@ -259,19 +318,22 @@ def _merge_source(changes: pa.Table, stored: pa.Table) -> pa.Table:
     n_up, n_re = len(out_id), len(relink_id)
     nothing = [None] * n_re
     last = pa.array(out_last + nothing, pa.int64())
-    return pa.table([
-        pa.array([tenant] * (n_up + n_re), pa.string()),
-        pa.array(out_id + relink_id, pa.string()),
-        pa.array(out_kind + nothing, pa.string()),
-        pa.array(out_linked + nothing, pa.list_(pa.string())),
-        pa.array([members[label[pid]] for pid in out_id] + relink_related, pa.list_(pa.string())),
-        pa.array([label[pid] for pid in out_id] + relink_component, pa.string()),
-        changes["cdc_seq"].take(last).cast(pa.int64()),
-        changes["cdc_ts"].take(last).cast(UTC_US),
-        pa.array(out_deleted + nothing, pa.bool_()),
-        pa.array(out_fields + nothing, pa.string()),
-        pa.array(out_email + nothing, pa.string()),
-        pa.array(out_country + nothing, pa.string()),
-        pa.array(out_updated + nothing, UTC_US),
-        pa.array([UPSERT] * n_up + [RELINK] * n_re, pa.string()),
-    ], schema=SOURCE_SCHEMA)
+    return pa.table(
+        [
+            pa.array([tenant] * (n_up + n_re), pa.string()),
+            pa.array(out_id + relink_id, pa.string()),
+            pa.array(out_kind + nothing, pa.string()),
+            pa.array(out_linked + nothing, pa.list_(pa.string())),
+            pa.array([members[label[pid]] for pid in out_id] + relink_related, pa.list_(pa.string())),
+            pa.array([label[pid] for pid in out_id] + relink_component, pa.string()),
+            changes["cdc_seq"].take(last).cast(pa.int64()),
+            changes["cdc_ts"].take(last).cast(UTC_US),
+            pa.array(out_deleted + nothing, pa.bool_()),
+            pa.array(out_fields + nothing, pa.string()),
+            pa.array(out_email + nothing, pa.string()),
+            pa.array(out_country + nothing, pa.string()),
+            pa.array(out_updated + nothing, UTC_US),
+            pa.array([UPSERT] * n_up + [RELINK] * n_re, pa.string()),
+        ],
+        schema=SOURCE_SCHEMA,
+    )

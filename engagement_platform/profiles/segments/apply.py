@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -35,7 +35,14 @@ from engagement_platform.lake.file_writes import WrittenFile, delete_uncommitted
 from engagement_platform.lake.row_erasure import live_files
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
-from engagement_platform.profiles.segments.task import FILES_SCHEMA, PHASES, RESULT_SCHEMA, SIZES_SCHEMA, TenantWork, evaluation_task
+from engagement_platform.profiles.segments.task import (
+    FILES_SCHEMA,
+    PHASES,
+    RESULT_SCHEMA,
+    SIZES_SCHEMA,
+    TenantWork,
+    evaluation_task,
+)
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
 from engagement_platform.streams.batch import Batch, FilesStep, Outcomes, commit_batches
@@ -68,8 +75,11 @@ def plan_evaluations(lake: DeltaLake, checkpoints: CheckpointStore, tenants: lis
             plans[tenant] = None
         else:
             after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
-            plans[tenant] = BatchPlan(segments_stream(tenant), (plan.batch_id + 1) if plan else 1,
-                                      TableVersionsSlice(raw_table_name(tenant), after, lake.table(raw_table_name(tenant)).version()))
+            plans[tenant] = BatchPlan(
+                segments_stream(tenant),
+                (plan.batch_id + 1) if plan else 1,
+                TableVersionsSlice(raw_table_name(tenant), after, lake.table(raw_table_name(tenant)).version()),
+            )
             new.append(plans[tenant])
     if new:
         checkpoints.record_plans(new)
@@ -122,10 +132,23 @@ def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segmen
             delete_uncommitted(lake, spec, tag)
     txn = BatchTxn(app, plan.batch_id)
     work = TenantWork(
-        tenant, plan.batch_id, tuple(segments), pin.as_of, files,
-        _partition_files(lake, tenant, pin.versions[PROFILE_SEGMENTS.name]), lake.uri(PROFILE_SEGMENTS.name), lake.uri(PROFILE_SEGMENT_CHANGES.name),
-        raw.up_to, tag, not _committed(lake, PROFILE_SEGMENTS.name, txn), not _committed(lake, PROFILE_SEGMENT_CHANGES.name, txn),
-        incremental, datetime.fromisoformat(previous[AS_OF]) if incremental else None, added, removed)
+        tenant,
+        plan.batch_id,
+        tuple(segments),
+        pin.as_of,
+        files,
+        _partition_files(lake, tenant, pin.versions[PROFILE_SEGMENTS.name]),
+        lake.uri(PROFILE_SEGMENTS.name),
+        lake.uri(PROFILE_SEGMENT_CHANGES.name),
+        raw.up_to,
+        tag,
+        not _committed(lake, PROFILE_SEGMENTS.name, txn),
+        not _committed(lake, PROFILE_SEGMENT_CHANGES.name, txn),
+        incremental,
+        datetime.fromisoformat(previous[AS_OF]) if incremental else None,
+        added,
+        removed,
+    )
     return Prepared(plan, pin, fingerprint, work)
 
 
@@ -155,18 +178,30 @@ class SegmentResult:
     mode: str = "full"  # full | incremental
 
     def metadata(self) -> dict:
-        return {"tenant": self.tenant, "batch_id": self.plan.batch_id, "segments": self.segments, "mode": self.mode,
-                "identities_evaluated": self.identities_evaluated, "members": self.members, "entered": self.entered,
-                "exited": self.exited, **{f"size_{s}": n for s, n in sorted(self.by_segment.items())},
-                **{f"{t}_version": v for t, v in self.versions.items()}, **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()}}
+        return {
+            "tenant": self.tenant,
+            "batch_id": self.plan.batch_id,
+            "segments": self.segments,
+            "mode": self.mode,
+            "identities_evaluated": self.identities_evaluated,
+            "members": self.members,
+            "entered": self.entered,
+            "exited": self.exited,
+            **{f"size_{s}": n for s, n in sorted(self.by_segment.items())},
+            **{f"{t}_version": v for t, v in self.versions.items()},
+            **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+        }
 
 
 def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> dict[str, pa.Table]:
     """One Spark job, one task per tenant's work: what the tasks handed back, by kind."""
     task = evaluation_task(works, lake.storage_options)
     handed = collect_handoff(spark.range(len(works), numPartitions=len(works)).mapInArrow(task, HANDOFF_SCHEMA))
-    return {"result": handed.get("result", RESULT_SCHEMA.empty_table()), "sizes": handed.get("sizes", SIZES_SCHEMA.empty_table()),
-            "files": handed.get("files", FILES_SCHEMA.empty_table())}
+    return {
+        "result": handed.get("result", RESULT_SCHEMA.empty_table()),
+        "sizes": handed.get("sizes", SIZES_SCHEMA.empty_table()),
+        "files": handed.get("files", FILES_SCHEMA.empty_table()),
+    }
 
 
 @dataclass
@@ -180,7 +215,10 @@ class Handed:
 
 def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
     """The tasks' hand-back split by tenant, in one pass over each kind."""
-    out = {r["tenant"]: Handed(r, {}, {PROFILE_SEGMENTS.name: [], PROFILE_SEGMENT_CHANGES.name: []}) for r in handed["result"].to_pylist()}
+    out = {
+        r["tenant"]: Handed(r, {}, {PROFILE_SEGMENTS.name: [], PROFILE_SEGMENT_CHANGES.name: []})
+        for r in handed["result"].to_pylist()
+    }
     for r in handed["sizes"].to_pylist():
         out[r["tenant"]].sizes[r["segment"]] = r["members"]
     for r in handed["files"].to_pylist():
@@ -193,14 +231,22 @@ def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: Handed, live: list
     replacing `live` (the tenant's current ones) when anything entered or left."""
     written = handed.written
     moved = handed.counts["entered"] or handed.counts["exited"]
-    return Batch(prepared.plan, segments_app_id(prepared.work.tenant), [
-        FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], [])),
-        FilesStep(lake, PROFILE_SEGMENTS, lambda _: (written[PROFILE_SEGMENTS.name], live if moved else [])),
-    ])
+    return Batch(
+        prepared.plan,
+        segments_app_id(prepared.work.tenant),
+        [
+            FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], [])),
+            FilesStep(lake, PROFILE_SEGMENTS, lambda _: (written[PROFILE_SEGMENTS.name], live if moved else [])),
+        ],
+    )
 
 
-def evaluate_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore,
-                     batches: list[tuple[str, BatchPlan, list[Segment]]]) -> list[SegmentResult]:
+def evaluate_tenants(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    batches: list[tuple[str, BatchPlan, list[Segment]]],
+) -> list[SegmentResult]:
     """Several tenants' batches: pinned to one evaluation time, evaluated in one Spark job (a task each), and
     committed together: one commit per table carrying every batch's txn, then one checkpoint commit."""
     if not batches:
@@ -208,7 +254,7 @@ def evaluate_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoi
     t0 = time.perf_counter()
     lake.ensure(PROFILE_SEGMENT_CHANGES)
     lake.ensure(PROFILE_SEGMENTS)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     prepared = [prepare(lake, tenant, plan, segments, now) for tenant, plan, segments in batches]
     t1 = time.perf_counter()
     handed = handed_by_tenant(run_tasks(spark, lake, [p.work for p in prepared]))
@@ -216,20 +262,45 @@ def evaluate_tenants(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoi
     live: dict[str, list[WrittenFile]] = {}
     for f in live_files(lake, PROFILE_SEGMENTS):
         live.setdefault(f.partition_values.get("tenant"), []).append(f)
-    fresh = next((p.pin for p in prepared if p.pin.as_of == now), prepared[0].pin)  # the pin every batch not anchored yet shares
-    committed = commit_batches([tenant_batch(lake, p, handed[p.work.tenant], live.get(p.work.tenant, [])) for p in prepared], checkpoints,
-                               **fresh.metadata(), **{fingerprint_key(p.work.tenant): p.fingerprint for p in prepared})
+    fresh = next(
+        (p.pin for p in prepared if p.pin.as_of == now), prepared[0].pin
+    )  # the pin every batch not anchored yet shares
+    committed = commit_batches(
+        [tenant_batch(lake, p, handed[p.work.tenant], live.get(p.work.tenant, [])) for p in prepared],
+        checkpoints,
+        **fresh.metadata(),
+        **{fingerprint_key(p.work.tenant): p.fingerprint for p in prepared},
+    )
     seconds = {"prepare": t1 - t0, "evaluate": t2 - t1, "commit": time.perf_counter() - t2}
     results = []
     for p, (_, _, segments), versions in zip(prepared, batches, committed.outcomes):
         counts = handed[p.work.tenant].counts
         by_segment = {s.name: 0 for s in segments} | handed[p.work.tenant].sizes
-        results.append(SegmentResult(p.plan, p.work.tenant, len(segments), counts["identities"], counts["members"], counts["entered"], counts["exited"],
-                                     versions, by_segment, {**seconds, **{f"task_{k}": counts[f"seconds_{k}"] for k in PHASES}}, counts["mode"]))
+        results.append(
+            SegmentResult(
+                p.plan,
+                p.work.tenant,
+                len(segments),
+                counts["identities"],
+                counts["members"],
+                counts["entered"],
+                counts["exited"],
+                versions,
+                by_segment,
+                {**seconds, **{f"task_{k}": counts[f"seconds_{k}"] for k in PHASES}},
+                counts["mode"],
+            )
+        )
     return results
 
 
-def evaluate_tenant(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan,
-                    segments: list[Segment]) -> SegmentResult:
+def evaluate_tenant(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    tenant: str,
+    plan: BatchPlan,
+    segments: list[Segment],
+) -> SegmentResult:
     (result,) = evaluate_tenants(spark, lake, checkpoints, [(tenant, plan, segments)])
     return result

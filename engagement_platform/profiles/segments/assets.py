@@ -11,17 +11,39 @@ the load, one line per problem, and `dagster dev` shows it."""
 import random
 
 import pyarrow.compute as pc
-
 from dagster import (
-    AssetCheckResult, AssetCheckSpec, AssetExecutionContext, AssetSelection, DefaultSensorStatus, MaterializeResult, RunRequest,
-    SensorEvaluationContext, SkipReason, asset, define_asset_job, in_process_executor, sensor,
+    AssetCheckResult,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetSelection,
+    DefaultSensorStatus,
+    MaterializeResult,
+    RunRequest,
+    SensorEvaluationContext,
+    SkipReason,
+    asset,
+    define_asset_job,
+    in_process_executor,
+    sensor,
 )
 
 from engagement_platform.lake.delta import text_column
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import STREAM_TAG
-from engagement_platform.profiles.assets import GROUP, RAW_ASSET, SEGMENTS_ASSET, SEGMENTS_JOB, profile_tenants, tenants_in_flight
-from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
+from engagement_platform.profiles.assets import (
+    GROUP,
+    RAW_ASSET,
+    SEGMENTS_ASSET,
+    SEGMENTS_JOB,
+    profile_tenants,
+    tenants_in_flight,
+)
+from engagement_platform.profiles.segments.apply import (
+    evaluate_tenant,
+    plan_evaluation,
+    segments_app_id,
+    segments_stream,
+)
 from engagement_platform.profiles.segments.definitions import load_segments
 from engagement_platform.profiles.segments.reference import members
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
@@ -37,19 +59,34 @@ SAMPLE = 500
 load_segments(load_settings().profiles.segments_dir)  # every file checked when the code location loads
 
 
-@asset(key=SEGMENTS_ASSET, deps=[RAW_ASSET], partitions_def=profile_tenants, group_name=GROUP, kinds={"spark", "deltalake"},
-       check_specs=[AssetCheckSpec(MATCHES_REFERENCE, asset=SEGMENTS_ASSET,
-                                   description=f"On a sample of {SAMPLE} identities, the committed membership equals the slow reference's.")])
+@asset(
+    key=SEGMENTS_ASSET,
+    deps=[RAW_ASSET],
+    partitions_def=profile_tenants,
+    group_name=GROUP,
+    kinds={"spark", "deltalake"},
+    check_specs=[
+        AssetCheckSpec(
+            MATCHES_REFERENCE,
+            asset=SEGMENTS_ASSET,
+            description=f"On a sample of {SAMPLE} identities, the committed membership equals the slow reference's.",
+        )
+    ],
+)
 def profile_segments(context: AssetExecutionContext, spark: SparkResource, lake: LakeResource) -> MaterializeResult:
     """Segment membership of one tenant: every segment evaluated over every merged profile in one pass."""
     tenant = context.partition_key
     segments = load_segments(load_settings().profiles.segments_dir, tenant)
     plan = plan_evaluation(lake.lake, lake.checkpoints, tenant)
     if plan is None:
-        return MaterializeResult(metadata={"tenant": tenant, "segments": len(segments), "identities_evaluated": 0},
-                                 check_results=[AssetCheckResult(check_name=MATCHES_REFERENCE, passed=True, metadata={"sampled": 0})])
+        return MaterializeResult(
+            metadata={"tenant": tenant, "segments": len(segments), "identities_evaluated": 0},
+            check_results=[AssetCheckResult(check_name=MATCHES_REFERENCE, passed=True, metadata={"sampled": 0})],
+        )
     result = evaluate_tenant(spark.spark_session, lake.lake, lake.checkpoints, tenant, plan, segments)
-    return MaterializeResult(metadata=result.metadata(), check_results=[sample_check(lake, tenant, plan, segments, result.plan.batch_id)])
+    return MaterializeResult(
+        metadata=result.metadata(), check_results=[sample_check(lake, tenant, plan, segments, result.plan.batch_id)]
+    )
 
 
 def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int) -> AssetCheckResult:
@@ -59,24 +96,44 @@ def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int)
     raw = plan.slice_as(TableVersionsSlice)
     dataset = store.table(raw.table, raw.up_to).to_pyarrow_dataset()
     live = pc.field("deleted").is_null() | ~pc.field("deleted")
-    keys = sorted(set(dataset.to_table(columns=["component_id"], filter=live)["component_id"].to_pylist()))  # one column, not the rows
+    keys = sorted(
+        set(dataset.to_table(columns=["component_id"], filter=live)["component_id"].to_pylist())
+    )  # one column, not the rows
     chosen = random.Random(batch_id).sample(keys, min(SAMPLE, len(keys)))
     identities: dict[str, list[dict]] = {key: [] for key in chosen}
     # Compared through a cast: files a delta-rs MERGE rewrote store strings as string_view.
-    for r in dataset.to_table(filter=live & text_column("component_id").isin(chosen)).to_pylist():  # only the sample's rows
+    for r in dataset.to_table(
+        filter=live & text_column("component_id").isin(chosen)
+    ).to_pylist():  # only the sample's rows
         identities[r["component_id"]].append(r)
     sample = identities
-    now = pin_batch(store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []).as_of  # the evaluation's pinned time
-    members_of_sample = store.table(PROFILE_SEGMENTS.name).to_pyarrow_dataset().to_table(
-        columns=["segment", "identity"], filter=(pc.field("tenant") == tenant) & text_column("identity").isin(chosen))
+    now = pin_batch(
+        store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []
+    ).as_of  # the evaluation's pinned time
+    members_of_sample = (
+        store.table(PROFILE_SEGMENTS.name)
+        .to_pyarrow_dataset()
+        .to_table(
+            columns=["segment", "identity"],
+            filter=(pc.field("tenant") == tenant) & text_column("identity").isin(chosen),
+        )
+    )
     committed = set(zip(members_of_sample["segment"].to_pylist(), members_of_sample["identity"].to_pylist()))
     expected = {(s.name, key) for s in segments for key in members(s, sample, now)}
-    return AssetCheckResult(check_name=MATCHES_REFERENCE, passed=committed == expected,
-                            metadata={"sampled": len(sample), "missing": len(expected - committed), "extra": len(committed - expected)})
+    return AssetCheckResult(
+        check_name=MATCHES_REFERENCE,
+        passed=committed == expected,
+        metadata={"sampled": len(sample), "missing": len(expected - committed), "extra": len(committed - expected)},
+    )
 
 
-profile_segments_job = define_asset_job(SEGMENTS_JOB, selection=AssetSelection.assets(SEGMENTS_ASSET), partitions_def=profile_tenants,
-                                        executor_def=in_process_executor, description="Evaluate every segment of one tenant.")
+profile_segments_job = define_asset_job(
+    SEGMENTS_JOB,
+    selection=AssetSelection.assets(SEGMENTS_ASSET),
+    partitions_def=profile_tenants,
+    executor_def=in_process_executor,
+    description="Evaluate every segment of one tenant.",
+)
 
 
 @sensor(job=profile_segments_job, minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
@@ -92,8 +149,13 @@ def profile_segments_sensor(context: SensorEvaluationContext, lake: LakeResource
         evaluated = latest.slice_as(TableVersionsSlice).up_to if latest else -1
         current = store.table(raw_table_name(tenant)).version()
         if current > evaluated:
-            requests.append(RunRequest(run_key=f"{segments_stream(tenant)}/raw@{current}", partition_key=tenant,
-                                       tags={STREAM_TAG: segments_stream(tenant)}))
+            requests.append(
+                RunRequest(
+                    run_key=f"{segments_stream(tenant)}/raw@{current}",
+                    partition_key=tenant,
+                    tags={STREAM_TAG: segments_stream(tenant)},
+                )
+            )
     return requests or SkipReason("every tenant's segments are evaluated at its raw table's current version")
 
 

@@ -56,7 +56,10 @@ def _strings(values: list) -> pa.Array:
     try:
         return pa.array(values, pa.string())
     except (UnicodeEncodeError, pa.ArrowInvalid):  # a lone surrogate from a JSON escape: kept as replacement characters
-        return pa.array([v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if v is not None else None for v in values], pa.string())
+        return pa.array(
+            [v.encode("utf-8", "surrogatepass").decode("utf-8", "replace") if v is not None else None for v in values],
+            pa.string(),
+        )
 
 
 def _float(value) -> float:
@@ -138,7 +141,13 @@ def profiles_of(rows: pa.Table, paths: set[str], identity: str = "component_id")
         group[starts[1:]] = 1
         group = np.cumsum(group)
     cdc = rows["cdc_ts"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    profiles = Profiles(ids.take(pa.array(starts)), starts, group, np.asarray(cdc.fill_null(0), np.int64), rows["primary_id"].combine_chunks())
+    profiles = Profiles(
+        ids.take(pa.array(starts)),
+        starts,
+        group,
+        np.asarray(cdc.fill_null(0), np.int64),
+        rows["primary_id"].combine_chunks(),
+    )
     field_paths = sorted(p for p in paths if p.startswith("fields."))
     if field_paths:
         parsed = [_parse(t) for t in rows["fields"].to_pylist()]

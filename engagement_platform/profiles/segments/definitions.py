@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,14 @@ import yaml
 
 OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "contains", "exists")
 AGGREGATES = ("count", "exists", "min", "max")
-TYPED_PATHS = {"record_type": str, "primary_id": str, "email": str, "country": str, "cdc_ts": datetime, "updated_at": datetime}
+TYPED_PATHS = {
+    "record_type": str,
+    "primary_id": str,
+    "email": str,
+    "country": str,
+    "cdc_ts": datetime,
+    "updated_at": datetime,
+}
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -120,12 +127,12 @@ def _literal(path: str, op: str, value: Any) -> Any:
     kind = TYPED_PATHS.get(path)
     if kind is datetime:
         if isinstance(value, datetime):
-            return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
         try:
             parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
         except ValueError:
             raise ValueError(f"{path} is a timestamp: {value!r} is not an ISO timestamp") from None
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     if kind is str and not isinstance(value, str):
         raise ValueError(f"{path} is a string: {value!r} is not one")
     if value is None or isinstance(value, (list, dict)):
@@ -144,7 +151,7 @@ class _Parser:
         if not isinstance(node, dict) or len(node) != 1:
             self.problem(at, f"expected a mapping with one of {', '.join(allowed)}")
             return None
-        (key, body), = node.items()
+        ((key, body),) = node.items()
         if key not in allowed:
             self.problem(at, f"unknown function '{key}' (known: {', '.join(allowed)})")
             return None
@@ -287,8 +294,14 @@ def load_segments(folder: str | Path, tenant: str | None = None) -> list[Segment
     """The segments of `tenant`: folder/all/*.yaml and folder/<tenant>/*.yaml (every tenant's folder when
     None, for a check at load). Raises SegmentError listing every problem of every file."""
     root = Path(folder)
-    dirs = [root / "all", *([root / tenant] if tenant else [d for d in sorted(root.iterdir()) if d.is_dir() and d.name != "all"])] \
-        if root.is_dir() else []
+    dirs = (
+        [
+            root / "all",
+            *([root / tenant] if tenant else [d for d in sorted(root.iterdir()) if d.is_dir() and d.name != "all"]),
+        ]
+        if root.is_dir()
+        else []
+    )
     segments, problems = [], []
     for path in sorted(p for d in dirs if d.is_dir() for p in d.glob("*.y*ml")):
         try:
@@ -301,7 +314,9 @@ def load_segments(folder: str | Path, tenant: str | None = None) -> list[Segment
         if segment is not None:
             segments.append(segment)
     names = [s.name for s in segments]
-    problems += [f"{folder}: name: segment '{n}' is defined twice" for n in sorted({n for n in names if names.count(n) > 1})]
+    problems += [
+        f"{folder}: name: segment '{n}' is defined twice" for n in sorted({n for n in names if names.count(n) > 1})
+    ]
     if problems:
         raise SegmentError("\n".join(problems))
     return segments

@@ -22,7 +22,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.profiles.segments.columns import Column, Profiles, constant, time_us
-from engagement_platform.profiles.segments.definitions import Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment
+from engagement_platform.profiles.segments.definitions import (
+    Aggregate,
+    AllOf,
+    AnyOf,
+    Cmp,
+    HasType,
+    Ids,
+    Not,
+    Profile,
+    Segment,
+)
 
 MEMBER_SCHEMA = pa.schema([("identity", pa.string()), ("segment", pa.string())])
 _ORDER = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
@@ -118,6 +128,7 @@ class Plan:
             codes = np.asarray(self.p.primary_ids.dictionary_encode().indices.to_numpy(zero_copy_only=False), np.int64)
             pairs = np.unique(self.p.group * (int(codes.max(initial=0)) + 1) + codes)
             return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.p.size)
+
         return self._once("distinct ids", count)
 
     def window(self, within_s: float | None) -> np.ndarray | None:
@@ -191,8 +202,16 @@ def evaluate(profiles: Profiles, segments: list[Segment], now: datetime) -> dict
 
 def member_pairs(profiles: Profiles, results: dict[str, np.ndarray]) -> pa.Table:
     """(identity, segment) for every identity in every segment it satisfies."""
-    parts = [pa.table({"identity": profiles.keys.take(pa.array(np.flatnonzero(inside))), "segment": constant(name, pa.string(), int(inside.sum()))})
-             for name, inside in results.items() if inside.any()]
+    parts = [
+        pa.table(
+            {
+                "identity": profiles.keys.take(pa.array(np.flatnonzero(inside))),
+                "segment": constant(name, pa.string(), int(inside.sum())),
+            }
+        )
+        for name, inside in results.items()
+        if inside.any()
+    ]
     return pa.concat_tables(parts).cast(MEMBER_SCHEMA) if parts else MEMBER_SCHEMA.empty_table()
 
 
@@ -212,4 +231,3 @@ def time_affected(cdc_us: np.ndarray, windows: set[float], before: datetime, now
     for w in windows:
         hit |= (lo < t + w) & (t + w <= hi)
     return hit
-

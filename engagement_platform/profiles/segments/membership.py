@@ -42,8 +42,14 @@ class Diff:
     sizes: dict[str, int]  # segment -> members
 
 
-def membership_diff(previous: pa.Table, keys: pa.Array, results: dict[str, np.ndarray], now: datetime, batch_id: int,
-                    kept_unless: pa.Array | None) -> Diff:
+def membership_diff(
+    previous: pa.Table,
+    keys: pa.Array,
+    results: dict[str, np.ndarray],
+    now: datetime,
+    batch_id: int,
+    kept_unless: pa.Array | None,
+) -> Diff:
     """`previous`: the membership the batch starts from (PREVIOUS_COLUMNS); `keys` the evaluated identities and
     `results` each segment's verdict for them. Identities not evaluated keep their rows when `kept_unless` is
     given (an incremental run), except those it names (changed, e.g. gone); a full run (None) drops them.
@@ -51,12 +57,17 @@ def membership_diff(previous: pa.Table, keys: pa.Array, results: dict[str, np.nd
     names = list(results)
     n = max(len(keys), 1)
     fresh = [i * n + np.flatnonzero(results[name]).astype(np.int64) for i, name in enumerate(names)]
-    new_keys = np.concatenate(fresh) if fresh else np.zeros(0, np.int64)  # sorted: segment by segment, identities ascending
+    new_keys = (
+        np.concatenate(fresh) if fresh else np.zeros(0, np.int64)
+    )  # sorted: segment by segment, identities ascending
 
     previous = previous.combine_chunks()
     segment = _np(pc.index_in(previous["segment"], value_set=pa.array(names, pa.string())).fill_null(-1), np.int64)
-    identity = _np(pc.index_in(previous["identity"], value_set=keys).fill_null(-1), np.int64) if len(keys) \
+    identity = (
+        _np(pc.index_in(previous["identity"], value_set=keys).fill_null(-1), np.int64)
+        if len(keys)
         else np.full(previous.num_rows, -1, np.int64)
+    )
     known = segment >= 0
     evaluated = known & (identity >= 0)
     old_keys = np.where(evaluated, segment * n + identity, -1)
@@ -66,12 +77,26 @@ def membership_diff(previous: pa.Table, keys: pa.Array, results: dict[str, np.nd
         stay |= untouched
     entering = new_keys[~_within(np.sort(old_keys[evaluated]), new_keys)]
 
-    entered = pa.table({"segment": pa.array(names, pa.string()).take(pa.array(entering // n)), "identity": keys.take(pa.array(entering % n))}) \
-        if len(entering) else pa.table({"segment": pa.array([], pa.string()), "identity": pa.array([], pa.string())})
+    entered = (
+        pa.table(
+            {
+                "segment": pa.array(names, pa.string()).take(pa.array(entering // n)),
+                "identity": keys.take(pa.array(entering % n)),
+            }
+        )
+        if len(entering)
+        else pa.table({"segment": pa.array([], pa.string()), "identity": pa.array([], pa.string())})
+    )
     exited = previous.filter(pa.array(~stay)).select(["segment", "identity"])
     stays = previous.filter(pa.array(stay)).select(PREVIOUS_COLUMNS)
     entered_at_type, batch_type = stays.schema.field("entered_at").type, stays.schema.field("batch_id").type
-    new_rows = pa.table({"segment": entered["segment"], "identity": entered["identity"],
-                         "entered_at": constant(now, entered_at_type, entered.num_rows), "batch_id": constant(batch_id, batch_type, entered.num_rows)})
+    new_rows = pa.table(
+        {
+            "segment": entered["segment"],
+            "identity": entered["identity"],
+            "entered_at": constant(now, entered_at_type, entered.num_rows),
+            "batch_id": constant(batch_id, batch_type, entered.num_rows),
+        }
+    )
     counts = np.bincount(np.concatenate([segment[stay], entering // n]), minlength=len(names)) if names else []
     return Diff(pa.concat_tables([stays, new_rows]), entered, exited, {name: int(c) for name, c in zip(names, counts)})

@@ -5,9 +5,19 @@ is needed), walking the definition tree directly. Nothing is compiled, cached or
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from engagement_platform.profiles.segments.definitions import Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment
+from engagement_platform.profiles.segments.definitions import (
+    Aggregate,
+    AllOf,
+    AnyOf,
+    Cmp,
+    HasType,
+    Ids,
+    Not,
+    Profile,
+    Segment,
+)
 
 ABSENT = ("absent",)
 
@@ -26,7 +36,7 @@ def _get(row: dict, path: str):
         return ABSENT if node is None else node
     value = row.get(path)
     if isinstance(value, datetime) and value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return ABSENT if value is None else value
 
 
@@ -41,6 +51,7 @@ def _same_kind(a, b) -> bool:
         if isinstance(x, datetime):
             return "time"
         return "other"
+
     return kind(a) == kind(b) and kind(a) != "other"
 
 

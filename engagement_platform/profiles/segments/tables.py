@@ -10,8 +10,15 @@ _TS = pa.timestamp("us", tz="UTC")
 
 PROFILE_SEGMENTS = TableSpec(
     name="profile_segments",
-    schema=pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("identity", pa.string()),  # identity: the component id
-                      ("entered_at", _TS), ("batch_id", pa.int64())]),
+    schema=pa.schema(
+        [
+            ("tenant", pa.string()),
+            ("segment", pa.string()),
+            ("identity", pa.string()),  # identity: the component id
+            ("entered_at", _TS),
+            ("batch_id", pa.int64()),
+        ]
+    ),
     partition_by=("tenant",),
     change_data_feed=False,
     stats_columns=("segment", "identity", "entered_at", "batch_id"),
@@ -20,8 +27,17 @@ PROFILE_SEGMENTS = TableSpec(
 
 PROFILE_SEGMENT_CHANGES = TableSpec(
     name="profile_segment_changes",
-    schema=pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("identity", pa.string()), ("change", pa.string()),  # entered | exited
-                      ("evaluated_at", _TS), ("raw_version", pa.int64()), ("batch_id", pa.int64())]),
+    schema=pa.schema(
+        [
+            ("tenant", pa.string()),
+            ("segment", pa.string()),
+            ("identity", pa.string()),
+            ("change", pa.string()),  # entered | exited
+            ("evaluated_at", _TS),
+            ("raw_version", pa.int64()),
+            ("batch_id", pa.int64()),
+        ]
+    ),
     partition_by=("tenant",),
     change_data_feed=False,
     stats_columns=("segment", "change", "evaluated_at", "batch_id"),

@@ -32,10 +32,25 @@ from engagement_platform.profiles.tables import RAW_SCHEMA
 from engagement_platform.spark.handoff import handoff
 
 READ_COLUMNS = [*RECORD_COLUMNS, "component_id", "deleted"]
-ROW_STATE = ["primary_id", "component_id", "cdc_seq", "deleted", "batch_id"]  # what a processor, backfill or erasure write changes
+ROW_STATE = [
+    "primary_id",
+    "component_id",
+    "cdc_seq",
+    "deleted",
+    "batch_id",
+]  # what a processor, backfill or erasure write changes
 PHASES = ("read", "evaluate", "diff", "write")
-RESULT_SCHEMA = pa.schema([("tenant", pa.string()), ("mode", pa.string()), ("identities", pa.int64()), ("members", pa.int64()),
-                           ("entered", pa.int64()), ("exited", pa.int64()), *((f"seconds_{p}", pa.float64()) for p in PHASES)])
+RESULT_SCHEMA = pa.schema(
+    [
+        ("tenant", pa.string()),
+        ("mode", pa.string()),
+        ("identities", pa.int64()),
+        ("members", pa.int64()),
+        ("entered", pa.int64()),
+        ("exited", pa.int64()),
+        *((f"seconds_{p}", pa.float64()) for p in PHASES),
+    ]
+)
 SIZES_SCHEMA = pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("members", pa.int64())])
 
 
@@ -71,12 +86,16 @@ def _read(uris, columns: list[str] | None, storage_options) -> pa.Table | None:
 
 def _plain(table: pa.Table) -> pa.Table:
     """Views and large strings (delta-rs writes string views) as plain strings, so every kernel takes them."""
-    plain = [pa.field(f.name, pa.string()) if f.type in (pa.string_view(), pa.large_string()) else f for f in table.schema]
+    plain = [
+        pa.field(f.name, pa.string()) if f.type in (pa.string_view(), pa.large_string()) else f for f in table.schema
+    ]
     return table.cast(pa.schema(plain)) if plain != list(table.schema) else table
 
 
 def _state_keys(rows: pa.Table) -> pa.Table:
-    return pa.table({c: rows[c].cast(pa.string()).fill_null("\x00") for c in ROW_STATE} | {"component": rows["component_id"]})
+    return pa.table(
+        {c: rows[c].cast(pa.string()).fill_null("\x00") for c in ROW_STATE} | {"component": rows["component_id"]}
+    )
 
 
 def changed_components(work: TenantWork, storage_options) -> pa.Array:
@@ -88,7 +107,10 @@ def changed_components(work: TenantWork, storage_options) -> pa.Array:
         rows = added if added is not None else removed
         return pc.unique(rows["component_id"]) if rows is not None else pa.array([], pa.string())
     new, old = _state_keys(added), _state_keys(removed)
-    differ = [new.join(old, keys=ROW_STATE, join_type="left anti"), old.join(new, keys=ROW_STATE, join_type="left anti")]
+    differ = [
+        new.join(old, keys=ROW_STATE, join_type="left anti"),
+        old.join(new, keys=ROW_STATE, join_type="left anti"),
+    ]
     return pc.unique(pa.concat_arrays([t["component"].combine_chunks() for t in differ]).drop_null())
 
 
@@ -96,7 +118,11 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
     """(counts, sizes per segment, membership files, change files) of one tenant's batch."""
     segments, clock = list(work.segments), [time.perf_counter()]
     raw = _read(work.raw_files, READ_COLUMNS, storage_options)
-    raw = raw.filter(pc.invert(raw["deleted"].fill_null(False))) if raw is not None else RAW_SCHEMA.empty_table().select(READ_COLUMNS)
+    raw = (
+        raw.filter(pc.invert(raw["deleted"].fill_null(False)))
+        if raw is not None
+        else RAW_SCHEMA.empty_table().select(READ_COLUMNS)
+    )
     mode, changed = "full", pa.array([], pa.string())
     if work.incremental:
         try:
@@ -105,7 +131,9 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
         except OSError:
             mode = "full"
     if mode == "incremental":
-        cdc = np.asarray(raw["cdc_ts"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).fill_null(0), np.int64)
+        cdc = np.asarray(
+            raw["cdc_ts"].combine_chunks().cast(pa.timestamp("us", tz="UTC")).cast(pa.int64()).fill_null(0), np.int64
+        )
         moved = raw["component_id"].filter(pa.array(time_affected(cdc, windows_of(segments), work.since, work.now)))
         wanted = pa.concat_arrays([changed, pc.unique(moved.combine_chunks())])
         raw = raw.filter(pc.is_in(raw["component_id"], value_set=wanted))
@@ -117,32 +145,64 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
     previous = _read(work.previous_files, PREVIOUS_COLUMNS, storage_options)
     if previous is None:
         previous = PROFILE_SEGMENTS.schema.empty_table().select(PREVIOUS_COLUMNS)
-    kept_unless = changed if mode == "incremental" else None  # identities not evaluated keep their rows unless they changed (gone)
-    diff = membership_diff(previous.cast(pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS])), profiles.keys,
-                           results, work.now, work.batch_id, kept_unless)
+    kept_unless = (
+        changed if mode == "incremental" else None
+    )  # identities not evaluated keep their rows unless they changed (gone)
+    diff = membership_diff(
+        previous.cast(pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS])),
+        profiles.keys,
+        results,
+        work.now,
+        work.batch_id,
+        kept_unless,
+    )
     membership = diff.membership.append_column("tenant", constant(work.tenant, pa.string(), diff.membership.num_rows))
     changes = pa.concat_tables([_changes(work, diff.entered, "entered"), _changes(work, diff.exited, "exited")])
     clock.append(time.perf_counter())
     moved = diff.entered.num_rows or diff.exited.num_rows  # else the membership files stay as they are
-    member_files = write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options) if work.write_members and moved else []
-    change_files = write_files(work.changes_uri, PROFILE_SEGMENT_CHANGES, changes, work.tag, storage_options) \
-        if work.write_changes and changes.num_rows else []
-    counts = {"tenant": work.tenant, "mode": mode, "identities": profiles.size, "members": membership.num_rows,
-              "entered": diff.entered.num_rows, "exited": diff.exited.num_rows}
+    member_files = (
+        write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options)
+        if work.write_members and moved
+        else []
+    )
+    change_files = (
+        write_files(work.changes_uri, PROFILE_SEGMENT_CHANGES, changes, work.tag, storage_options)
+        if work.write_changes and changes.num_rows
+        else []
+    )
+    counts = {
+        "tenant": work.tenant,
+        "mode": mode,
+        "identities": profiles.size,
+        "members": membership.num_rows,
+        "entered": diff.entered.num_rows,
+        "exited": diff.exited.num_rows,
+    }
     clock.append(time.perf_counter())
     counts |= {f"seconds_{p}": b - a for p, a, b in zip(PHASES, clock, clock[1:])}
-    sizes = pa.table({"tenant": pa.array([work.tenant] * len(diff.sizes), pa.string()), "segment": pa.array(list(diff.sizes), pa.string()),
-                      "members": pa.array(list(diff.sizes.values()), pa.int64())})
+    sizes = pa.table(
+        {
+            "tenant": pa.array([work.tenant] * len(diff.sizes), pa.string()),
+            "segment": pa.array(list(diff.sizes), pa.string()),
+            "members": pa.array(list(diff.sizes.values()), pa.int64()),
+        }
+    )
     return counts, sizes, member_files, change_files
 
 
 def _changes(work: TenantWork, pairs: pa.Table, kind: str) -> pa.Table:
     n = pairs.num_rows
-    return pa.table({
-        "tenant": constant(work.tenant, pa.string(), n), "segment": pairs["segment"], "identity": pairs["identity"],
-        "change": constant(kind, pa.string(), n), "evaluated_at": constant(work.now, PROFILE_SEGMENT_CHANGES.schema.field("evaluated_at").type, n),
-        "raw_version": constant(work.raw_version, pa.int64(), n), "batch_id": constant(work.batch_id, pa.int64(), n),
-    })
+    return pa.table(
+        {
+            "tenant": constant(work.tenant, pa.string(), n),
+            "segment": pairs["segment"],
+            "identity": pairs["identity"],
+            "change": constant(kind, pa.string(), n),
+            "evaluated_at": constant(work.now, PROFILE_SEGMENT_CHANGES.schema.field("evaluated_at").type, n),
+            "raw_version": constant(work.raw_version, pa.int64(), n),
+            "batch_id": constant(work.batch_id, pa.int64(), n),
+        }
+    )
 
 
 FILES_SCHEMA = pa.schema([("tenant", pa.string()), ("table", pa.string()), ("file", pa.string())])
@@ -158,8 +218,12 @@ def evaluation_task(works: list[TenantWork], storage_options):
                 counts, sizes, member_files, change_files = evaluate_work(work, storage_options)
                 yield from handoff("result", pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
                 yield from handoff("sizes", sizes)
-                files = [{"tenant": work.tenant, "table": PROFILE_SEGMENTS.name, "file": f.to_json()} for f in member_files] + \
-                        [{"tenant": work.tenant, "table": PROFILE_SEGMENT_CHANGES.name, "file": f.to_json()} for f in change_files]
+                files = [
+                    {"tenant": work.tenant, "table": PROFILE_SEGMENTS.name, "file": f.to_json()} for f in member_files
+                ] + [
+                    {"tenant": work.tenant, "table": PROFILE_SEGMENT_CHANGES.name, "file": f.to_json()}
+                    for f in change_files
+                ]
                 yield from handoff("files", pa.Table.from_pylist(files, schema=FILES_SCHEMA))
 
     return run

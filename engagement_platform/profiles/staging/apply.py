@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import partial
 
 import pyarrow as pa
@@ -28,10 +28,21 @@ from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PART
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.suppression_tables import (
+    drop_suppressed_quarantine,
+    hits_table,
+    load_suppressed,
+    suppressed_rows,
+    suppressed_step,
+)
 from engagement_platform.profiles.records import profile_cdc_pipeline, validated_cdc
-from engagement_platform.lake.suppression_tables import drop_suppressed_quarantine, hits_table, load_suppressed, suppressed_rows, suppressed_step
 from engagement_platform.profiles.suppressed import drop_suppressed_changes
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC
+from engagement_platform.profiles.tables import (
+    PROFILE_CDC_STAGING,
+    PROFILE_ERASED_SUBJECTS,
+    PROFILE_SUPPRESSED_RECORDS,
+    QUARANTINE_PROFILE_CDC,
+)
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan
@@ -58,16 +69,30 @@ class StageResult:
     records_suppressed: int = 0  # naming an erased identity: dropped, stored nowhere
 
     def metadata(self) -> dict:
-        return batch_metadata(self.plan, self.versions, self.seconds, records_read=self.records_read, rows_staged=self.rows_staged,
-                              records_quarantined=self.records_quarantined, records_suppressed=self.records_suppressed,
-                              tenants=len(self.tenants))
+        return batch_metadata(
+            self.plan,
+            self.versions,
+            self.seconds,
+            records_read=self.records_read,
+            rows_staged=self.rows_staged,
+            records_quarantined=self.records_quarantined,
+            records_suppressed=self.records_suppressed,
+            tenants=len(self.tenants),
+        )
 
 
-def validate_cdc_slice(spark: SparkSession, bootstrap_servers: str, plan: BatchPlan, max_record_bytes: int | None = None,
-                       kafka_config: dict | None = None) -> pa.Table:
+def validate_cdc_slice(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    max_record_bytes: int | None = None,
+    kafka_config: dict | None = None,
+) -> pa.Table:
     """The slice parsed and validated in Spark, with the staging columns; `_errors` says what is wrong."""
     config = profile_cdc_pipeline(plan.topic, max_record_bytes)
-    return validate_kafka_slice(spark, config, bootstrap_servers, plan, kafka_config, transform=partial(validated_cdc, config))
+    return validate_kafka_slice(
+        spark, config, bootstrap_servers, plan, kafka_config, transform=partial(validated_cdc, config)
+    )
 
 
 def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> tuple[pa.Table, pa.Table]:
@@ -75,22 +100,31 @@ def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> t
     n_errors = pc.list_value_length(validated[ERRORS])
     good = validated.filter(pc.equal(n_errors, 0))
     n = good.num_rows
-    good = (good.rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
-            .append_column("batch_id", pa.array([plan.batch_id] * n, pa.int64()))
-            .append_column("staged_at", pa.array([staged_at] * n, pa.timestamp("us", tz="UTC"))))
+    good = (
+        good.rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
+        .append_column("batch_id", pa.array([plan.batch_id] * n, pa.int64()))
+        .append_column("staged_at", pa.array([staged_at] * n, pa.timestamp("us", tz="UTC")))
+    )
     good = good.select(PROFILE_CDC_STAGING.schema.names).cast(PROFILE_CDC_STAGING.schema)
     context = QuarantineContext(STREAM, plan.batch_id, plan.topic, staged_at, kafka=True)
     return good, quarantine_rows(validated.filter(pc.greater(n_errors, 0)), context, org_column="tenant")
 
 
-def stage_cdc_batch(spark: SparkSession, lake: DeltaLake, checkpoints: CheckpointStore, bootstrap_servers: str, plan: BatchPlan,
-                    max_record_bytes: int | None = None, kafka_config: dict | None = None) -> StageResult:
+def stage_cdc_batch(
+    spark: SparkSession,
+    lake: DeltaLake,
+    checkpoints: CheckpointStore,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    max_record_bytes: int | None = None,
+    kafka_config: dict | None = None,
+) -> StageResult:
     """Stage one planned slice exactly once (a re-run of the same plan commits nothing twice)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     validated = validate_cdc_slice(spark, bootstrap_servers, plan, max_record_bytes, kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
-    staged_at = datetime.now(timezone.utc)
+    staged_at = datetime.now(UTC)
     good, errors = split_staged(validated, plan, staged_at)
     # changes (and bad records) naming an erased identity are dropped, counted by hash only
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, load_settings().erasure.secret)
@@ -105,15 +139,25 @@ def stage_cdc_batch(spark: SparkSession, lake: DeltaLake, checkpoints: Checkpoin
 
     t1 = time.perf_counter()
     versions = commit_batch(
-        plan, app_id(plan.stream),
-        [CommitStep(PROFILE_CDC_STAGING.name, stage),
-         CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
-         suppressed_step(lake, PROFILE_SUPPRESSED_RECORDS, suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, staged_at))],
-        checkpoints, ranges=plan.ranges_json(),
+        plan,
+        app_id(plan.stream),
+        [
+            CommitStep(PROFILE_CDC_STAGING.name, stage),
+            CommitStep(QUARANTINE_PROFILE_CDC.name, lambda txn, _: lake.append(QUARANTINE_PROFILE_CDC, errors, txn)),
+            suppressed_step(
+                lake,
+                PROFILE_SUPPRESSED_RECORDS,
+                suppressed_rows(PROFILE_SUPPRESSED_RECORDS, hits, STREAM, plan.batch_id, staged_at),
+            ),
+        ],
+        checkpoints,
+        ranges=plan.ranges_json(),
     )
     seconds["commit"] = time.perf_counter() - t1
     bad = validated.num_rows - good.num_rows - hits.num_rows
-    return StageResult(plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds, hits.num_rows)
+    return StageResult(
+        plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds, hits.num_rows
+    )
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> StageResult:

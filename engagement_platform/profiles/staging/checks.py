@@ -21,11 +21,21 @@ def evaluate(lake: DeltaLake, checkpoints: CheckpointStore, result: StageResult)
     staged = rows_of_batch(lake, PROFILE_CDC_STAGING.name, batch_id)
     quarantined = quarantined_records(lake, QUARANTINE_PROFILE_CDC.name, batch_id, pipeline=STREAM)
     suppressed = suppressed_in_batch(lake, PROFILE_SUPPRESSED_RECORDS, STREAM, batch_id)
-    return [conservation(RECORDS_ACCOUNTED, ("records_read", result.records_read),
-                         {"rows_staged": staged, "records_quarantined": quarantined, "records_suppressed": suppressed},
-                         planned=result.plan.record_count)]
+    return [
+        conservation(
+            RECORDS_ACCOUNTED,
+            ("records_read", result.records_read),
+            {"rows_staged": staged, "records_quarantined": quarantined, "records_suppressed": suppressed},
+            planned=result.plan.record_count,
+        )
+    ]
 
 
 STAGING_CHECKS = [
-    BatchChecks({RECORDS_ACCOUNTED: "Records read = rows staged + records quarantined + records suppressed (erased identities) for the batch, and every planned offset was read."}, evaluate),
+    BatchChecks(
+        {
+            RECORDS_ACCOUNTED: "Records read = rows staged + records quarantined + records suppressed (erased identities) for the batch, and every planned offset was read."
+        },
+        evaluate,
+    ),
 ]

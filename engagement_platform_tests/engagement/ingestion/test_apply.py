@@ -9,11 +9,15 @@ import pytest
 
 from engagement_platform.engagement.ingestion.apply import APP_ID, DATA_FILES, STREAM, ingest_batch
 from engagement_platform.engagement.integrity import audit_notifications, duplicate_engagement_ids
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
-from engagement_platform.streams.planning import plan_next_batch
+from engagement_platform.engagement.tables import (
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_NOTIFICATIONS,
+    QUARANTINE_ENGAGEMENT_INGESTION,
+)
 from engagement_platform.lake.file_writes import unreferenced_files
-from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
+from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
+from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
 from engagement_platform_tests.support.duckdb_reader import read_delta, same_rows
 
 
@@ -29,7 +33,11 @@ def assert_lake_equals_kafka(lake, expected: dict, bad_count: int):
     assert ids == Counter(expected.keys()), "each good record exactly once, nothing missing"
     for row in data:
         src = expected[row["engagement_id"]]
-        assert (row["org_id"], row["activity_type"], row["lead_id"]) == (src["org_id"], src["activity_type"], src["lead_id"])
+        assert (row["org_id"], row["activity_type"], row["lead_id"]) == (
+            src["org_id"],
+            src["activity_type"],
+            src["lead_id"],
+        )
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name).to_pylist()
     per_org = Counter()
     for n in notes:
@@ -45,13 +53,19 @@ def test_batch_appends_good_rows_quarantines_bad_ones_and_notifies(spark, kafka,
     p = plan(kafka, checkpoints, topic)
     result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
 
-    assert (result.records_read, result.rows_appended, result.rows_rejected) == (400 + len(BAD_RECORDS), 400, len(BAD_RECORDS))
+    assert (result.records_read, result.rows_appended, result.rows_rejected) == (
+        400 + len(BAD_RECORDS),
+        400,
+        len(BAD_RECORDS),
+    )
     assert_lake_equals_kafka(lake, expected, len(BAD_RECORDS))
     q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
     assert {r["raw"] for r in q} == set(BAD_RECORDS.values())
     assert all(r["source"] == topic and r["source_offset"] is not None and r["message"] for r in q)
     assert checkpoints.is_done(STREAM, p.batch_id)
-    audit = audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, result.versions[ENGAGEMENT_ACTIVITY.name], APP_ID, p.batch_id)
+    audit = audit_notifications(
+        lake, ENGAGEMENT_ACTIVITY.name, result.versions[ENGAGEMENT_ACTIVITY.name], APP_ID, p.batch_id
+    )
     assert audit.orgs_mismatched == 0 and audit.rows_changed == 400
 
 
@@ -78,7 +92,9 @@ def test_rerunning_a_committed_batch_changes_nothing(spark, kafka, topic, lake, 
 
 def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, lake, checkpoints):
     expected = produce_activities(kafka, topic, 300)
-    while (p := plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 40)) is not None:
+    while (
+        p := plan_next_batch(STREAM, topic, checkpoints.latest_plan(STREAM), kafka.watermarks(topic), 40)
+    ) is not None:
         checkpoints.record_plan(p)
         ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
     assert checkpoints.latest_plan(STREAM).batch_id >= 3
@@ -87,8 +103,12 @@ def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, l
 
 
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
-@pytest.mark.parametrize("crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name])
-def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, kafka, topic, lake, lake_root, checkpoints, crash_after):
+@pytest.mark.parametrize(
+    "crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name]
+)
+def test_process_killed_between_table_commits_then_rerun_is_exactly_once(
+    spark, kafka, topic, lake, lake_root, checkpoints, crash_after
+):
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
     p = plan(kafka, checkpoints, topic)
 
@@ -96,7 +116,9 @@ def test_process_killed_between_table_commits_then_rerun_is_exactly_once(spark, 
     assert_lake_equals_kafka(lake, expected, 1)
 
 
-def test_process_killed_after_the_executors_wrote_their_files_then_rerun_is_exactly_once(spark, kafka, topic, lake, lake_root, checkpoints):
+def test_process_killed_after_the_executors_wrote_their_files_then_rerun_is_exactly_once(
+    spark, kafka, topic, lake, lake_root, checkpoints
+):
     """The Spark tasks wrote the batch's data files into the table's folder, then the process died before any
     commit: no reader sees those files, the re-run deletes them and commits its own, once."""
     expected = produce_activities(kafka, topic, 250, bad={"not_json": BAD_RECORDS["not_json"]})
@@ -124,11 +146,15 @@ def test_duplicate_in_batch_is_quarantined_with_its_own_raw_bytes(spark, kafka, 
     q = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
     assert {r["error_code"] for r in q} == {"duplicate_in_batch"}
     assert {r["raw"] for r in q} == dup_raw
-    first_offsets = {(r["source_partition"], r["source_offset"]) for r in lake.read(ENGAGEMENT_ACTIVITY.name).to_pylist()}
+    first_offsets = {
+        (r["source_partition"], r["source_offset"]) for r in lake.read(ENGAGEMENT_ACTIVITY.name).to_pylist()
+    }
     assert all((r["source_partition"], r["source_offset"]) not in first_offsets for r in q)
 
 
-def test_a_key_sent_again_in_a_later_batch_is_quarantined_not_appended(spark, kafka, topic, lake, lake_root, checkpoints):
+def test_a_key_sent_again_in_a_later_batch_is_quarantined_not_appended(
+    spark, kafka, topic, lake, lake_root, checkpoints
+):
     """A producer retry or replay re-sends activities at new offsets: the table keeps the first copy, the
     later one goes to quarantine with its raw bytes, also when the batch is re-run after a crash."""
     expected = produce_activities(kafka, topic, 30)

@@ -6,23 +6,39 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
-from engagement_platform.engagement.ingestion.records import ingestion_pipeline, mark_already_in_table, mark_duplicates_in_batch
+from engagement_platform.engagement.ingestion.records import (
+    ingestion_pipeline,
+    mark_already_in_table,
+    mark_duplicates_in_batch,
+)
 from engagement_platform.ingest.errors import ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, parse_text
 from engagement_platform_tests.support.activities import BAD_RECORDS, EXPECTED_CODES
 
-GOOD = {"engagement_id": "e1", "org_id": "00D1", "activity_type": "call", "event_time": "2026-03-04T05:06:07Z",
-        "duration_seconds": 61, "call_outcome": "connected", "payload": {"step": 2}}
+GOOD = {
+    "engagement_id": "e1",
+    "org_id": "00D1",
+    "activity_type": "call",
+    "event_time": "2026-03-04T05:06:07Z",
+    "duration_seconds": 61,
+    "call_outcome": "connected",
+    "payload": {"step": 2},
+}
 
 
 def validate_rows(spark, rows: list[tuple[int, int, bytes | None]], max_record_bytes: int | None = None):
     config = ingestion_pipeline("t")
     if max_record_bytes:
-        config = config.model_copy(update={"source": config.source.model_copy(update={"max_record_bytes": max_record_bytes})})
+        config = config.model_copy(
+            update={"source": config.source.model_copy(update={"max_record_bytes": max_record_bytes})}
+        )
     df = spark.createDataFrame(rows, "p int, o long, v binary").select(
         (F.shiftleft(F.col("p").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("o")).alias("_row_id"),
-        F.col("p").alias(SOURCE_PARTITION), F.col("o").alias(SOURCE_OFFSET), F.col("v").alias(RAW))
+        F.col("p").alias(SOURCE_PARTITION),
+        F.col("o").alias(SOURCE_OFFSET),
+        F.col("v").alias(RAW),
+    )
     return Pipeline.from_config(config).transform(parse_text(df, config.source)).toArrow()
 
 
@@ -57,10 +73,17 @@ def test_each_kind_of_bad_record_gets_its_reason_and_keeps_its_raw_bytes(spark, 
 
 
 def test_a_record_reports_all_its_type_errors_at_once(spark):
-    record = {"engagement_id": "x", "org_id": "o", "activity_type": "call", "event_time": "noon", "duration_seconds": "long"}
+    record = {
+        "engagement_id": "x",
+        "org_id": "o",
+        "activity_type": "call",
+        "event_time": "noon",
+        "duration_seconds": "long",
+    }
     (row,) = validate(spark, [json.dumps(record).encode()])
     assert {(e["column_name"], e["error_code"], e["stage"]) for e in row[ERRORS]} == {
-        ("event_time", "wrong_type", "convert"), ("duration_seconds", "wrong_type", "convert"),
+        ("event_time", "wrong_type", "convert"),
+        ("duration_seconds", "wrong_type", "convert"),
     }
 
 
@@ -68,7 +91,9 @@ def test_a_record_reports_all_its_validation_errors_at_once(spark):
     record = {"engagement_id": " ", "activity_type": "fax", "event_time": "2026-01-01T00:00:00Z"}
     (row,) = validate(spark, [json.dumps(record).encode()])
     assert {(e["column_name"], e["error_code"]) for e in row[ERRORS]} == {
-        ("activity_type", "not_in_enum"), ("org_id", "missing_required"), ("engagement_id", "missing_required"),
+        ("activity_type", "not_in_enum"),
+        ("org_id", "missing_required"),
+        ("engagement_id", "missing_required"),
     }
 
 
@@ -92,7 +117,9 @@ def test_keys_the_table_already_holds_are_reported_once_per_row_and_only_on_vali
     same_id_other_org = json.dumps({**GOOD, "org_id": "00D2"}).encode()
     bad_but_held = json.dumps({**GOOD, "activity_type": "fax"}).encode()
     validated = validate_rows(spark, [(0, 1, held), (0, 2, same_id_other_org), (0, 3, bad_but_held)])
-    existing = pa.table({"org_id": ["00D1", "00D3"], "engagement_id": ["e1", "e1"], "batch_id": pa.array([4, 6], pa.int64())})
+    existing = pa.table(
+        {"org_id": ["00D1", "00D3"], "engagement_id": ["e1", "e1"], "batch_id": pa.array([4, 6], pa.int64())}
+    )
     marked, flagged = mark_already_in_table(validated, existing)
     codes = {r[SOURCE_OFFSET]: [e["error_code"] for e in r[ERRORS]] for r in marked.to_pylist()}
     assert codes == {1: ["already_in_table"], 2: [], 3: ["not_in_enum"]}

@@ -4,7 +4,11 @@ import pytest
 from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_context, materialize
 
 from engagement_platform.engagement.ingestion.apply import STREAM
-from engagement_platform.engagement.ingestion.assets import engagement_ingestion, engagement_ingestion_sensor, ingestion_batches
+from engagement_platform.engagement.ingestion.assets import (
+    engagement_ingestion,
+    engagement_ingestion_sensor,
+    ingestion_batches,
+)
 from engagement_platform.orchestration.runs import MAX_ATTEMPTS, STREAM_TAG
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform_tests.support.activities import produce_activities
@@ -18,8 +22,11 @@ def instance():
 
 @pytest.fixture
 def resources(stack, lake_root):
-    return {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
-            "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    return {
+        "kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]),
+        "lake": LakeResource(root=lake_root),
+        "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root)),
+    }
 
 
 def tick(instance, resources, cursor=None):
@@ -27,7 +34,9 @@ def tick(instance, resources, cursor=None):
         return engagement_ingestion_sensor(ctx)
 
 
-def test_first_tick_plans_a_bounded_batch_and_requests_its_run(kafka, topic, instance, resources, checkpoints, monkeypatch):
+def test_first_tick_plans_a_bounded_batch_and_requests_its_run(
+    kafka, topic, instance, resources, checkpoints, monkeypatch
+):
     monkeypatch.setenv("EP_INGEST_MAX_RECORDS_PER_PARTITION", "30")
     produce_activities(kafka, topic, 120)
     marks = kafka.watermarks(topic)
@@ -67,11 +76,16 @@ def test_unfinished_batch_is_requested_again_with_the_same_key_then_next_batch_a
     produce_activities(kafka, topic, 60)
     first = tick(instance, resources)
     again = tick(instance, resources, first.cursor)
-    assert again.run_requests[0].run_key == first.run_requests[0].run_key, "no run happened: same request, deduped by key"
+    assert again.run_requests[0].run_key == first.run_requests[0].run_key, (
+        "no run happened: same request, deduped by key"
+    )
 
     instance.add_dynamic_partitions(ingestion_batches.name, ["00000001"])
     out = materialize(
-        [engagement_ingestion], partition_key="00000001", instance=instance, tags={STREAM_TAG: STREAM},
+        [engagement_ingestion],
+        partition_key="00000001",
+        instance=instance,
+        tags={STREAM_TAG: STREAM},
         resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})},
     )
     assert out.success
@@ -90,11 +104,22 @@ def test_failed_batch_is_retried_with_a_new_key_then_the_stream_pauses(kafka, to
     key = first.run_requests[0].partition_key
     instance.add_dynamic_partitions(ingestion_batches.name, [key])
     no_lake = LakeResource(root=str(tmp_path / "no-such-lake"))
-    broken = {"lake": no_lake, "kafka": resources["kafka"], "spark": SparkResource(), "coordinator": CoordinatorResource(lake=no_lake)}
+    broken = {
+        "lake": no_lake,
+        "kafka": resources["kafka"],
+        "spark": SparkResource(),
+        "coordinator": CoordinatorResource(lake=no_lake),
+    }
     keys = [first.run_requests[0].run_key]
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        failed = materialize([engagement_ingestion], partition_key=key, instance=instance, resources=broken,
-                             tags={STREAM_TAG: STREAM}, raise_on_error=False)
+        failed = materialize(
+            [engagement_ingestion],
+            partition_key=key,
+            instance=instance,
+            resources=broken,
+            tags={STREAM_TAG: STREAM},
+            raise_on_error=False,
+        )
         assert not failed.success
         result = tick(instance, resources)
         if attempt < MAX_ATTEMPTS:

@@ -3,14 +3,17 @@ changes only the change log holds: an update moving a row to another day, delete
 refresh, the asset folds the changes and its check equals a full recomputation; nothing new, no request."""
 
 import uuid
-from datetime import date
+from datetime import UTC, date
 
 import pytest
-
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context, materialize
 
 from engagement_platform.engagement.metrics.apply import DAILY_METRICS
-from engagement_platform.engagement.metrics.assets import EQUALS_RECOMPUTATION, engagement_daily_metrics, engagement_daily_metrics_sensor
+from engagement_platform.engagement.metrics.assets import (
+    EQUALS_RECOMPUTATION,
+    engagement_daily_metrics,
+    engagement_daily_metrics_sensor,
+)
 from engagement_platform.resources import LakeResource, SparkResource
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.mutations import mutate, req
@@ -24,7 +27,10 @@ def mutation_topic(kafka) -> str:
 
 
 def refresh(lake_root: str, instance) -> dict:
-    resources = {"lake": LakeResource(root=lake_root), "spark": SparkResource()}  # SPARK_REMOTE: the test stack's server
+    resources = {
+        "lake": LakeResource(root=lake_root),
+        "spark": SparkResource(),
+    }  # SPARK_REMOTE: the test stack's server
     with build_sensor_context(instance=instance, resources=resources) as ctx:
         request = engagement_daily_metrics_sensor(ctx)
     assert isinstance(request, RunRequest), request
@@ -35,7 +41,9 @@ def refresh(lake_root: str, instance) -> dict:
     return {k: v.value for k, v in check.metadata.items()}
 
 
-def test_metrics_follow_ingestion_and_a_logged_mutation_batch(spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints):
+def test_metrics_follow_ingestion_and_a_logged_mutation_batch(
+    spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints
+):
     records = produce_activities(kafka, topic, 80)
     ingest(spark, kafka, lake, checkpoints, topic)
     with DagsterInstance.ephemeral() as instance:
@@ -44,14 +52,32 @@ def test_metrics_follow_ingestion_and_a_logged_mutation_batch(spark, kafka, topi
 
         org = sorted({r["org_id"] for r in records.values()})[0]
         mine = sorted(r["engagement_id"] for r in rows_of(lake, org))
-        result = mutate(spark, kafka, lake, checkpoints, mutation_topic, [
-            req("u1", org, 1, "update", engagement_id=mine[0], record={"engagement_date": "2026-03-01", "subject": "moved"}),
-            req("d1", org, 2, "delete", engagement_id=mine[1]),
-        ])
+        result = mutate(
+            spark,
+            kafka,
+            lake,
+            checkpoints,
+            mutation_topic,
+            [
+                req(
+                    "u1",
+                    org,
+                    1,
+                    "update",
+                    engagement_id=mine[0],
+                    record={"engagement_date": "2026-03-01", "subject": "moved"},
+                ),
+                req("d1", org, 2, "delete", engagement_id=mine[1]),
+            ],
+        )
         assert result.requests_applied == 2 and result.rows_deleted == 1
         second = refresh(lake_root, instance)
         assert second["activities_stored"] == first["activities_stored"] - 1
-        moved = [r for r in lake.read(DAILY_METRICS.name).to_pylist() if r["org_id"] == org and r["engagement_date"] == date(2026, 3, 1)]
+        moved = [
+            r
+            for r in lake.read(DAILY_METRICS.name).to_pylist()
+            if r["org_id"] == org and r["engagement_date"] == date(2026, 3, 1)
+        ]
         assert sum(r["activities"] for r in moved) >= 1
 
         with build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}) as ctx:
@@ -59,11 +85,12 @@ def test_metrics_follow_ingestion_and_a_logged_mutation_batch(spark, kafka, topi
 
 
 def test_metrics_stay_exact_when_retention_removes_old_rows_after_a_logged_delete_they_have_not_read(
-        spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints):
+    spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints
+):
     """Found by benchmarks/demo_health.py: a mutation batch deletes a row (a delete only its change log holds),
     then, before the metrics read it, TTL retention removed the log's rows older than its cut-off, that delete
     among them, so the metrics counted the row forever. Retention now redacts those log rows instead."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from engagement_platform_tests.support.erasure import gdpr, retain
 
@@ -75,12 +102,23 @@ def test_metrics_stay_exact_when_retention_removes_old_rows_after_a_logged_delet
         refresh(lake_root, instance)
         org = sorted({r["org_id"] for r in records.values()})[0]
         target = min(rows_of(lake, org), key=lambda r: r["engagement_date"])["engagement_id"]
-        assert mutate(spark, kafka, lake, checkpoints, mutation_topic, [req("d1", org, 1, "delete", engagement_id=target)]).rows_deleted == 1
-        now = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("t1", org, "retention", at=now, retention_days=1)])
-        assert sum(result.rows_removed.values()) > 0, "the TTL cut-off covers the org's rows, the deleted one's date included"
+        assert (
+            mutate(
+                spark, kafka, lake, checkpoints, mutation_topic, [req("d1", org, 1, "delete", engagement_id=target)]
+            ).rows_deleted
+            == 1
+        )
+        now = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = retain(
+            spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("t1", org, "retention", at=now, retention_days=1)]
+        )
+        assert sum(result.rows_removed.values()) > 0, (
+            "the TTL cut-off covers the org's rows, the deleted one's date included"
+        )
         after = refresh(lake_root, instance)  # reads the mutation's logged delete only now
         assert after["keys_differing"] == 0 and after["activities_stored"] == len(rows_of(lake))
         log = lake.read("engagement_activity_changes").to_pylist()
         assert [r["_change_type"] for r in log if r["engagement_id"] == target] == ["delete"]
-        assert all(r["lead_id"] is None and r["subject"] is None for r in log if r["org_id"] == org), "the log's old rows are redacted"
+        assert all(r["lead_id"] is None and r["subject"] is None for r in log if r["org_id"] == org), (
+            "the log's old rows are redacted"
+        )

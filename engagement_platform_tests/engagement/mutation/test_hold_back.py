@@ -6,10 +6,10 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 
-from engagement_platform.engagement.mutation.reduction.fold import external_targets
 from engagement_platform.engagement.mutation.hold_back import hold_back, request_order, request_targets
-from engagement_platform.engagement.mutation.requests import in_date_range
+from engagement_platform.engagement.mutation.reduction.fold import external_targets
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
+from engagement_platform.engagement.mutation.requests import in_date_range
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform_tests.support.reduction import canonical_rows, requests, tables
 
@@ -24,7 +24,10 @@ def reference(batch, rows) -> tuple[set[str], dict[str, list[dict]]]:
         for t in external_targets(active):
             r = by_id[t.request_id]
             column = "engagement_id" if t.kind == "engagement" else t.field
-            if not any(row.get(column) == t.id and in_date_range(row["engagement_date"], r.date_from, r.date_to) for row in rows):
+            if not any(
+                row.get(column) == t.id and in_date_range(row["engagement_date"], r.date_from, r.date_to)
+                for row in rows
+            ):
                 lost.setdefault(r.request_id, []).append({"kind": t.kind, "field": t.field, "id": t.id})
         if not lost:
             return {r.request_id for r in active}, missing

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 
 from engagement_platform.engagement.mutation.affected_rows import FilePlan
 from engagement_platform.engagement.mutation.on_executors import task_of_org
-from engagement_platform.engagement.mutation.org_outcome import CANDIDATE, CHANGE_TYPE, FILE, ROW, change_rows, orgs_outcome, rewritten_file
+from engagement_platform.engagement.mutation.org_outcome import (
+    CANDIDATE,
+    CHANGE_TYPE,
+    FILE,
+    ROW,
+    change_rows,
+    orgs_outcome,
+    rewritten_file,
+)
 from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
 from engagement_platform.engagement.mutation.request_columns import CANONICAL_SCHEMA
 from engagement_platform.engagement.mutation.requests import OWNER_FIELDS
@@ -42,8 +50,11 @@ def split_into_files(rows: list[dict], files: int) -> list[pa.Table]:
     parts = []
     for k in range(files):
         part = data.filter(pa.array(np.arange(data.num_rows) % files == k))
-        parts.append(part.append_column(FILE, pa.array(np.full(part.num_rows, k, dtype=np.int64)))
-                     .append_column(ROW, pa.array(np.arange(part.num_rows, dtype=np.int64))))
+        parts.append(
+            part.append_column(FILE, pa.array(np.full(part.num_rows, k, dtype=np.int64))).append_column(
+                ROW, pa.array(np.arange(part.num_rows, dtype=np.int64))
+            )
+        )
     return parts
 
 
@@ -86,8 +97,10 @@ def test_outcome_and_rewritten_files_equal_one_at_a_time_application(rows, batch
 
 
 def test_org_chunks_keep_orgs_whole_and_bound_the_files_per_chunk():
-    files = {org: [WrittenFile(f"{org}/{i}", 1, {"org_id": org}, "", 0) for i in range(n)] for org, n in
-             (("a", 3), ("b", 1), ("c", 5), ("d", 0), ("e", 2))}
+    files = {
+        org: [WrittenFile(f"{org}/{i}", 1, {"org_id": org}, "", 0) for i in range(n)]
+        for org, n in (("a", 3), ("b", 1), ("c", 5), ("d", 0), ("e", 2))
+    }
     chunks = org_chunks(["a", "b", "c", "d", "e"], files, limit=4)
     assert [org for chunk in chunks for org in chunk] == ["a", "b", "c", "d", "e"]
     assert chunks == [["a", "b"], ["c"], ["d", "e"]]  # an org larger than the limit gets a chunk of its own
@@ -102,4 +115,6 @@ def test_orgs_are_spread_over_tasks_by_planned_bytes_and_requests_heaviest_first
     for org, index in placed.items():
         tasks.setdefault(index, set()).add(org)
     assert sorted(map(sorted, tasks.values())) == [["a", "d"], ["b", "c"]]  # a (0.75) + d (0.42) vs b + c (0.42 each)
-    assert set(task_of_org(requests, files, 8).values()) == {0, 1, 2, 3}, "one org per task when there are more tasks than orgs"
+    assert set(task_of_org(requests, files, 8).values()) == {0, 1, 2, 3}, (
+        "one org per task when there are more tasks than orgs"
+    )

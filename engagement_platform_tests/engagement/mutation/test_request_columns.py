@@ -5,23 +5,38 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.engagement.mutation.request_columns import (
-    CANONICAL_SCHEMA, check_requests, mutation_requests, request_json,
+    CANONICAL_SCHEMA,
+    check_requests,
+    mutation_requests,
+    request_json,
 )
+from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 
 ERROR_TYPE = pa.list_(pa.struct([(f, pa.string()) for f in ERROR_FIELDS]))
-TEXT_COLUMNS = ("request_id", "org_id", "op", "from_field", "from_id", "to_field", "to_id", "field", "from_ids", "id",
-                "engagement_id", "record")
-T0 = datetime(2026, 1, 6, 10, 0, tzinfo=timezone.utc)
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+TEXT_COLUMNS = (
+    "request_id",
+    "org_id",
+    "op",
+    "from_field",
+    "from_id",
+    "to_field",
+    "to_id",
+    "field",
+    "from_ids",
+    "id",
+    "engagement_id",
+    "record",
+)
+T0 = datetime(2026, 1, 6, 10, 0, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def slice_of(rows: list[dict]) -> pa.Table:
@@ -57,13 +72,22 @@ def test_each_check_names_the_row_and_the_reason():
         req("r", "delete", engagement_id="e1", date_from=date(2026, 2, 1), date_to=date(2026, 1, 1)),
         req("ok", "delete", engagement_id="e2"),  # a repeated id: the first one wins
         req("ok", "delete", org="o2", engagement_id="e2"),  # the same id in another org is another request
-        req("s", "delete", engagement_id="e3", **{ERRORS: [dict.fromkeys(ERROR_FIELDS, "x")]}),  # the framework rejected it
+        req(
+            "s", "delete", engagement_id="e3", **{ERRORS: [dict.fromkeys(ERROR_FIELDS, "x")]}
+        ),  # the framework rejected it
         req("s", "delete", engagement_id="e3"),  # so this one is the first that passes
     ]
     checked = check_requests(slice_of(rows))
     assert codes(checked) == {
-        1: ["missing_required"], 2: ["wrong_type"], 3: ["wrong_type", "missing_required"], 4: ["wrong_type"], 5: ["wrong_type"],
-        6: ["ambiguous_target"], 7: ["missing_required"], 8: ["invalid_date_range"], 9: ["duplicate_in_batch"],
+        1: ["missing_required"],
+        2: ["wrong_type"],
+        3: ["wrong_type", "missing_required"],
+        4: ["wrong_type"],
+        5: ["wrong_type"],
+        6: ["ambiguous_target"],
+        7: ["missing_required"],
+        8: ["invalid_date_range"],
+        9: ["duplicate_in_batch"],
     }
     assert [e["column_name"] for e in checked.errors[7]] == ["id"]
     assert "record.colour: not a column an update can set" in checked.errors[4][0]["message"]
@@ -73,20 +97,58 @@ def test_each_check_names_the_row_and_the_reason():
 
 def test_canonical_columns_keep_only_what_the_op_uses():
     rows = [
-        req("m", "merge", field="lead_id", from_ids='["L1","L2"]', to_id="L3", from_field="contact_id", engagement_id="e9"),
-        req("u", "update", engagement_id="e1", record='{"subject": "s", "engagement_date": "2026-01-02", "lead_id": "L1"}', id="x"),
+        req(
+            "m",
+            "merge",
+            field="lead_id",
+            from_ids='["L1","L2"]',
+            to_id="L3",
+            from_field="contact_id",
+            engagement_id="e9",
+        ),
+        req(
+            "u",
+            "update",
+            engagement_id="e1",
+            record='{"subject": "s", "engagement_date": "2026-01-02", "lead_id": "L1"}',
+            id="x",
+        ),
         req("d", "delete", field="lead_id", id="L1", to_id="x", date_from=date(2026, 1, 1), date_to=date(2026, 1, 31)),
     ]
     checked = check_requests(slice_of(rows))
     assert checked.errors == {}
     table = checked.requests
     assert table.select(CANONICAL_SCHEMA.names).to_pylist() == [
-        {**dict.fromkeys(CANONICAL_SCHEMA.names), "request_id": "m", "org_id": "o1", "request_time": T0, "op": "merge",
-         "field": "lead_id", "from_ids": ["L1", "L2"], "to_id": "L3"},
-        {**dict.fromkeys(CANONICAL_SCHEMA.names), "request_id": "u", "org_id": "o1", "request_time": T0, "op": "update",
-         "engagement_id": "e1", "record": '{"engagement_date":"2026-01-02","lead_id":"L1","subject":"s"}'},
-        {**dict.fromkeys(CANONICAL_SCHEMA.names), "request_id": "d", "org_id": "o1", "request_time": T0, "op": "delete",
-         "field": "lead_id", "id": "L1", "date_from": date(2026, 1, 1), "date_to": date(2026, 1, 31)},
+        {
+            **dict.fromkeys(CANONICAL_SCHEMA.names),
+            "request_id": "m",
+            "org_id": "o1",
+            "request_time": T0,
+            "op": "merge",
+            "field": "lead_id",
+            "from_ids": ["L1", "L2"],
+            "to_id": "L3",
+        },
+        {
+            **dict.fromkeys(CANONICAL_SCHEMA.names),
+            "request_id": "u",
+            "org_id": "o1",
+            "request_time": T0,
+            "op": "update",
+            "engagement_id": "e1",
+            "record": '{"engagement_date":"2026-01-02","lead_id":"L1","subject":"s"}',
+        },
+        {
+            **dict.fromkeys(CANONICAL_SCHEMA.names),
+            "request_id": "d",
+            "org_id": "o1",
+            "request_time": T0,
+            "op": "delete",
+            "field": "lead_id",
+            "id": "L1",
+            "date_from": date(2026, 1, 1),
+            "date_to": date(2026, 1, 31),
+        },
     ]
     assert checked.records == [None, {"subject": "s", "engagement_date": date(2026, 1, 2), "lead_id": "L1"}, None]
     # request_json reads back (request_from_json) as the same request the fold gets from the columns
@@ -102,8 +164,23 @@ def test_canonical_columns_keep_only_what_the_op_uses():
 def test_request_json_is_the_json_of_the_columns(request_id, org_id, micros):
     """Any text (quotes, backslashes, control characters, non-ASCII) and any microsecond round-trip."""
     at = T0.replace(microsecond=micros)
-    table = pa.Table.from_pylist([{"request_id": request_id, "org_id": org_id, "request_time": at, "op": "delete",
-                                   "engagement_id": request_id + org_id}], schema=CANONICAL_SCHEMA)
+    table = pa.Table.from_pylist(
+        [
+            {
+                "request_id": request_id,
+                "org_id": org_id,
+                "request_time": at,
+                "op": "delete",
+                "engagement_id": request_id + org_id,
+            }
+        ],
+        schema=CANONICAL_SCHEMA,
+    )
     text = request_json(table)[0].as_py()
-    assert json.loads(text) == {"request_id": request_id, "org_id": org_id, "op": "delete", "engagement_id": request_id + org_id,
-                                "request_time": at.isoformat().replace("+00:00", "Z")}
+    assert json.loads(text) == {
+        "request_id": request_id,
+        "org_id": org_id,
+        "op": "delete",
+        "engagement_id": request_id + org_id,
+        "request_time": at.isoformat().replace("+00:00", "Z"),
+    }

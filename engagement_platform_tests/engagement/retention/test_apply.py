@@ -6,7 +6,7 @@ with its checks and the sensor's cadence; plus the pure logic (cut-off, content 
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -16,28 +16,46 @@ from dagster import DagsterInstance, SensorResult, SkipReason, build_sensor_cont
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engagement_platform.orchestration.runs import STREAM_TAG
-from engagement_platform.engagement.mutation import apply as mutations
-from engagement_platform.engagement.retention.erasure import ERASED_TABLES, VACUUMED_TABLES, subject_rows_remaining
 from engagement_platform.engagement.integrity import audit_notifications
+from engagement_platform.engagement.mutation import apply as mutations
 from engagement_platform.engagement.mutation.tables import (
-    ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING, QUARANTINE_ENGAGEMENT_MUTATIONS,
+    ENGAGEMENT_MUTATION_REQUESTS,
+    ENGAGEMENT_MUTATIONS_PENDING,
+    QUARANTINE_ENGAGEMENT_MUTATIONS,
 )
 from engagement_platform.engagement.retention.apply import APP_ID, STREAM, apply_retention_batch
+from engagement_platform.engagement.retention.assets import (
+    engagement_retention,
+    engagement_retention_sensor,
+    retention_batches,
+)
+from engagement_platform.engagement.retention.erasure import ERASED_TABLES, VACUUMED_TABLES, subject_rows_remaining
 from engagement_platform.engagement.retention.requests import (
-    ERASURE, RETENTION, RetentionRequest, activity_predicate, activity_request, canonical_request, cutoff_date, log_predicate, mentions,
+    ERASURE,
+    RETENTION,
+    RetentionRequest,
+    activity_predicate,
+    activity_request,
+    canonical_request,
+    cutoff_date,
+    log_predicate,
+    mentions,
 )
 from engagement_platform.engagement.retention.tables import GDPR_AUDIT, QUARANTINE_ENGAGEMENT_GDPR
-from engagement_platform.engagement.retention.assets import engagement_retention, engagement_retention_sensor, retention_batches
-from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS, QUARANTINE_ENGAGEMENT_INGESTION
+from engagement_platform.engagement.tables import (
+    ENGAGEMENT_ACTIVITY,
+    ENGAGEMENT_NOTIFICATIONS,
+    QUARANTINE_ENGAGEMENT_INGESTION,
+)
 from engagement_platform.engagement.upkeep.assets import engagement_layout_upkeep
 from engagement_platform.lake.row_erasure import keyed_predicate
 from engagement_platform.lake.suppression import subject_hash
+from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
 from engagement_platform_tests.support.activities import ingest, rows_of
-from engagement_platform_tests.support.erasure import ASKED, activity, gdpr, plan_retention, produce, retain
 from engagement_platform_tests.support.crash import KILLED, after_commit, crash_then_rerun, run_batch
+from engagement_platform_tests.support.erasure import ASKED, activity, gdpr, plan_retention, produce, retain
 from engagement_platform_tests.support.mutations import mutate, plan_mutations, produce_requests
 
 A, B = "00D000001", "00D000002"
@@ -69,7 +87,13 @@ def test_retention_deletes_only_the_old_rows_of_that_org(spark, kafka, topic, gd
     assert result.rows_removed[ENGAGEMENT_ACTIVITY.name] == len(old) and result.requests_applied == 1
 
     (row,) = audit_rows(lake).values()
-    assert (row["kind"], row["retention_days"], row["cutoff_date"], row["rows_removed"], row["batch_id"]) == (RETENTION, 30, cutoff, len(old), 1)
+    assert (row["kind"], row["retention_days"], row["cutoff_date"], row["rows_removed"], row["batch_id"]) == (
+        RETENTION,
+        30,
+        cutoff,
+        len(old),
+        1,
+    )
     assert json.loads(row["rows_removed_by_table"])[ENGAGEMENT_ACTIVITY.name] == len(old)
     assert row["completed_at"] >= row["received_at"] and row["source_offset"] == 0
     version = result.versions[ENGAGEMENT_ACTIVITY.name]
@@ -78,7 +102,9 @@ def test_retention_deletes_only_the_old_rows_of_that_org(spark, kafka, topic, gd
     assert audit_notifications(lake, ENGAGEMENT_ACTIVITY.name, version, APP_ID, 1).orgs_mismatched == 0
     assert checkpoints.is_done(STREAM, 1)
 
-    versions = {t: lake.table(t).version() for t in (ENGAGEMENT_ACTIVITY.name, GDPR_AUDIT.name, ENGAGEMENT_NOTIFICATIONS.name)}
+    versions = {
+        t: lake.table(t).version() for t in (ENGAGEMENT_ACTIVITY.name, GDPR_AUDIT.name, ENGAGEMENT_NOTIFICATIONS.name)
+    }
     again = apply_retention_batch(spark, lake, checkpoints, kafka.bootstrap_servers, checkpoints.plan(STREAM, 1))
     assert set(again.versions.values()) == {None}, "a re-run of a committed batch writes nothing"
     assert {t: lake.table(t).version() for t in versions} == versions
@@ -92,21 +118,57 @@ def erasure_world(spark, kafka, topic, mutation_topic, lake, checkpoints) -> Non
     """The subject in every table: activity rows (two orgs), quarantined records (with and without an org),
     a pending mutation request, its request-log row and a quarantined mutation request."""
     day = date(2026, 1, 10)
-    produce(kafka, topic, [
-        activity("a1", A, day, lead=SUBJECT), activity("a2", A, day, lead=SUBJECT), activity("a3", A, day, lead="00QKEEP"),
-        activity("a4", A, day, contact=CONTACT), activity("b1", B, day, lead=SUBJECT),
-        # bad records: a wrong type (org known), a truncated one (no org), a longer id that only contains SUBJECT
-        {**activity("q1", A, day, lead=SUBJECT), "event_time": "yesterday"},
-        json.dumps(activity("q2", A, day, lead=SUBJECT)).encode()[:-20],
-        {**activity("q3", A, day, lead=SUBJECT + "X"), "event_time": "yesterday"},
-    ])
+    produce(
+        kafka,
+        topic,
+        [
+            activity("a1", A, day, lead=SUBJECT),
+            activity("a2", A, day, lead=SUBJECT),
+            activity("a3", A, day, lead="00QKEEP"),
+            activity("a4", A, day, contact=CONTACT),
+            activity("b1", B, day, lead=SUBJECT),
+            # bad records: a wrong type (org known), a truncated one (no org), a longer id that only contains SUBJECT
+            {**activity("q1", A, day, lead=SUBJECT), "event_time": "yesterday"},
+            json.dumps(activity("q2", A, day, lead=SUBJECT)).encode()[:-20],
+            {**activity("q3", A, day, lead=SUBJECT + "X"), "event_time": "yesterday"},
+        ],
+    )
     ingest(spark, kafka, lake, checkpoints, topic)
-    mutate(spark, kafka, lake, checkpoints, mutation_topic, [
-        {"request_id": "m1", "org_id": A, "request_time": ASKED, "op": "convert", "from_field": "lead_id", "from_id": "00QNOTYET",
-         "to_field": "contact_id", "to_id": SUBJECT},  # pending: 00QNOTYET has not arrived
-        {"request_id": "m2", "org_id": A, "request_time": ASKED, "op": "delete", "field": "lead_id", "id": "00QOTHER"},  # pending, kept
-        {"request_id": "m3", "org_id": A, "request_time": ASKED, "op": "convert", "from_field": "lead_id", "from_id": SUBJECT},  # malformed
-    ])
+    mutate(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        mutation_topic,
+        [
+            {
+                "request_id": "m1",
+                "org_id": A,
+                "request_time": ASKED,
+                "op": "convert",
+                "from_field": "lead_id",
+                "from_id": "00QNOTYET",
+                "to_field": "contact_id",
+                "to_id": SUBJECT,
+            },  # pending: 00QNOTYET has not arrived
+            {
+                "request_id": "m2",
+                "org_id": A,
+                "request_time": ASKED,
+                "op": "delete",
+                "field": "lead_id",
+                "id": "00QOTHER",
+            },  # pending, kept
+            {
+                "request_id": "m3",
+                "org_id": A,
+                "request_time": ASKED,
+                "op": "convert",
+                "from_field": "lead_id",
+                "from_id": SUBJECT,
+            },  # malformed
+        ],
+    )
 
 
 def files_mentioning(lake, table: str, subject: str, partition: str | None = None) -> list[str]:
@@ -127,11 +189,22 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     erasure_world(spark, kafka, topic, mutation_topic, lake, checkpoints)
     before = {t: count(lake, t) for t in ERASED_TABLES}
     assert sorted(lake.read(ENGAGEMENT_MUTATIONS_PENDING.name).column("request_id").to_pylist()) == ["m1", "m2"]
-    assert lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).num_rows > 0 and before[QUARANTINE_ENGAGEMENT_INGESTION.name] == 3
+    assert (
+        lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).num_rows > 0
+        and before[QUARANTINE_ENGAGEMENT_INGESTION.name] == 3
+    )
 
-    result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [
-        gdpr("e1", A, ERASURE, subject_id=SUBJECT), gdpr("e2", A, ERASURE, subject_id=CONTACT, at="2026-02-01T11:00:00Z"),
-    ])
+    result = retain(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        gdpr_topic,
+        [
+            gdpr("e1", A, ERASURE, subject_id=SUBJECT),
+            gdpr("e2", A, ERASURE, subject_id=CONTACT, at="2026-02-01T11:00:00Z"),
+        ],
+    )
 
     assert sorted(r["engagement_id"] for r in rows_of(lake, A)) == ["a3"]
     assert [r["engagement_id"] for r in rows_of(lake, B)] == ["b1"], "the same id in another org is another person"
@@ -139,7 +212,9 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     assert sorted(lake.read(ENGAGEMENT_MUTATION_REQUESTS.name).column("request_id").to_pylist()) == ["m2"]
     assert lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name).num_rows == 0
     kept = lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name)
-    assert {json.loads(i)["engagement_id"] for i in kept["input"].to_pylist()} == {"q3"}, "a longer id containing the subject is not the subject"
+    assert {json.loads(i)["engagement_id"] for i in kept["input"].to_pylist()} == {"q3"}, (
+        "a longer id containing the subject is not the subject"
+    )
     assert subject_rows_remaining(lake, result.erasures, SECRET) == {t: 0 for t in VACUUMED_TABLES}
 
     after = {t: count(lake, t) for t in ERASED_TABLES}
@@ -149,17 +224,26 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     assert per_table == {t: before[t] - after[t] for t in ERASED_TABLES} == result.rows_removed
     e1, e2 = (json.loads(audit[r]["rows_removed_by_table"]) for r in ("e1", "e2"))
     assert e1[ENGAGEMENT_ACTIVITY.name] == 2 and e2[ENGAGEMENT_ACTIVITY.name] == 1
-    assert (e1[QUARANTINE_ENGAGEMENT_INGESTION.name], e1[ENGAGEMENT_MUTATIONS_PENDING.name], e1[ENGAGEMENT_MUTATION_REQUESTS.name]) == (2, 1, 1)
+    assert (
+        e1[QUARANTINE_ENGAGEMENT_INGESTION.name],
+        e1[ENGAGEMENT_MUTATIONS_PENDING.name],
+        e1[ENGAGEMENT_MUTATION_REQUESTS.name],
+    ) == (2, 1, 1)
     assert e1[QUARANTINE_ENGAGEMENT_MUTATIONS.name] == before[QUARANTINE_ENGAGEMENT_MUTATIONS.name] > 0
-    assert audit["e1"]["subject_hash"] == subject_hash(SECRET, A, SUBJECT) and audit["e1"]["rows_removed"] == sum(e1.values())
+    assert audit["e1"]["subject_hash"] == subject_hash(SECRET, A, SUBJECT) and audit["e1"]["rows_removed"] == sum(
+        e1.values()
+    )
     assert SUBJECT not in json.dumps(list(audit.values()), default=str), "the audit keeps the hash, never the id"
     notes = lake.read(ENGAGEMENT_NOTIFICATIONS.name, filters=[("app_name", "=", APP_ID)]).to_pylist()
     assert [(n["org_id"], n["deleted"]) for n in notes] == [(A, 3)]
 
     # Deletes only tombstone files: the subject's rows are still in data and change-data files until vacuum.
     assert files_mentioning(lake, ENGAGEMENT_ACTIVITY.name, SUBJECT, f"org_id={A}")
-    out = materialize([engagement_layout_upkeep], resources={"lake": LakeResource(root=lake_root)},
-                      run_config={"ops": {"engagement_layout_upkeep": {"config": {"vacuum_retention_hours": 0}}}})
+    out = materialize(
+        [engagement_layout_upkeep],
+        resources={"lake": LakeResource(root=lake_root)},
+        run_config={"ops": {"engagement_layout_upkeep": {"config": {"vacuum_retention_hours": 0}}}},
+    )
     assert out.success
     assert not files_mentioning(lake, ENGAGEMENT_ACTIVITY.name, SUBJECT, f"org_id={A}")
     for table in ERASED_TABLES[1:]:
@@ -167,20 +251,29 @@ def test_erasure_removes_the_subject_from_every_table_then_vacuum_removes_its_fi
     assert files_mentioning(lake, ENGAGEMENT_ACTIVITY.name, SUBJECT, f"org_id={B}"), "the other org's row stays"
 
     # A second erasure reads files the first one's deletes rewrote (strings stored as string_view there).
-    again = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e3", A, ERASURE, subject_id=CONTACT, at="2026-02-01T12:00:00Z")])
+    again = retain(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        gdpr_topic,
+        [gdpr("e3", A, ERASURE, subject_id=CONTACT, at="2026-02-01T12:00:00Z")],
+    )
     assert again.requests_applied == 1 and sum(again.rows_removed.values()) == 0
 
 
 # ---- malformed and repeated requests ---------------------------------------------------------------
 
 
-def test_malformed_and_repeated_requests_are_quarantined_with_reasons(spark, kafka, topic, gdpr_topic, lake, checkpoints):
+def test_malformed_and_repeated_requests_are_quarantined_with_reasons(
+    spark, kafka, topic, gdpr_topic, lake, checkpoints
+):
     produce(kafka, topic, [activity("a1", A, date(2025, 1, 1))])
     ingest(spark, kafka, lake, checkpoints, topic)
     first = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("ok", A, RETENTION, retention_days=10)])
     assert first.requests_applied == 1 and not rows_of(lake, A)
 
-    future = (datetime.now(timezone.utc) + timedelta(days=3)).isoformat().replace("+00:00", "Z")
+    future = (datetime.now(UTC) + timedelta(days=3)).isoformat().replace("+00:00", "Z")
     malformed = {
         b"{not json": "malformed_record",
         json.dumps(gdpr("m1", A, ERASURE)).encode(): "missing_required",
@@ -191,14 +284,30 @@ def test_malformed_and_repeated_requests_are_quarantined_with_reasons(spark, kaf
         json.dumps(gdpr("m6", A, RETENTION, at=future, retention_days=5)).encode(): "request_time_in_future",
         json.dumps(gdpr("ok", A, RETENTION, retention_days=10)).encode(): "duplicate_request",
     }
-    second = retain(spark, kafka, lake, checkpoints, gdpr_topic, [*malformed, gdpr("d", A, ERASURE, subject_id="y"), gdpr("d", A, ERASURE, subject_id="z")])
-    assert (second.requests_read, second.requests_applied, second.requests_quarantined) == (len(malformed) + 2, 1, len(malformed) + 1)
+    second = retain(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        gdpr_topic,
+        [*malformed, gdpr("d", A, ERASURE, subject_id="y"), gdpr("d", A, ERASURE, subject_id="z")],
+    )
+    assert (second.requests_read, second.requests_applied, second.requests_quarantined) == (
+        len(malformed) + 2,
+        1,
+        len(malformed) + 1,
+    )
 
     q = lake.read(QUARANTINE_ENGAGEMENT_GDPR.name, filters=[("batch_id", "=", 2)]).to_pylist()
     by_raw: dict[bytes, set[str]] = {}
     for r in q:
         by_raw.setdefault(r["raw"], set()).add(r["error_code"])
-        assert r["pipeline"] == "engagement_gdpr" and r["message"] and r["source_offset"] is not None and r["row_id"].startswith(gdpr_topic)
+        assert (
+            r["pipeline"] == "engagement_gdpr"
+            and r["message"]
+            and r["source_offset"] is not None
+            and r["row_id"].startswith(gdpr_topic)
+        )
     for raw, code in malformed.items():
         assert code in by_raw[raw], (raw, by_raw.get(raw))
     assert {"duplicate_in_batch"} in by_raw.values(), "the second request 'd' of the batch"
@@ -208,18 +317,36 @@ def test_malformed_and_repeated_requests_are_quarantined_with_reasons(spark, kaf
 # ---- crash after each commit -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("crash_after", [
-    QUARANTINE_ENGAGEMENT_GDPR.name, ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name,
-])
+@pytest.mark.parametrize(
+    "crash_after",
+    [
+        QUARANTINE_ENGAGEMENT_GDPR.name,
+        ENGAGEMENT_ACTIVITY.name,
+        QUARANTINE_ENGAGEMENT_INGESTION.name,
+        ENGAGEMENT_NOTIFICATIONS.name,
+    ],
+)
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
-def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, topic, gdpr_topic, lake, lake_root, checkpoints, crash_after):
+def test_process_killed_after_a_commit_then_rerun_applies_once(
+    spark, kafka, topic, gdpr_topic, lake, lake_root, checkpoints, crash_after
+):
     day = date(2025, 6, 1)
-    produce(kafka, topic, [
-        activity("a1", A, day, lead=SUBJECT), activity("a2", A, date(2026, 1, 30), contact=CONTACT), activity("a3", A, date(2026, 1, 31)),
-        {**activity("q1", A, day, lead=SUBJECT), "event_time": "yesterday"},
-    ])
+    produce(
+        kafka,
+        topic,
+        [
+            activity("a1", A, day, lead=SUBJECT),
+            activity("a2", A, date(2026, 1, 30), contact=CONTACT),
+            activity("a3", A, date(2026, 1, 31)),
+            {**activity("q1", A, day, lead=SUBJECT), "event_time": "yesterday"},
+        ],
+    )
     ingest(spark, kafka, lake, checkpoints, topic)
-    produce(kafka, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT), gdpr("t1", A, RETENTION, retention_days=30), b"{broken"])
+    produce(
+        kafka,
+        gdpr_topic,
+        [gdpr("e1", A, ERASURE, subject_id=SUBJECT), gdpr("t1", A, RETENTION, retention_days=30), b"{broken"],
+    )
     p = plan_retention(kafka, checkpoints, gdpr_topic)
 
     rerun = crash_then_rerun(lake_root, lake, checkpoints, STREAM, APP_ID, p.batch_id, crash_after)
@@ -227,10 +354,14 @@ def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, top
     assert (meta["requests_applied"], meta["requests_quarantined"]) == (2, 1)
 
     assert sorted(r["engagement_id"] for r in rows_of(lake, A)) == ["a2", "a3"]
-    assert len([c for c in lake.table(ENGAGEMENT_ACTIVITY.name).history() if c.get("app_id") == APP_ID]) == 1, "one delete commit"
+    assert len([c for c in lake.table(ENGAGEMENT_ACTIVITY.name).history() if c.get("app_id") == APP_ID]) == 1, (
+        "one delete commit"
+    )
     audit = audit_rows(lake)
     assert sorted(audit) == ["e1", "t1"], "one audit row per request"
-    assert json.loads(audit["e1"]["rows_removed_by_table"])[ENGAGEMENT_ACTIVITY.name] == 1  # a1 (the older request takes it)
+    assert (
+        json.loads(audit["e1"]["rows_removed_by_table"])[ENGAGEMENT_ACTIVITY.name] == 1
+    )  # a1 (the older request takes it)
     assert json.loads(audit["e1"]["rows_removed_by_table"])[QUARANTINE_ENGAGEMENT_INGESTION.name] >= 1
     assert json.loads(audit["t1"]["rows_removed_by_table"])[ENGAGEMENT_ACTIVITY.name] == 0
     assert lake.read(QUARANTINE_ENGAGEMENT_INGESTION.name).num_rows == 0
@@ -243,14 +374,23 @@ def test_process_killed_after_a_commit_then_rerun_applies_once(spark, kafka, top
 # ---- Dagster: sensor plans on its cadence, the asset applies with its checks ---------------------------
 
 
-def test_sensor_plans_on_its_cadence_and_the_asset_applies_with_checks(spark, kafka, topic, gdpr_topic, lake, lake_root, checkpoints, stack, monkeypatch):
+def test_sensor_plans_on_its_cadence_and_the_asset_applies_with_checks(
+    spark, kafka, topic, gdpr_topic, lake, lake_root, checkpoints, stack, monkeypatch
+):
     monkeypatch.setenv("EP_GDPR_TOPIC", gdpr_topic)
     monkeypatch.delenv("EP_RETENTION_INTERVAL_SECONDS", raising=False)
-    produce(kafka, topic, [activity("a1", A, date(2026, 1, 10), lead=SUBJECT), activity("a2", A, date(2026, 1, 10), lead="00QKEEP")])
+    produce(
+        kafka,
+        topic,
+        [activity("a1", A, date(2026, 1, 10), lead=SUBJECT), activity("a2", A, date(2026, 1, 10), lead="00QKEEP")],
+    )
     ingest(spark, kafka, lake, checkpoints, topic)
     produce(kafka, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT), b"not json"])
-    resources = {"kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]), "lake": LakeResource(root=lake_root),
-                 "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root))}
+    resources = {
+        "kafka": KafkaResource(bootstrap_servers=stack["KAFKA_BOOTSTRAP_SERVERS"]),
+        "lake": LakeResource(root=lake_root),
+        "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root)),
+    }
 
     def tick(instance):
         with build_sensor_context(instance=instance, resources=resources) as ctx:
@@ -264,20 +404,44 @@ def test_sensor_plans_on_its_cadence_and_the_asset_applies_with_checks(spark, ka
         assert result.asset_events[0].asset_key.to_user_string() == "kafka/engagement_gdpr"
 
         instance.add_dynamic_partitions(retention_batches.name, [request.partition_key])
-        out = materialize([engagement_retention], partition_key=request.partition_key, instance=instance, tags=request.tags,
-                          resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        out = materialize(
+            [engagement_retention],
+            partition_key=request.partition_key,
+            instance=instance,
+            tags=request.tags,
+            resources={**resources, "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})},
+        )
         assert out.success
         checks = {e.check_name: e for e in out.get_asset_check_evaluations()}
-        assert set(checks) == {"subject_erased_everywhere", "notifications_match_changes", "offset_ranges_contiguous", "requests_accounted"}
+        assert set(checks) == {
+            "subject_erased_everywhere",
+            "notifications_match_changes",
+            "offset_ranges_contiguous",
+            "requests_accounted",
+        }
         assert all(c.passed for c in checks.values()), {n: c.metadata for n, c in checks.items()}
         erased = checks["subject_erased_everywhere"].metadata
-        assert erased["erasures_in_batch"].value == erased["subjects_suppressed"].value == 1 and erased["rows_remaining"].value == 0
+        assert (
+            erased["erasures_in_batch"].value == erased["subjects_suppressed"].value == 1
+            and erased["rows_remaining"].value == 0
+        )
         assert erased[f"rows_remaining_{ENGAGEMENT_ACTIVITY.name}"].value == 0
         accounted = checks["requests_accounted"].metadata
-        assert (accounted["requests_read"].value, accounted["requests_applied"].value, accounted["requests_quarantined"].value) == (2, 1, 1)
+        assert (
+            accounted["requests_read"].value,
+            accounted["requests_applied"].value,
+            accounted["requests_quarantined"].value,
+        ) == (2, 1, 1)
         assert [r["engagement_id"] for r in rows_of(lake, A)] == ["a2"]
-        materialized = {m.asset_key.to_user_string() for m in out.asset_materializations_for_node("engagement_retention")}
-        assert {"engagement_retention", "engagement_activity", "gdpr_audit", "quarantine_engagement_gdpr"} <= materialized
+        materialized = {
+            m.asset_key.to_user_string() for m in out.asset_materializations_for_node("engagement_retention")
+        }
+        assert {
+            "engagement_retention",
+            "engagement_activity",
+            "gdpr_audit",
+            "quarantine_engagement_gdpr",
+        } <= materialized
 
         # daily cadence: the next request waits for the interval, then is planned
         produce(kafka, gdpr_topic, [gdpr("e2", A, ERASURE, subject_id="00QKEEP")])
@@ -291,7 +455,7 @@ def test_sensor_plans_on_its_cadence_and_the_asset_applies_with_checks(spark, ka
 # ---- pure logic ------------------------------------------------------------------------------------
 
 
-AT = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1), timezones=st.just(timezone.utc))
+AT = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2090, 1, 1), timezones=st.just(UTC))
 
 
 @given(AT, st.integers(1, 36500), st.dates(min_value=date(1950, 1, 1), max_value=date(2100, 1, 1)))
@@ -307,7 +471,13 @@ def test_retention_removes_exactly_the_rows_older_than_n_days_at_the_request_day
 @given(at=AT, offset=st.integers(-48 * 3600, 48 * 3600))
 def test_request_time_is_fixed_by_the_request_and_future_times_are_refused(at, offset):
     as_of = at + timedelta(seconds=offset)
-    row = {"request_id": "r", "org_id": A, "request_time": at.replace(tzinfo=None), "kind": RETENTION, "retention_days": 5}
+    row = {
+        "request_id": "r",
+        "org_id": A,
+        "request_time": at.replace(tzinfo=None),
+        "kind": RETENTION,
+        "retention_days": 5,
+    }
     request, errors = canonical_request(row, as_of)
     if at > as_of + timedelta(days=1):
         assert request is None and [e["error_code"] for e in errors] == ["request_time_in_future"]
@@ -332,18 +502,25 @@ def test_mentions_finds_the_id_as_a_whole_token_in_json_text_and_bytes(tokens, s
 
 
 def test_predicates_group_by_partition_and_quote_values():
-    requests = [RetentionRequest("r1", A, datetime(2026, 2, 1, tzinfo=timezone.utc), RETENTION, retention_days=30),
-                RetentionRequest("r2", A, datetime(2026, 2, 1, tzinfo=timezone.utc), ERASURE, subject_id="O'Brien"),
-                RetentionRequest("r3", B, datetime(2026, 2, 3, tzinfo=timezone.utc), RETENTION, retention_days=1)]
+    requests = [
+        RetentionRequest("r1", A, datetime(2026, 2, 1, tzinfo=UTC), RETENTION, retention_days=30),
+        RetentionRequest("r2", A, datetime(2026, 2, 1, tzinfo=UTC), ERASURE, subject_id="O'Brien"),
+        RetentionRequest("r3", B, datetime(2026, 2, 3, tzinfo=UTC), RETENTION, retention_days=1),
+    ]
     assert activity_predicate(requests, {A: {"e'1", "e2"}, "C": {"e3"}}) == (
         f"(org_id = '{A}' AND (engagement_date < CAST('2026-01-02' AS DATE) OR engagement_id IN ('e''1', 'e2')))"
         f" OR (org_id = '{B}' AND (engagement_date < CAST('2026-02-02' AS DATE)))"
-        " OR (org_id = 'C' AND (engagement_id IN ('e3')))"), "an erasure names rows by key, never the subject id"
+        " OR (org_id = 'C' AND (engagement_id IN ('e3')))"
+    ), "an erasure names rows by key, never the subject id"
     assert "O''Brien" not in activity_predicate(requests)
     assert log_predicate([{"org_id": A, "_commit_version": 3, "_change_type": "delete", "engagement_id": "e1"}]) == (
-        f"(org_id = '{A}' AND _commit_version = 3 AND _change_type = 'delete' AND engagement_id IN ('e1'))")
+        f"(org_id = '{A}' AND _commit_version = 3 AND _change_type = 'delete' AND engagement_id IN ('e1'))"
+    )
     assert activity_predicate([]) is None
-    assert keyed_predicate(("pipeline", "row_id"), {("p", "t:0:2"), ("p", "t:0:1")}) == "(pipeline = 'p' AND row_id IN ('t:0:1', 't:0:2'))"
+    assert (
+        keyed_predicate(("pipeline", "row_id"), {("p", "t:0:2"), ("p", "t:0:1")})
+        == "(pipeline = 'p' AND row_id IN ('t:0:1', 't:0:2'))"
+    )
     assert mutations.STREAM != STREAM  # each stream its own txn app id and checkpoint partition
 
 
@@ -359,13 +536,33 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     ingest(spark, kafka, lake, checkpoints, topic)
 
     def pending(rid, missing, **to) -> dict:
-        return {"request_id": rid, "org_id": A, "request_time": ASKED, "op": "convert", "from_field": "lead_id", "from_id": missing,
-                "to_field": "contact_id", "to_id": to.get("to_id", "003KEPT")}
+        return {
+            "request_id": rid,
+            "org_id": A,
+            "request_time": ASKED,
+            "op": "convert",
+            "from_field": "lead_id",
+            "from_id": missing,
+            "to_field": "contact_id",
+            "to_id": to.get("to_id", "003KEPT"),
+        }
 
-    mutate(spark, kafka, lake, checkpoints, mutation_topic, [pending("m1", "00QNOTYET", to_id=SUBJECT), pending("m2", "00QOTHER")])
+    mutate(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        mutation_topic,
+        [pending("m1", "00QNOTYET", to_id=SUBJECT), pending("m2", "00QOTHER")],
+    )
     produce_requests(kafka, mutation_topic, [pending("m3", "00QNOTYET2", to_id=SUBJECT), pending("m4", "00QOTHER2")])
     p = plan_mutations(kafka, checkpoints, mutation_topic)
-    crashed = run_batch(mutations.STREAM, lake_root, p.batch_id, failpoint=after_commit(mutations.STREAM, ENGAGEMENT_MUTATION_REQUESTS.name))
+    crashed = run_batch(
+        mutations.STREAM,
+        lake_root,
+        p.batch_id,
+        failpoint=after_commit(mutations.STREAM, ENGAGEMENT_MUTATION_REQUESTS.name),
+    )
     assert crashed.returncode == KILLED, crashed.stderr[-2000:]
 
     result = retain(spark, kafka, lake, checkpoints, gdpr_topic, [gdpr("e1", A, ERASURE, subject_id=SUBJECT)])
@@ -380,8 +577,15 @@ def test_mutation_rerun_after_an_erasure_does_not_bring_back_erased_pending_requ
     q = lake.read(QUARANTINE_ENGAGEMENT_MUTATIONS.name) if lake.exists(QUARANTINE_ENGAGEMENT_MUTATIONS.name) else None
     assert q is None or not any(mentions(v, SUBJECT) for v in q["input"].to_pylist() if v)
     # the re-run is still exactly-once: one pending commit for the batch, the same decisions
-    commits = [c for c in lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).history() if c.get("app_id") == mutations.APP_ID]
+    commits = [
+        c for c in lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).history() if c.get("app_id") == mutations.APP_ID
+    ]
     assert sorted(c["batch_id"] for c in commits) == ["1", "2"]
     meta = json.loads(rerun.stdout.strip().splitlines()[-1])
     # m3 (into the erased id) is now dropped by the suppression list the re-run reads (the latest one)
-    assert (meta["requests_applied"], meta["pending_retained"], meta["pending_added"], meta["requests_suppressed"]) == (0, 2, 1, 1)
+    assert (meta["requests_applied"], meta["pending_retained"], meta["pending_added"], meta["requests_suppressed"]) == (
+        0,
+        2,
+        1,
+        1,
+    )

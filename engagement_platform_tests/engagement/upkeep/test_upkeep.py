@@ -23,9 +23,9 @@ from dagster import (
 )
 from dagster._core.test_utils import create_run_for_test
 
-from engagement_platform.engagement.upkeep import assets as upkeep_module
 from engagement_platform.engagement.ingestion.apply import STREAM
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
+from engagement_platform.engagement.upkeep import assets as upkeep_module
 from engagement_platform.engagement.upkeep.assets import (
     DATE_RANGES_DO_NOT_OVERLAP,
     FILE_COUNT_UNDER_LIMIT,
@@ -53,9 +53,16 @@ def ingest_small_appends(lake, appends: int = 8, rows_per_org: int = 40, seed: i
     rng = random.Random(seed)
     for batch in range(1, appends + 1):
         rows = [
-            {"org_id": org, "engagement_id": f"e{batch:03d}{org[-1]}{i:04d}", "activity_type": "call", "batch_id": batch,
-             "engagement_date": D0 + timedelta(days=rng.randint(0, 45)), "payload": json.dumps({"step": rng.randint(1, 8)})}
-            for org in ORGS for i in range(rows_per_org)
+            {
+                "org_id": org,
+                "engagement_id": f"e{batch:03d}{org[-1]}{i:04d}",
+                "activity_type": "call",
+                "batch_id": batch,
+                "engagement_date": D0 + timedelta(days=rng.randint(0, 45)),
+                "payload": json.dumps({"step": rng.randint(1, 8)}),
+            }
+            for org in ORGS
+            for i in range(rows_per_org)
         ]
         table = pa.Table.from_pylist(rows, schema=pa.schema([ENGAGEMENT_ACTIVITY.schema.field(n) for n in rows[0]]))
         for field in ENGAGEMENT_ACTIVITY.schema:
@@ -103,7 +110,9 @@ def test_upkeep_asset_compacts_the_lake_and_its_checks_pass(lake_root, lake):
     assert checks[DATE_RANGES_DO_NOT_OVERLAP].metadata["max_overlap_ratio"].value == 0.0
     assert checks[FILE_COUNT_UNDER_LIMIT].metadata["max_files_per_partition"].value == 1
 
-    observed = [e.event_specific_data.asset_observation for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    observed = [
+        e.event_specific_data.asset_observation for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"
+    ]
     assert [(o.asset_key, o.metadata["files"].value) for o in observed] == [(AssetKey(ENGAGEMENT_ACTIVITY.name), 3)]
 
 
@@ -114,14 +123,21 @@ def test_checks_warn_on_an_overlapping_layout_without_failing_the_run(lake_root,
         [*UPKEEP_ASSETS, *UPKEEP_CHECKS],
         selection=AssetSelection.checks_for_assets(UPKEEP_ASSET),  # the checks alone: nothing is compacted
         resources={"lake": LakeResource(root=lake_root)},
-        run_config={"ops": {f"engagement_layout_upkeep_{n}": {"config": config} for n in (DATE_RANGES_DO_NOT_OVERLAP, FILE_COUNT_UNDER_LIMIT)}},
+        run_config={
+            "ops": {
+                f"engagement_layout_upkeep_{n}": {"config": config}
+                for n in (DATE_RANGES_DO_NOT_OVERLAP, FILE_COUNT_UNDER_LIMIT)
+            }
+        },
     )
     assert result.success  # non-blocking warnings
     assert not result.asset_materializations_for_node("engagement_layout_upkeep")
     checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
     overlap, count = checks[DATE_RANGES_DO_NOT_OVERLAP], checks[FILE_COUNT_UNDER_LIMIT]
     assert not overlap.passed and overlap.severity == AssetCheckSeverity.WARN
-    assert overlap.metadata["max_overlap_ratio"].value > 0.5 and overlap.metadata["partitions_over_threshold"].value == 3
+    assert (
+        overlap.metadata["max_overlap_ratio"].value > 0.5 and overlap.metadata["partitions_over_threshold"].value == 3
+    )
     assert all(org in overlap.metadata["worst_partitions"].value for org in ORGS)
     assert not count.passed and count.severity == AssetCheckSeverity.WARN
     assert count.metadata["max_files_per_partition"].value == 8 and count.metadata["partitions_over_limit"].value == 3
@@ -161,7 +177,9 @@ def instance():
 
 
 def tick(instance, lake_root, cursor=None):
-    with build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}, cursor=cursor) as ctx:
+    with build_sensor_context(
+        instance=instance, resources={"lake": LakeResource(root=lake_root)}, cursor=cursor
+    ) as ctx:
         return layout_upkeep_sensor(ctx)
 
 

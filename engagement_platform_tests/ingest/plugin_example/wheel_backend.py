@@ -28,15 +28,22 @@ def _names() -> tuple[str, str, str]:
 
 def _metadata() -> str:
     project = _project()
-    lines = ["Metadata-Version: 2.1", f"Name: {project['name']}", f"Version: {project['version']}",
-             f"Summary: {project.get('description', '')}", f"Requires-Python: {project.get('requires-python', '')}"]
+    lines = [
+        "Metadata-Version: 2.1",
+        f"Name: {project['name']}",
+        f"Version: {project['version']}",
+        f"Summary: {project.get('description', '')}",
+        f"Requires-Python: {project.get('requires-python', '')}",
+    ]
     lines += [f"Requires-Dist: {dep}" for dep in project.get("dependencies", [])]
     return "\n".join(lines) + "\n"
 
 
 def _entry_points() -> str:
     groups = _project().get("entry-points", {})
-    return "".join(f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in groups.items())
+    return "".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n" for group, eps in groups.items()
+    )
 
 
 def get_requires_for_build_wheel(config_settings=None):
@@ -70,7 +77,11 @@ def build_sdist(sdist_directory, config_settings=None):
     _, dist, version = _names()
     filename = f"{dist}-{version}.tar.gz"
     with tarfile.open(Path(sdist_directory) / filename, "w:gz") as tar:
-        for path in ["pyproject.toml", "wheel_backend.py", *(str(p.relative_to(ROOT)) for p in sorted((ROOT / dist).rglob("*.py")))]:
+        for path in [
+            "pyproject.toml",
+            "wheel_backend.py",
+            *(str(p.relative_to(ROOT)) for p in sorted((ROOT / dist).rglob("*.py"))),
+        ]:
             data = (ROOT / path).read_bytes()
             member = tarfile.TarInfo(f"{dist}-{version}/{path}")
             member.size = len(data)

@@ -5,7 +5,12 @@ import json
 
 import pytest
 
-from engagement_platform.profiles.backfill.apply import QUARANTINE_PIPELINE, backfill_app_id, backfill_stream, backfill_tenant
+from engagement_platform.profiles.backfill.apply import (
+    QUARANTINE_PIPELINE,
+    backfill_app_id,
+    backfill_stream,
+    backfill_tenant,
+)
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
 from engagement_platform.profiles.tables import QUARANTINE_PROFILE_CDC, raw_table_name
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
@@ -21,27 +26,38 @@ def profiles(lake, tenant, include_deleted=False):
 def export(tmp_path):
     folder = tmp_path / "export"
     folder.mkdir()
-    write_jsonl(folder / "part-0.jsonl", [
-        snap("1", 4, {"email": "a@x.io", "country": "DE"}, related=["2"]),
-        b'{"primary_id": "broken", ',                                     # line 2: not JSON
-        snap("2", 5, {"email": "b@x.io"}, tenant="acme"),
-        snap(None, 6, {"email": "nobody@x.io"}),                          # line 4: no id
-        snap("4", 7, "{not json"),                                        # line 5: fields not an object
-        snap("5", 8, {"email": "e@x.io"}, tenant="globex"),               # line 6: another tenant's row
-        snap("6", 9, {"email": "late@x.io"}, ts="2026-01-05T12:00:01Z"),  # after the boundary: CDC's
-        snap("3", 2, {"email": "c-old@x.io"}),
-    ])
-    write_parquet(folder / "part-1.parquet", [
-        snap("3", 3, {"email": "c@x.io", "tags": ["x"]}, related=["7"]),  # newer than line 8 of part-0
-        snap("7", 1, {}),
-    ])
+    write_jsonl(
+        folder / "part-0.jsonl",
+        [
+            snap("1", 4, {"email": "a@x.io", "country": "DE"}, related=["2"]),
+            b'{"primary_id": "broken", ',  # line 2: not JSON
+            snap("2", 5, {"email": "b@x.io"}, tenant="acme"),
+            snap(None, 6, {"email": "nobody@x.io"}),  # line 4: no id
+            snap("4", 7, "{not json"),  # line 5: fields not an object
+            snap("5", 8, {"email": "e@x.io"}, tenant="globex"),  # line 6: another tenant's row
+            snap("6", 9, {"email": "late@x.io"}, ts="2026-01-05T12:00:01Z"),  # after the boundary: CDC's
+            snap("3", 2, {"email": "c-old@x.io"}),
+        ],
+    )
+    write_parquet(
+        folder / "part-1.parquet",
+        [
+            snap("3", 3, {"email": "c@x.io", "tags": ["x"]}, related=["7"]),  # newer than line 8 of part-0
+            snap("7", 1, {}),
+        ],
+    )
     return folder
 
 
 def test_backfill_loads_json_lines_and_parquet_up_to_the_boundary(spark, lake, checkpoints, export):
     result = backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL)
 
-    assert (result.records_read, result.rows_valid, result.rows_beyond_boundary, result.records_quarantined) == (10, 6, 1, 4)
+    assert (result.records_read, result.rows_valid, result.rows_beyond_boundary, result.records_quarantined) == (
+        10,
+        6,
+        1,
+        4,
+    )
     rows = profiles(lake, "acme")
     assert set(rows) == {"1", "2", "3", "7"}
     assert json.loads(rows["3"]["fields"]) == {"email": "c@x.io", "tags": ["x"]} and rows["3"]["cdc_seq"] == 3
@@ -52,7 +68,11 @@ def test_backfill_loads_json_lines_and_parquet_up_to_the_boundary(spark, lake, c
     quarantined = lake.read(QUARANTINE_PROFILE_CDC.name).to_pylist()
     jsonl = str(export / "part-0.jsonl")
     assert {q["row_id"]: q["error_code"] for q in quarantined} == {
-        f"{jsonl}:2": "malformed_record", f"{jsonl}:4": "missing_required", f"{jsonl}:5": "invalid_json", f"{jsonl}:6": "tenant_mismatch"}
+        f"{jsonl}:2": "malformed_record",
+        f"{jsonl}:4": "missing_required",
+        f"{jsonl}:5": "invalid_json",
+        f"{jsonl}:6": "tenant_mismatch",
+    }
     assert {(q["pipeline"], q["org_id"], q["batch_id"]) for q in quarantined} == {(QUARANTINE_PIPELINE, "acme", 1)}
 
     # The same export again: already done, nothing written.
@@ -65,13 +85,23 @@ def test_backfill_loads_json_lines_and_parquet_up_to_the_boundary(spark, lake, c
 
 def test_snapshot_rows_order_against_cdc_changes_by_sequence(spark, kafka, lake, checkpoints, tmp_path):
     topic = new_topic(kafka)
-    stage_and_process(spark, kafka, lake, checkpoints, topic, [
-        record("acme", "1", 5, {"a": 1, "gone": 1}),   # older than its snapshot row: replaced whole
-        record("acme", "2", 20, {"b": 2}),             # newer than its snapshot row: kept
-    ], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        topic,
+        [
+            record("acme", "1", 5, {"a": 1, "gone": 1}),  # older than its snapshot row: replaced whole
+            record("acme", "2", 20, {"b": 2}),  # newer than its snapshot row: kept
+        ],
+        "acme",
+    )
     folder = tmp_path / "export"
     folder.mkdir()
-    write_jsonl(folder / "snapshot.jsonl", [snap("1", 10, {"a": 2}), snap("2", 15, {"b": 1, "x": 1}), snap("3", 3, {"c": 1})])
+    write_jsonl(
+        folder / "snapshot.jsonl", [snap("1", 10, {"a": 2}), snap("2", 15, {"b": 1, "x": 1}), snap("3", 3, {"c": 1})]
+    )
     result = backfill_tenant(spark, lake, checkpoints, "acme", folder, UNTIL)
     assert result.rows_upserted == 2  # ids 1 and 3; id 2's row is stale
     rows = profiles(lake, "acme")

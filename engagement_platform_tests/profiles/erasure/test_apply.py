@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,8 +32,13 @@ from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_ev
 from engagement_platform.profiles.segments.definitions import parse_segment
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.tables import (
-    PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS, PROFILE_ERASURE_AUDIT, PROFILE_SUPPRESSED_RECORDS, QUARANTINE_PROFILE_CDC,
-    QUARANTINE_PROFILE_ERASURE, raw_table_name,
+    PROFILE_CDC_STAGING,
+    PROFILE_ERASED_SUBJECTS,
+    PROFILE_ERASURE_AUDIT,
+    PROFILE_SUPPRESSED_RECORDS,
+    QUARANTINE_PROFILE_CDC,
+    QUARANTINE_PROFILE_ERASURE,
+    raw_table_name,
 )
 from engagement_platform.resources import LakeResource
 from engagement_platform.settings import load_settings
@@ -72,7 +77,9 @@ def plan_erasure(kafka, checkpoints, topic, requests: list):
 
 
 def erase(spark, kafka, lake, checkpoints, topic, requests: list):
-    return erase_profiles_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan_erasure(kafka, checkpoints, topic, requests))
+    return erase_profiles_batch(
+        spark, lake, checkpoints, kafka.bootstrap_servers, plan_erasure(kafka, checkpoints, topic, requests)
+    )
 
 
 def ids_of(lake, tenant) -> set[str]:
@@ -82,34 +89,61 @@ def ids_of(lake, tenant) -> set[str]:
 def identity_world(spark, kafka, lake, checkpoints, topic) -> None:
     """SUBJECT linked to LINKED (one merged identity) and KEPT in tenant acme, ELSEWHERE in beta; a bad record
     naming SUBJECT in quarantine; a change of LINKED staged but not merged yet."""
-    stage_and_process(spark, kafka, lake, checkpoints, topic, [
-        record("acme", SUBJECT, 1, {"email": "gone@x.io"}, related=[LINKED]),
-        record("acme", LINKED, 1, {"email": "gone2@x.io"}),
-        record("acme", KEPT, 1, {"email": "kept@x.io"}),
-        record("beta", ELSEWHERE, 1, {"email": "other@x.io"}),
-        {**record("acme", SUBJECT, 2), "op": "rename"},  # quarantined, naming the subject
-    ], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        topic,
+        [
+            record("acme", SUBJECT, 1, {"email": "gone@x.io"}, related=[LINKED]),
+            record("acme", LINKED, 1, {"email": "gone2@x.io"}),
+            record("acme", KEPT, 1, {"email": "kept@x.io"}),
+            record("beta", ELSEWHERE, 1, {"email": "other@x.io"}),
+            {**record("acme", SUBJECT, 2), "op": "rename"},  # quarantined, naming the subject
+        ],
+        "acme",
+    )
     process_tenant(spark, lake, checkpoints, "beta")
     stage(spark, kafka, lake, checkpoints, topic, [record("acme", LINKED, 5, {"country": "DE"})])  # staged, not merged
 
 
 def test_the_rule_erases_the_whole_merged_identity():
-    raw = [{"primary_id": i, "related_ids": ["a", "b", "c"]} for i in "abc"] + [{"primary_id": i, "related_ids": ["d", "e"]} for i in "de"]
+    raw = [{"primary_id": i, "related_ids": ["a", "b", "c"]} for i in "abc"] + [
+        {"primary_id": i, "related_ids": ["d", "e"]} for i in "de"
+    ]
     assert identity_ids("a", raw, []) == {"a", "b", "c"}
-    assert identity_ids("x", raw, [{"primary_id": "x", "related_ids": ["y"]}]) == {"x", "y"}, "not merged yet: its staged links"
-    assert identity_ids("a", raw, [{"primary_id": "x", "related_ids": ["b", "e"]}]) == set("abcdex"), "a staged link joins two identities"
+    assert identity_ids("x", raw, [{"primary_id": "x", "related_ids": ["y"]}]) == {"x", "y"}, (
+        "not merged yet: its staged links"
+    )
+    assert identity_ids("a", raw, [{"primary_id": "x", "related_ids": ["b", "e"]}]) == set("abcdex"), (
+        "a staged link joins two identities"
+    )
     assert identity_ids("z", raw, []) == {"z"}, "unknown: still suppressed"
 
 
-def test_an_erasure_reads_the_quarantine_files_an_earlier_erasure_rewrote(spark, kafka, lake, checkpoints, cdc_topic, erasure_topic):
+def test_an_erasure_reads_the_quarantine_files_an_earlier_erasure_rewrote(
+    spark, kafka, lake, checkpoints, cdc_topic, erasure_topic
+):
     """Soak, session 25: an erasure deleted one of two quarantined records of a file, and delta-rs's DELETE wrote the
     other back with string_view columns, which pyarrow's is_in and the file's min/max guarantee refuse: every later
     erasure batch failed reading the quarantine (lake.delta.text_column), until the stream paused."""
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [
-        record("acme", SUBJECT, 1, {"email": "gone@x.io"}), record("acme", KEPT, 1, {"email": "kept@x.io"}),
-        # one quarantine file whose org_id statistics (two tenants and a null) leave the filter to the rows
-        {**record("acme", SUBJECT, 2), "op": "rename"}, {**record("beta", ELSEWHERE, 2), "op": "rename"}, b"{broken",
-    ], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", SUBJECT, 1, {"email": "gone@x.io"}),
+            record("acme", KEPT, 1, {"email": "kept@x.io"}),
+            # one quarantine file whose org_id statistics (two tenants and a null) leave the filter to the rows
+            {**record("acme", SUBJECT, 2), "op": "rename"},
+            {**record("beta", ELSEWHERE, 2), "op": "rename"},
+            b"{broken",
+        ],
+        "acme",
+    )
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 3
     erase(spark, kafka, lake, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT)])
     kinds = {pq.read_schema(uri).field("org_id").type for uri in lake.table(QUARANTINE_PROFILE_CDC.name).file_uris()}
@@ -119,29 +153,54 @@ def test_an_erasure_reads_the_quarantine_files_an_earlier_erasure_rewrote(spark,
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 2 and ids_of(lake, "acme") == set()
 
 
-def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spark, kafka, lake, lake_root, checkpoints, cdc_topic,
-                                                                          erasure_topic, tmp_path, monkeypatch):
+def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, erasure_topic, tmp_path, monkeypatch
+):
     monkeypatch.setenv("EP_ERASURE_WINDOW", f"{WINDOW_S}s")
     secret = load_settings().erasure.secret
     identity_world(spark, kafka, lake, checkpoints, cdc_topic)
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 1
     everyone = parse_segment({"name": "everyone", "where": {"ids": {"op": ">=", "value": 1}}}, "test")[0]
     evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [everyone])
-    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {SUBJECT, KEPT}, "the identity's component id is an id"
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {SUBJECT, KEPT}, (
+        "the identity's component id is an id"
+    )
 
-    early = erase(spark, kafka, lake, checkpoints, erasure_topic, [{"request_id": "pe0", "tenant": "acme", "subject_id": SUBJECT}])
+    early = erase(
+        spark, kafka, lake, checkpoints, erasure_topic, [{"request_id": "pe0", "tenant": "acme", "subject_id": SUBJECT}]
+    )
     assert early.requests_quarantined == 1, "no request_time: refused, and kept raw with the id until the erasure"
     result = erase(spark, kafka, lake, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT), b"{not json"])
-    assert (result.requests_read, result.requests_applied, result.requests_quarantined, result.ids_erased) == (2, 1, 1, 2)
-    assert result.bytes_written > 0 and result.bytes_removed > 0 and result.metadata()["bytes_rewritten"] == result.bytes_written
+    assert (result.requests_read, result.requests_applied, result.requests_quarantined, result.ids_erased) == (
+        2,
+        1,
+        1,
+        2,
+    )
+    assert (
+        result.bytes_written > 0
+        and result.bytes_removed > 0
+        and result.metadata()["bytes_rewritten"] == result.bytes_written
+    )
     refused = json.dumps(lake.read(QUARANTINE_PROFILE_ERASURE.name).to_pylist(), default=str)
-    assert SUBJECT not in refused and "{not json" in refused, "the earlier refused request naming the subject went; the other stays"
+    assert SUBJECT not in refused and "{not json" in refused, (
+        "the earlier refused request naming the subject went; the other stays"
+    )
     assert ids_of(lake, "acme") == {KEPT} and ids_of(lake, "beta") == {ELSEWHERE}
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {KEPT}, "it left every segment"
-    assert SUBJECT not in json.dumps(lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist(), default=str), "and the entries log"
+    assert SUBJECT not in json.dumps(lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist(), default=str), (
+        "and the entries log"
+    )
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
-    assert suppressed.pairs() == {("acme", subject_hash(secret, "acme", SUBJECT)), ("acme", subject_hash(secret, "acme", LINKED))}
-    assert profile_rows_naming(lake, suppressed) == {PROFILE_CDC_STAGING.name: 0, QUARANTINE_PROFILE_CDC.name: 0, raw_table_name("acme"): 0}
+    assert suppressed.pairs() == {
+        ("acme", subject_hash(secret, "acme", SUBJECT)),
+        ("acme", subject_hash(secret, "acme", LINKED)),
+    }
+    assert profile_rows_naming(lake, suppressed) == {
+        PROFILE_CDC_STAGING.name: 0,
+        QUARANTINE_PROFILE_CDC.name: 0,
+        raw_table_name("acme"): 0,
+    }
     (audit,) = lake.read(PROFILE_ERASURE_AUDIT.name).to_pylist()
     assert audit["subject_hash"] == subject_hash(secret, "acme", SUBJECT) and audit["ids_erased"] == 2
     assert json.loads(audit["rows_removed_by_table"]) == {raw_table_name("acme"): 2, PROFILE_CDC_STAGING.name: 3}
@@ -150,11 +209,20 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     assert SUBJECT not in history and LINKED not in history, "the rewrite logs no predicate"
 
     # -- nothing of the identity lands again: CDC (also linking a new id to it), a bad record, backfill, a repeated request
-    staged = stage(spark, kafka, lake, checkpoints, cdc_topic, [
-        record("acme", SUBJECT, 9, {"email": "back@x.io"}), record("acme", LINKED, 9, op="delete"),
-        record("acme", "usr-new-0005", 1, {"email": "n@x.io"}, related=[SUBJECT]), {**record("acme", LINKED, 2), "op": "rename"},
-        record("acme", KEPT, 2, {"country": "FR"}),
-    ])
+    staged = stage(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", SUBJECT, 9, {"email": "back@x.io"}),
+            record("acme", LINKED, 9, op="delete"),
+            record("acme", "usr-new-0005", 1, {"email": "n@x.io"}, related=[SUBJECT]),
+            {**record("acme", LINKED, 2), "op": "rename"},
+            record("acme", KEPT, 2, {"country": "FR"}),
+        ],
+    )
     assert (staged.records_read, staged.rows_staged, staged.records_suppressed) == (5, 1, 4)
     # a dumper batch that checked the list before the erasure and committed after it: the processor drops the change
     (kept,) = lake.read(PROFILE_CDC_STAGING.name, filters=[("primary_id", "=", KEPT), ("cdc_seq", "=", 2)]).to_pylist()
@@ -164,7 +232,10 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
     assert ids_of(lake, "acme") == {KEPT}
     export = tmp_path / "export"
     export.mkdir()
-    write_jsonl(export / "part-0.jsonl", [snap(SUBJECT, 20, {"email": "x@x.io"}), snap("usr-snap-0006", 20, {"email": "s@x.io"})])
+    write_jsonl(
+        export / "part-0.jsonl",
+        [snap(SUBJECT, 20, {"email": "x@x.io"}), snap("usr-snap-0006", 20, {"email": "s@x.io"})],
+    )
     loaded = backfill_tenant(spark, lake, checkpoints, "acme", export, "2027-01-01T00:00:00Z")
     assert loaded.records_suppressed == 1 and ids_of(lake, "acme") == {KEPT, "usr-snap-0006"}
     again = erase(spark, kafka, lake, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT)])
@@ -193,8 +264,12 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(spar
 
 
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
-@pytest.mark.parametrize("crash_after", [PROFILE_ERASED_SUBJECTS.name, raw_table_name("acme"), PROFILE_CDC_STAGING.name])
-def test_killed_after_a_commit_then_rerun_erases_exactly_once(spark, kafka, lake, lake_root, checkpoints, cdc_topic, erasure_topic, crash_after):
+@pytest.mark.parametrize(
+    "crash_after", [PROFILE_ERASED_SUBJECTS.name, raw_table_name("acme"), PROFILE_CDC_STAGING.name]
+)
+def test_killed_after_a_commit_then_rerun_erases_exactly_once(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, erasure_topic, crash_after
+):
     identity_world(spark, kafka, lake, checkpoints, cdc_topic)
     p = plan_erasure(kafka, checkpoints, erasure_topic, [request("pe1", "acme", SUBJECT)])
     killed_at(STREAM, lake_root, p.batch_id, crash_after)
@@ -202,7 +277,9 @@ def test_killed_after_a_commit_then_rerun_erases_exactly_once(spark, kafka, lake
     assert checkpoints.is_done(STREAM, p.batch_id)
     assert ids_of(lake, "acme") == {KEPT}
     (audit,) = lake.read(PROFILE_ERASURE_AUDIT.name).to_pylist()
-    assert json.loads(audit["rows_removed_by_table"]) == {raw_table_name("acme"): 2, PROFILE_CDC_STAGING.name: 3}, "counted once, re-run included"
+    assert json.loads(audit["rows_removed_by_table"]) == {raw_table_name("acme"): 2, PROFILE_CDC_STAGING.name: 3}, (
+        "counted once, re-run included"
+    )
     for table in (PROFILE_ERASED_SUBJECTS.name, raw_table_name("acme"), PROFILE_CDC_STAGING.name):
         commits = [c for c in lake.table(table).history() if c.get("app_id") == APP_ID]
         assert len(commits) == 1, table
@@ -210,9 +287,19 @@ def test_killed_after_a_commit_then_rerun_erases_exactly_once(spark, kafka, lake
 
 
 def test_staging_keeps_only_what_is_not_merged_or_not_old_enough(spark, kafka, lake, checkpoints, cdc_topic):
-    old, new = ((datetime.now(timezone.utc) - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ") for days in (10, 1))
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p1", 1, {"a": 1}, ts=old), record("acme", "p2", 1, {"a": 2}, ts=new)], "acme")
-    stage(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p3", 1, {"a": 3}, ts=old)])  # old, but not merged yet
+    old, new = ((datetime.now(UTC) - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ") for days in (10, 1))
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [record("acme", "p1", 1, {"a": 1}, ts=old), record("acme", "p2", 1, {"a": 2}, ts=new)],
+        "acme",
+    )
+    stage(
+        spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p3", 1, {"a": 3}, ts=old)]
+    )  # old, but not merged yet
     expired = expire_staging(lake, retention_seconds=7 * 86400)
     assert expired == {"acme": 1}
     assert sorted(lake.read(PROFILE_CDC_STAGING.name)["primary_id"].to_pylist()) == ["p2", "p3"]

@@ -6,15 +6,28 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, RunRequest, SkipReason, build_sensor_context, materialize
+from dagster import (
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_sensor_context,
+    materialize,
+)
 
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import PROCESSOR_JOB, profile_tenants
+from engagement_platform.profiles.segments.apply import (
+    evaluate_tenant,
+    plan_evaluation,
+    segments_app_id,
+    segments_stream,
+)
 from engagement_platform.profiles.segments.assets import profile_segments, profile_segments_sensor
-from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation, segments_app_id, segments_stream
 from engagement_platform.profiles.segments.definitions import parse_segment
 from engagement_platform.profiles.segments.reference import members
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
@@ -24,10 +37,21 @@ from engagement_platform.streams.slices import TableVersionsSlice
 from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
 from engagement_platform_tests.support.crash import finished, killed_at
 
-SEGMENTS = [parse_segment(d, "test")[0] for d in (
-    {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}},
-    {"name": "vip_linked", "where": {"all": [{"ids": {"op": ">=", "value": 2}}, {"exists": {"where": {"path": "fields.tier", "op": "=", "value": "vip"}}}]}},
-)]
+SEGMENTS = [
+    parse_segment(d, "test")[0]
+    for d in (
+        {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "DE"}}},
+        {
+            "name": "vip_linked",
+            "where": {
+                "all": [
+                    {"ids": {"op": ">=", "value": 2}},
+                    {"exists": {"where": {"path": "fields.tier", "op": "=", "value": "vip"}}},
+                ]
+            },
+        },
+    )
+]
 
 
 @pytest.fixture
@@ -45,23 +69,50 @@ def membership(lake) -> set[tuple[str, str]]:
 
 
 def test_membership_follows_merged_identities_links_and_deletes(spark, kafka, lake, checkpoints, cdc_topic):
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [
-        record("acme", "p1", 1, {"country": "DE", "tier": "vip"}), record("acme", "p2", 1, {"country": "FR"}),
-        record("acme", "p3", 1, {"country": "DE"}),
-    ], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", "p1", 1, {"country": "DE", "tier": "vip"}),
+            record("acme", "p2", 1, {"country": "FR"}),
+            record("acme", "p3", 1, {"country": "DE"}),
+        ],
+        "acme",
+    )
     first = evaluate(spark, lake, checkpoints)
     assert (first.identities_evaluated, first.members, first.entered, first.exited) == (3, 2, 2, 0)
     assert membership(lake) == {("germans", "p1"), ("germans", "p3")}
 
     # p2 links to p1: one identity {p1, p2}, its newest country is FR (p2's change is newer) and it is a linked vip
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
-                                                                   record("acme", "p3", 2, op="delete")], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
+            record("acme", "p3", 2, op="delete"),
+        ],
+        "acme",
+    )
     second = evaluate(spark, lake, checkpoints)
     assert membership(lake) == {("vip_linked", "p1")}, "the merged identity's newest country is FR; p3 is deleted"
     assert (second.entered, second.exited) == (1, 2)
-    changes = {(r["batch_id"], r["segment"], r["identity"], r["change"]) for r in lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist()}
-    assert changes == {(1, "germans", "p1", "entered"), (1, "germans", "p3", "entered"),
-                       (2, "germans", "p1", "exited"), (2, "germans", "p3", "exited"), (2, "vip_linked", "p1", "entered")}
+    changes = {
+        (r["batch_id"], r["segment"], r["identity"], r["change"])
+        for r in lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist()
+    }
+    assert changes == {
+        (1, "germans", "p1", "entered"),
+        (1, "germans", "p3", "entered"),
+        (2, "germans", "p1", "exited"),
+        (2, "germans", "p3", "exited"),
+        (2, "vip_linked", "p1", "entered"),
+    }
     assert not any(r["identity"] == "p3" for r in lake.read(PROFILE_SEGMENTS.name).to_pylist())
 
     # the same plan again commits nothing; a new evaluation with no change writes no entries or exits
@@ -73,39 +124,83 @@ def test_membership_follows_merged_identities_links_and_deletes(spark, kafka, la
     assert sorted(int(c["batch_id"]) for c in commits) == [1, 2, 3]
 
 
-def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_the_reference(spark, kafka, lake, lake_root, checkpoints,
-                                                                                              cdc_topic, stack, tmp_path, monkeypatch):
+def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_the_reference(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, stack, tmp_path, monkeypatch
+):
     (tmp_path / "all").mkdir()
-    (tmp_path / "all" / "germans.yaml").write_text("name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n")
+    (tmp_path / "all" / "germans.yaml").write_text(
+        "name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n"
+    )
     (tmp_path / "acme").mkdir()
     (tmp_path / "acme" / "linked.yaml").write_text("name: linked\nwhere: {ids: {op: '>=', value: 2}}\n")
     monkeypatch.setenv("EP_SEGMENTS_DIR", str(tmp_path))
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [
-        record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
-        record("acme", "p3", 1, {"country": "DE"}),
-    ], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", "p1", 1, {"country": "DE"}),
+            record("acme", "p2", 1, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
+            record("acme", "p3", 1, {"country": "DE"}),
+        ],
+        "acme",
+    )
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
-        out = materialize([profile_segments], partition_key="acme", instance=instance,
-                          resources={"lake": LakeResource(root=lake_root), "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]})})
+        out = materialize(
+            [profile_segments],
+            partition_key="acme",
+            instance=instance,
+            resources={
+                "lake": LakeResource(root=lake_root),
+                "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+            },
+        )
         assert out.success
         meta = out.asset_materializations_for_node("profile_segments")[0].metadata
-        assert (meta["segments"].value, meta["identities_evaluated"].value, meta["size_germans"].value, meta["size_linked"].value) == (2, 2, 1, 1)
+        assert (
+            meta["segments"].value,
+            meta["identities_evaluated"].value,
+            meta["size_germans"].value,
+            meta["size_linked"].value,
+        ) == (2, 2, 1, 1)
         (check,) = out.get_asset_check_evaluations()
-        assert check.passed and check.metadata["sampled"].value == 2 and check.metadata["missing"].value == check.metadata["extra"].value == 0
+        assert (
+            check.passed
+            and check.metadata["sampled"].value == 2
+            and check.metadata["missing"].value == check.metadata["extra"].value == 0
+        )
+
         def tick():
-            return profile_segments_sensor(build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)}))
+            return profile_segments_sensor(
+                build_sensor_context(instance=instance, resources={"lake": LakeResource(root=lake_root)})
+            )
+
         assert isinstance(tick(), SkipReason), "evaluated at the raw table's current version: nothing to request"
 
         # The raw table moves while a processor run of the tenant is in flight: that run evaluates the
         # segments itself after its merge, so the sensor requests nothing for the tenant until it ends.
-        stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p4", 2, {"country": "DE"})], "acme")
-        processor_run = instance.add_run(DagsterRun(job_name=PROCESSOR_JOB, run_id=str(uuid.uuid4()), status=DagsterRunStatus.STARTED,
-                                                    tags={"dagster/partition": "acme"}))
+        stage_and_process(
+            spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p4", 2, {"country": "DE"})], "acme"
+        )
+        processor_run = instance.add_run(
+            DagsterRun(
+                job_name=PROCESSOR_JOB,
+                run_id=str(uuid.uuid4()),
+                status=DagsterRunStatus.STARTED,
+                tags={"dagster/partition": "acme"},
+            )
+        )
         assert isinstance(tick(), SkipReason)
         instance.report_run_failed(processor_run)  # e.g. its segments step failed: this sensor picks the evaluation up
         (request,) = tick()
-        assert isinstance(request, RunRequest) and request.partition_key == "acme" and request.tags[STREAM_TAG] == segments_stream("acme")
+        assert (
+            isinstance(request, RunRequest)
+            and request.partition_key == "acme"
+            and request.tags[STREAM_TAG] == segments_stream("acme")
+        )
 
 
 def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str, str]]:
@@ -122,12 +217,21 @@ def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str
 
 def test_incremental_evaluation_gives_exactly_the_full_membership(spark, kafka, lake, checkpoints, cdc_topic):
     started = time.time()
-    edge = (datetime.now(timezone.utc) - timedelta(days=1) + timedelta(seconds=45)).strftime("%Y-%m-%dT%H:%M:%SZ")  # in the 1-day window for 45 s
+    edge = (datetime.now(UTC) - timedelta(days=1) + timedelta(seconds=45)).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )  # in the 1-day window for 45 s
     segments = [*SEGMENTS, parse_segment({"name": "active_today", "where": {"exists": {"within": "1d"}}}, "test")[0]]
     rounds = [
-        [record("acme", "p1", 1, {"country": "DE", "tier": "vip"}), record("acme", "p2", 1, {"country": "FR"}),
-         record("acme", "p3", 1, {"country": "DE"}, ts=edge), record("acme", "p4", 1, {"country": "DE"})],
-        [record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"), record("acme", "p4", 2, op="delete")],
+        [
+            record("acme", "p1", 1, {"country": "DE", "tier": "vip"}),
+            record("acme", "p2", 1, {"country": "FR"}),
+            record("acme", "p3", 1, {"country": "DE"}, ts=edge),
+            record("acme", "p4", 1, {"country": "DE"}),
+        ],
+        [
+            record("acme", "p2", 5, {"country": "FR"}, related=["p1"], ts="2026-01-05T11:00:00Z"),
+            record("acme", "p4", 2, op="delete"),
+        ],
         [],  # no change at all: only time moves (p3's record leaves the 1-day window)
         [record("acme", "p5", 1, {"country": "DE"}, related=["p3"]), record("acme", "p1", 7, {"tier": "gold"})],
     ]
@@ -140,23 +244,43 @@ def test_incremental_evaluation_gives_exactly_the_full_membership(spark, kafka, 
             time.sleep(max(0.0, started + 47 - time.time()))
         result = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), segments)
         modes.append((result.mode, result.identities_evaluated))
-        assert membership(lake) == full_membership(lake, checkpoints, segments, result.plan.batch_id), (i, result.metadata())
+        assert membership(lake) == full_membership(lake, checkpoints, segments, result.plan.batch_id), (
+            i,
+            result.metadata(),
+        )
     assert [m for m, _ in modes] == ["full", "incremental", "incremental", "incremental"]
     assert modes[2][1] == 1, "with no row changed, only the identity whose record left a window is evaluated"
     assert ("active_today", "p3") not in membership(lake)
-    changed = parse_segment({"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "FR"}}}, "test")[0]
-    redefined = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [changed, *segments[1:]])
-    assert redefined.mode == "full" and membership(lake) == full_membership(lake, checkpoints, [changed, *segments[1:]], redefined.plan.batch_id)
+    changed = parse_segment(
+        {"name": "germans", "where": {"profile": {"path": "country", "op": "=", "value": "FR"}}}, "test"
+    )[0]
+    redefined = evaluate_tenant(
+        spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [changed, *segments[1:]]
+    )
+    assert redefined.mode == "full" and membership(lake) == full_membership(
+        lake, checkpoints, [changed, *segments[1:]], redefined.plan.batch_id
+    )
 
 
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [PROFILE_SEGMENT_CHANGES.name, PROFILE_SEGMENTS.name])
-def test_killed_after_a_commit_then_rerun_evaluates_exactly_once(spark, kafka, lake, lake_root, checkpoints, cdc_topic, tmp_path, monkeypatch,
-                                                                 crash_after):
+def test_killed_after_a_commit_then_rerun_evaluates_exactly_once(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, tmp_path, monkeypatch, crash_after
+):
     (tmp_path / "all").mkdir()
-    (tmp_path / "all" / "germans.yaml").write_text("name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n")
+    (tmp_path / "all" / "germans.yaml").write_text(
+        "name: germans\nwhere: {profile: {path: country, op: '=', value: DE}}\n"
+    )
     monkeypatch.setenv("EP_SEGMENTS_DIR", str(tmp_path))
-    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "DE"})], "acme")
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "DE"})],
+        "acme",
+    )
     plan = plan_evaluation(lake, checkpoints, "acme")
     killed_at(segments_stream("acme"), lake_root, plan.batch_id, crash_after)
     finished(segments_stream("acme"), lake_root, plan.batch_id)

@@ -4,21 +4,32 @@ membership of the slow reference that evaluates each segment alone over plain di
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engagement_platform.profiles.segments.definitions import (
-    Aggregate, AllOf, AnyOf, Cmp, HasType, Ids, Not, Profile, Segment, SegmentError, load_segments, parse_segment,
-)
 from engagement_platform.profiles.segments.columns import profiles_of
+from engagement_platform.profiles.segments.definitions import (
+    Aggregate,
+    AllOf,
+    AnyOf,
+    Cmp,
+    HasType,
+    Ids,
+    Not,
+    Profile,
+    Segment,
+    SegmentError,
+    load_segments,
+    parse_segment,
+)
 from engagement_platform.profiles.segments.evaluate import evaluate, member_pairs, paths_of
 from engagement_platform.profiles.segments.reference import members
 
-NOW = datetime(2026, 2, 1, 12, tzinfo=timezone.utc)
+NOW = datetime(2026, 2, 1, 12, tzinfo=UTC)
 TYPES = ["person", "trial", "cart_add", "purchase"]
 PRODUCTS = ["X", "Y", "Z"]
 
@@ -26,41 +37,108 @@ values = st.one_of(st.sampled_from(PRODUCTS), st.integers(-3, 3), st.booleans(),
 record_cmps = st.one_of(
     st.builds(Cmp, st.just("record_type"), st.sampled_from(["=", "!="]), st.sampled_from(TYPES)),
     st.builds(Cmp, st.just("country"), st.sampled_from(["=", "<", ">=", "exists"]), st.sampled_from(["DE", "FR"])),
-    st.builds(Cmp, st.sampled_from(["fields.product", "fields.n", "fields.cart.product"]), st.sampled_from(["=", "!=", "<", ">", "exists"]), values),
-    st.builds(Cmp, st.just("fields.product"), st.just("in"), st.lists(st.sampled_from(PRODUCTS), min_size=1, max_size=2).map(tuple)),
+    st.builds(
+        Cmp,
+        st.sampled_from(["fields.product", "fields.n", "fields.cart.product"]),
+        st.sampled_from(["=", "!=", "<", ">", "exists"]),
+        values,
+    ),
+    st.builds(
+        Cmp,
+        st.just("fields.product"),
+        st.just("in"),
+        st.lists(st.sampled_from(PRODUCTS), min_size=1, max_size=2).map(tuple),
+    ),
     st.builds(Cmp, st.just("fields.note"), st.just("contains"), st.sampled_from(["a", "bc"])),
 )
-record_conds = st.recursive(record_cmps, lambda inner: st.one_of(
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
-    inner.map(Not)), max_leaves=4)
+record_conds = st.recursive(
+    record_cmps,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
+        inner.map(Not),
+    ),
+    max_leaves=4,
+)
 windows = st.one_of(st.none(), st.sampled_from([3600.0, 86400.0, 7 * 86400.0]))
 aggregates = st.one_of(
-    st.builds(Aggregate, st.just("exists"), st.one_of(st.none(), record_conds), windows, st.none(), st.just(">="), st.just(1)),
-    st.builds(Aggregate, st.just("count"), st.one_of(st.none(), record_conds), windows, st.none(), st.sampled_from([">=", "=", "<"]), st.integers(0, 3)),
-    st.builds(Aggregate, st.sampled_from(["min", "max"]), st.one_of(st.none(), record_conds), windows, st.sampled_from(["fields.n", "fields.product"]),
-              st.sampled_from(["<", ">=", "="]), values),
+    st.builds(
+        Aggregate, st.just("exists"), st.one_of(st.none(), record_conds), windows, st.none(), st.just(">="), st.just(1)
+    ),
+    st.builds(
+        Aggregate,
+        st.just("count"),
+        st.one_of(st.none(), record_conds),
+        windows,
+        st.none(),
+        st.sampled_from([">=", "=", "<"]),
+        st.integers(0, 3),
+    ),
+    st.builds(
+        Aggregate,
+        st.sampled_from(["min", "max"]),
+        st.one_of(st.none(), record_conds),
+        windows,
+        st.sampled_from(["fields.n", "fields.product"]),
+        st.sampled_from(["<", ">=", "="]),
+        values,
+    ),
 )
 identity_leaves = st.one_of(
-    aggregates, st.builds(HasType, st.sampled_from(TYPES)), st.builds(Ids, st.sampled_from([">=", "=", "<"]), st.integers(1, 3)),
+    aggregates,
+    st.builds(HasType, st.sampled_from(TYPES)),
+    st.builds(Ids, st.sampled_from([">=", "=", "<"]), st.integers(1, 3)),
     st.builds(Profile, record_cmps),
 )
-identity_conds = st.recursive(identity_leaves, lambda inner: st.one_of(
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
-    st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
-    inner.map(Not)), max_leaves=5)
+identity_conds = st.recursive(
+    identity_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AllOf(tuple(xs))),
+        st.lists(inner, min_size=1, max_size=3).map(lambda xs: AnyOf(tuple(xs))),
+        inner.map(Not),
+    ),
+    max_leaves=5,
+)
 
-payloads = st.fixed_dictionaries({}, optional={"product": st.sampled_from(PRODUCTS), "n": st.one_of(st.integers(-3, 3), st.just(1.5)),
-                                               "note": st.sampled_from(["abc", "x"]), "cart": st.fixed_dictionaries({"product": st.sampled_from(PRODUCTS)})})
-rows = st.builds(lambda pid, t, hours, country, fields: {
-    "primary_id": pid, "record_type": t, "cdc_ts": NOW - timedelta(hours=hours), "country": country, "email": None,
-    "updated_at": None, "fields": json.dumps(fields) if fields is not None else None},
-    st.sampled_from(["u1", "u2", "u3"]), st.sampled_from(TYPES), st.integers(-2, 300), st.sampled_from([None, "DE", "FR"]),
-    st.one_of(st.none(), payloads))
+payloads = st.fixed_dictionaries(
+    {},
+    optional={
+        "product": st.sampled_from(PRODUCTS),
+        "n": st.one_of(st.integers(-3, 3), st.just(1.5)),
+        "note": st.sampled_from(["abc", "x"]),
+        "cart": st.fixed_dictionaries({"product": st.sampled_from(PRODUCTS)}),
+    },
+)
+rows = st.builds(
+    lambda pid, t, hours, country, fields: {
+        "primary_id": pid,
+        "record_type": t,
+        "cdc_ts": NOW - timedelta(hours=hours),
+        "country": country,
+        "email": None,
+        "updated_at": None,
+        "fields": json.dumps(fields) if fields is not None else None,
+    },
+    st.sampled_from(["u1", "u2", "u3"]),
+    st.sampled_from(TYPES),
+    st.integers(-2, 300),
+    st.sampled_from([None, "DE", "FR"]),
+    st.one_of(st.none(), payloads),
+)
 
 
-RAW = pa.schema([("component_id", pa.string()), ("primary_id", pa.string()), ("record_type", pa.string()), ("cdc_ts", pa.timestamp("us", tz="UTC")),
-                 ("email", pa.string()), ("country", pa.string()), ("updated_at", pa.timestamp("us", tz="UTC")), ("fields", pa.string())])
+RAW = pa.schema(
+    [
+        ("component_id", pa.string()),
+        ("primary_id", pa.string()),
+        ("record_type", pa.string()),
+        ("cdc_ts", pa.timestamp("us", tz="UTC")),
+        ("email", pa.string()),
+        ("country", pa.string()),
+        ("updated_at", pa.timestamp("us", tz="UTC")),
+        ("fields", pa.string()),
+    ]
+)
 
 
 def one_pass(identities: dict[str, list[dict]], segments: list[Segment]) -> list[tuple[str, str]]:
@@ -72,7 +150,10 @@ def one_pass(identities: dict[str, list[dict]], segments: list[Segment]) -> list
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(identity_conds, min_size=1, max_size=6), st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4"]), st.lists(rows, min_size=1, max_size=5)))
+@given(
+    st.lists(identity_conds, min_size=1, max_size=6),
+    st.dictionaries(st.sampled_from(["c1", "c2", "c3", "c4"]), st.lists(rows, min_size=1, max_size=5)),
+)
 def test_one_pass_equals_each_segment_evaluated_alone(conditions, identities):
     segments = [Segment(f"s{i}", "", c, "test") for i, c in enumerate(conditions)]
     got = one_pass(identities, segments)
@@ -92,35 +173,54 @@ where:
     - not: {exists: {where: {path: record_type, op: "=", value: purchase}}}
 """)
     (segment,) = load_segments(tmp_path, "acme")
+
     def row(pid, t, days, fields):
         return {"primary_id": pid, "record_type": t, "cdc_ts": NOW - timedelta(days=days), "fields": json.dumps(fields)}
+
     identities = {
         "in": [row("a", "trial", 2, {"product": "X"}), row("b", "cart_add", 1, {"cart": {"product": "Y"}})],
         "too_old": [row("c", "trial", 9, {"product": "X"}), row("d", "cart_add", 1, {"cart": {"product": "Y"}})],
-        "bought": [row("e", "trial", 2, {"product": "X"}), row("f", "cart_add", 1, {"cart": {"product": "Y"}}), row("g", "purchase", 0, {})],
+        "bought": [
+            row("e", "trial", 2, {"product": "X"}),
+            row("f", "cart_add", 1, {"cart": {"product": "Y"}}),
+            row("g", "purchase", 0, {}),
+        ],
     }
     got = one_pass(identities, [segment])
     assert got == [("in", "trialled_x_not_purchased")] and members(segment, identities, NOW) == {"in"}
 
 
-@pytest.mark.parametrize("where, at, problem", [
-    ({"exist": {}}, "where", "unknown function 'exist'"),
-    ({"profile": {"path": "colour", "op": "=", "value": "red"}}, "where.profile.path", "unknown field 'colour'"),
-    ({"profile": {"path": "country", "op": ">", "value": 5}}, "where.profile.value", "type mismatch: country is a string"),
-    ({"profile": {"path": "cdc_ts", "op": ">", "value": "yesterday"}}, "where.profile.value", "type mismatch: cdc_ts is a timestamp"),
-    ({"count": {"op": ">=", "value": "two"}}, "where.count.value", "type mismatch: count compares a number"),
-    ({"exists": {"within": "a week"}}, "where.exists.within", "is not a duration"),
-    ({"max": {"op": ">", "value": 3}}, "where.max", "max needs the path"),
-    ({"all": []}, "where.all", "expected a non-empty list"),
-    ({"profile": {"path": "country", "op": "~", "value": "DE"}}, "where.profile.op", "unknown operator '~'"),
-])
+@pytest.mark.parametrize(
+    "where, at, problem",
+    [
+        ({"exist": {}}, "where", "unknown function 'exist'"),
+        ({"profile": {"path": "colour", "op": "=", "value": "red"}}, "where.profile.path", "unknown field 'colour'"),
+        (
+            {"profile": {"path": "country", "op": ">", "value": 5}},
+            "where.profile.value",
+            "type mismatch: country is a string",
+        ),
+        (
+            {"profile": {"path": "cdc_ts", "op": ">", "value": "yesterday"}},
+            "where.profile.value",
+            "type mismatch: cdc_ts is a timestamp",
+        ),
+        ({"count": {"op": ">=", "value": "two"}}, "where.count.value", "type mismatch: count compares a number"),
+        ({"exists": {"within": "a week"}}, "where.exists.within", "is not a duration"),
+        ({"max": {"op": ">", "value": 3}}, "where.max", "max needs the path"),
+        ({"all": []}, "where.all", "expected a non-empty list"),
+        ({"profile": {"path": "country", "op": "~", "value": "DE"}}, "where.profile.op", "unknown operator '~'"),
+    ],
+)
 def test_a_bad_definition_names_the_file_the_path_and_the_problem(tmp_path, where, at, problem):
     (tmp_path / "acme").mkdir()
     path = tmp_path / "acme" / "bad.yaml"
     path.write_text(json.dumps({"name": "bad", "where": where}))
     with pytest.raises(SegmentError) as raised:
         load_segments(tmp_path, "acme")
-    assert any(line.startswith(f"{path}: {at}: ") and problem in line for line in str(raised.value).splitlines()), str(raised.value)
+    assert any(line.startswith(f"{path}: {at}: ") and problem in line for line in str(raised.value).splitlines()), str(
+        raised.value
+    )
 
 
 def test_bad_syntax_and_every_problem_of_every_file_are_reported_together(tmp_path):
@@ -137,8 +237,17 @@ def test_bad_syntax_and_every_problem_of_every_file_are_reported_together(tmp_pa
 
 def test_a_count_reads_from_a_file_and_takes_a_number():
     """Regression: a count's value was checked as if it were a primary_id (a string), so no count segment loaded."""
-    where = {"count": {"where": {"path": "record_type", "op": "=", "value": "page_view"}, "within": "7d", "op": ">=", "value": 3}}
+    where = {
+        "count": {
+            "where": {"path": "record_type", "op": "=", "value": "page_view"},
+            "within": "7d",
+            "op": ">=",
+            "value": 3,
+        }
+    }
     segment, problems = parse_segment({"name": "ok", "where": where}, "x")
-    assert problems == [] and segment.where == Aggregate("count", Cmp("record_type", "=", "page_view"), 7 * 86400.0, None, ">=", 3)
+    assert problems == [] and segment.where == Aggregate(
+        "count", Cmp("record_type", "=", "page_view"), 7 * 86400.0, None, ">=", 3
+    )
     _, problems = parse_segment({"name": "bad", "where": {"count": {"path": "fields.n", "op": ">=", "value": 3}}}, "x")
     assert problems == ["x: where.count.path: count takes no path (it counts the records where matches)"]

@@ -3,7 +3,7 @@ for full runs (identities not evaluated leave) and incremental ones (they stay u
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pyarrow as pa
@@ -13,21 +13,25 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.segments.membership import PREVIOUS_COLUMNS, membership_diff
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
 
-NOW = datetime(2026, 3, 1, tzinfo=timezone.utc)
-BEFORE = datetime(2026, 2, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 1, tzinfo=UTC)
+BEFORE = datetime(2026, 2, 1, tzinfo=UTC)
 IDS = [f"c{i}" for i in range(6)]
 SEGMENTS = ["a", "b", "c"]
 
 
 @settings(max_examples=400, deadline=None)
-@given(old=st.sets(st.tuples(st.sampled_from(SEGMENTS + ["gone"]), st.sampled_from(IDS))),
-       evaluated=st.lists(st.sampled_from(IDS), unique=True),
-       verdicts=st.lists(st.booleans(), min_size=18, max_size=18),
-       segments=st.lists(st.sampled_from(SEGMENTS), unique=True, min_size=1),
-       changed=st.one_of(st.none(), st.sets(st.sampled_from(IDS))))
+@given(
+    old=st.sets(st.tuples(st.sampled_from(SEGMENTS + ["gone"]), st.sampled_from(IDS))),
+    evaluated=st.lists(st.sampled_from(IDS), unique=True),
+    verdicts=st.lists(st.booleans(), min_size=18, max_size=18),
+    segments=st.lists(st.sampled_from(SEGMENTS), unique=True, min_size=1),
+    changed=st.one_of(st.none(), st.sets(st.sampled_from(IDS))),
+)
 def test_the_diff_is_set_arithmetic(old, evaluated, verdicts, segments, changed):
-    previous = pa.Table.from_pylist([{"segment": s, "identity": i, "entered_at": BEFORE, "batch_id": 1} for s, i in sorted(old)],
-                                    schema=pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS]))
+    previous = pa.Table.from_pylist(
+        [{"segment": s, "identity": i, "entered_at": BEFORE, "batch_id": 1} for s, i in sorted(old)],
+        schema=pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS]),
+    )
     results = {s: np.array([verdicts[j * 6 + k] for k in range(len(evaluated))], bool) for j, s in enumerate(segments)}
     new = {(s, i) for s in segments for i, inside in zip(evaluated, results[s]) if inside}
     if changed is None:  # full: what was not evaluated is gone
@@ -35,7 +39,14 @@ def test_the_diff_is_set_arithmetic(old, evaluated, verdicts, segments, changed)
     else:  # incremental: the rest stays, unless changed, or of a segment no longer defined
         expected = new | {(s, i) for s, i in old if i not in evaluated and i not in changed and s in segments}
 
-    diff = membership_diff(previous, pa.array(evaluated, pa.string()), results, NOW, 2, None if changed is None else pa.array(sorted(changed), pa.string()))
+    diff = membership_diff(
+        previous,
+        pa.array(evaluated, pa.string()),
+        results,
+        NOW,
+        2,
+        None if changed is None else pa.array(sorted(changed), pa.string()),
+    )
 
     rows = diff.membership.to_pylist()
     assert {(r["segment"], r["identity"]) for r in rows} == expected and len(rows) == len(expected)

@@ -17,8 +17,18 @@ from engagement_platform_tests.support.crash import crash_then_rerun
 BAD = {
     "not_json": (b'{"tenant": "acme", "primary_id": ', {"malformed_record"}),
     "oversized": (json.dumps(record("acme", "big", 1, {"blob": "x" * 3000})).encode(), {"oversized"}),
-    "missing_tenant": (json.dumps({"primary_id": "1", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}).encode(), {"missing_required"}),
-    "missing_id": (json.dumps({"tenant": "acme", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}).encode(), {"missing_required"}),
+    "missing_tenant": (
+        json.dumps(
+            {"primary_id": "1", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}
+        ).encode(),
+        {"missing_required"},
+    ),
+    "missing_id": (
+        json.dumps(
+            {"tenant": "acme", "record_type": "person", "op": "upsert", "cdc_seq": 1, "cdc_ts": "2026-01-05T10:00:00Z"}
+        ).encode(),
+        {"missing_required"},
+    ),
     "fields_not_object": (json.dumps(record("acme", "2", 1, "{not json")).encode(), {"invalid_json"}),
     # JSON's rules, not Spark's lenient defaults: the processor parses `fields` with a strict parser
     "fields_single_quoted": (json.dumps(record("acme", "7", 1, "{'a': 1}")).encode(), {"invalid_json"}),
@@ -31,20 +41,42 @@ BAD = {
 
 
 def good_records(n=20):
-    return [record("acme" if i % 2 else "globex", str(i), i, {"email": f"u{i}@x.io", "country": "DE", "n": i},
-                   related=[str(i + 1)], ts=f"2026-01-05T10:{i:02d}:00Z") for i in range(n)]
+    return [
+        record(
+            "acme" if i % 2 else "globex",
+            str(i),
+            i,
+            {"email": f"u{i}@x.io", "country": "DE", "n": i},
+            related=[str(i + 1)],
+            ts=f"2026-01-05T10:{i:02d}:00Z",
+        )
+        for i in range(n)
+    ]
 
 
 def test_dumper_stages_good_records_and_quarantines_each_bad_kind(spark, kafka, lake, checkpoints):
     topic = new_topic(kafka)
     good = good_records()
-    result = stage(spark, kafka, lake, checkpoints, topic, good + [raw for raw, _ in BAD.values()], max_record_bytes=2048)
+    result = stage(
+        spark, kafka, lake, checkpoints, topic, good + [raw for raw, _ in BAD.values()], max_record_bytes=2048
+    )
 
-    assert (result.records_read, result.rows_staged, result.records_quarantined) == (len(good) + len(BAD), len(good), len(BAD))
+    assert (result.records_read, result.rows_staged, result.records_quarantined) == (
+        len(good) + len(BAD),
+        len(good),
+        len(BAD),
+    )
     staged = lake.read(PROFILE_CDC_STAGING.name).to_pylist()
     assert sorted(r["primary_id"] for r in staged) == sorted(r["primary_id"] for r in good)
     row = next(r for r in staged if r["primary_id"] == "7")
-    assert (row["tenant"], row["bucket"], row["email"], row["country"], row["related_ids"], row["op"]) == ("acme", "20260105T1000", "u7@x.io", "DE", ["8"], "upsert")
+    assert (row["tenant"], row["bucket"], row["email"], row["country"], row["related_ids"], row["op"]) == (
+        "acme",
+        "20260105T1000",
+        "u7@x.io",
+        "DE",
+        ["8"],
+        "upsert",
+    )
     assert json.loads(row["fields"]) == {"email": "u7@x.io", "country": "DE", "n": 7}
     assert row["bucket"] == bucket_of(row["cdc_ts"])
     assert {r["bucket"] for r in staged} == {"20260105T1000", "20260105T1015"}
@@ -92,7 +124,9 @@ def test_rerun_of_a_staged_batch_changes_nothing(spark, kafka, lake, checkpoints
 
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize("crash_after", [PROFILE_CDC_STAGING.name, QUARANTINE_PROFILE_CDC.name])
-def test_dumper_killed_between_commits_then_rerun_is_exactly_once(spark, kafka, stack, lake, lake_root, checkpoints, crash_after):
+def test_dumper_killed_between_commits_then_rerun_is_exactly_once(
+    spark, kafka, stack, lake, lake_root, checkpoints, crash_after
+):
     topic = new_topic(kafka)
     kafka.produce(topic, encode(good_records(12) + [BAD["missing_id"][0]]))
     plan = plan_all(kafka, checkpoints, topic)
@@ -108,7 +142,9 @@ def test_concurrent_dumpers_on_disjoint_partitions_never_conflict(spark, kafka, 
     for i, r in enumerate(records):
         kafka.produce(topic, encode([r]), partition=i % 2)
     marks = kafka.watermarks(topic)
-    plans = [BatchPlan(f"{STREAM}/p{p}", 1, KafkaSlice(topic, (OffsetRange(p, marks[p][0], marks[p][1]),))) for p in (0, 1)]
+    plans = [
+        BatchPlan(f"{STREAM}/p{p}", 1, KafkaSlice(topic, (OffsetRange(p, marks[p][0], marks[p][1]),))) for p in (0, 1)
+    ]
     for p in plans:
         checkpoints.record_plan(p)
     lake.ensure(PROFILE_CDC_STAGING)
@@ -127,4 +163,6 @@ def test_concurrent_dumpers_on_disjoint_partitions_never_conflict(spark, kafka, 
         t.join()
     assert not errors
     assert sum(r.rows_staged for r in results.values()) == 30
-    assert sorted(r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()) == sorted(r["primary_id"] for r in records)
+    assert sorted(r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()) == sorted(
+        r["primary_id"] for r in records
+    )

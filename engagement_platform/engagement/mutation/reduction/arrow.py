@@ -24,20 +24,52 @@ from typing import Any
 
 import pyarrow as pa
 
+from engagement_platform.engagement.mutation.reduction.model import (
+    EngagementAction,
+    OwnerAction,
+    OwnerFate,
+    Reduction,
+    ReductionStats,
+)
 from engagement_platform.engagement.mutation.requests import DELETE, MutationRequest
-from engagement_platform.engagement.mutation.reduction.model import EngagementAction, OwnerAction, OwnerFate, Reduction, ReductionStats
 
-OWNER_ACTION_COLUMNS = ("org_id", "field", "id", "date_from", "date_to", "action", "new_field", "new_id", "deleted_at", "moves")
+OWNER_ACTION_COLUMNS = (
+    "org_id",
+    "field",
+    "id",
+    "date_from",
+    "date_to",
+    "action",
+    "new_field",
+    "new_id",
+    "deleted_at",
+    "moves",
+)
 ENGAGEMENT_ACTION_COLUMNS = ("org_id", "engagement_id", "seq", "date_from", "date_to", "action", "record")
 EXTERNAL_TARGET_COLUMNS = ("org_id", "request_id", "target_kind", "field", "id")
 STAT_COLUMNS = ("requests_in", "owner_actions", "engagement_actions", "external_targets")
 
 _STRING, _DATE, _LONG = pa.string(), pa.date32(), pa.int64()
 REDUCED_ARROW_SCHEMA = pa.schema(
-    [("kind", _STRING), ("org_id", _STRING), ("field", _STRING), ("id", _STRING), ("date_from", _DATE), ("date_to", _DATE),
-     ("action", _STRING), ("new_field", _STRING), ("new_id", _STRING), ("deleted_at", _LONG), ("moves", _STRING),
-     ("engagement_id", _STRING), ("seq", _LONG), ("record", _STRING), ("request_id", _STRING), ("target_kind", _STRING),
-     *((name, _LONG) for name in STAT_COLUMNS)]
+    [
+        ("kind", _STRING),
+        ("org_id", _STRING),
+        ("field", _STRING),
+        ("id", _STRING),
+        ("date_from", _DATE),
+        ("date_to", _DATE),
+        ("action", _STRING),
+        ("new_field", _STRING),
+        ("new_id", _STRING),
+        ("deleted_at", _LONG),
+        ("moves", _STRING),
+        ("engagement_id", _STRING),
+        ("seq", _LONG),
+        ("record", _STRING),
+        ("request_id", _STRING),
+        ("target_kind", _STRING),
+        *((name, _LONG) for name in STAT_COLUMNS),
+    ]
 )
 _DDL = {_STRING: "string", _DATE: "date", _LONG: "long"}
 REDUCED_SCHEMA = ", ".join(f"{f.name} {_DDL[f.type]}" for f in REDUCED_ARROW_SCHEMA)
@@ -55,7 +87,9 @@ def requests_from_arrow(table: pa.Table) -> list[MutationRequest]:
         times, records, dates, zip(*columns)
     ):
         merged_ids = tuple(from_ids) if from_ids else ()
-        request = MutationRequest(rid, org, time, op, field, owner_id, merged_ids, to_field, to_id, eid, record, date_from, date_to)
+        request = MutationRequest(
+            rid, org, time, op, field, owner_id, merged_ids, to_field, to_id, eid, record, date_from, date_to
+        )
         requests.append(request)
     return requests
 
@@ -83,27 +117,53 @@ def reduction_table(org_id: str | None, reduction: Reduction, with_external_targ
     targets = reduction.external_targets if with_external_targets else ()
     stats = reduction.stats
     parts = [
-        (len(owner), {
-            "kind": "owner", "field": [a.field for a in owner], "id": [a.id for a in owner],
-            "date_from": [a.date_from for a in owner], "date_to": [a.date_to for a in owner],
-            "action": [a.action for a in owner], "new_field": [a.fate.new_field for a in owner],
-            "new_id": [a.fate.new_id for a in owner], "deleted_at": [a.fate.deleted_at for a in owner],
-            "moves": [json.dumps(a.fate.moves) if a.fate.moves else None for a in owner],
-        }),
-        (len(engagement), {
-            "kind": "engagement", "engagement_id": [a.engagement_id for a in engagement], "seq": [a.seq for a in engagement],
-            "date_from": [a.date_from for a in engagement], "date_to": [a.date_to for a in engagement],
-            "action": [a.action for a in engagement],
-            "record": [None if a.record is None else record_to_json(a.record) for a in engagement],
-        }),
-        (len(targets), {
-            "kind": "external", "request_id": [t.request_id for t in targets], "target_kind": [t.kind for t in targets],
-            "field": [t.field for t in targets], "id": [t.id for t in targets],
-        }),
-        (1, {
-            "kind": "stats", "requests_in": [stats.requests_in], "owner_actions": [stats.owner_actions],
-            "engagement_actions": [stats.engagement_actions], "external_targets": [len(reduction.external_targets)],
-        }),
+        (
+            len(owner),
+            {
+                "kind": "owner",
+                "field": [a.field for a in owner],
+                "id": [a.id for a in owner],
+                "date_from": [a.date_from for a in owner],
+                "date_to": [a.date_to for a in owner],
+                "action": [a.action for a in owner],
+                "new_field": [a.fate.new_field for a in owner],
+                "new_id": [a.fate.new_id for a in owner],
+                "deleted_at": [a.fate.deleted_at for a in owner],
+                "moves": [json.dumps(a.fate.moves) if a.fate.moves else None for a in owner],
+            },
+        ),
+        (
+            len(engagement),
+            {
+                "kind": "engagement",
+                "engagement_id": [a.engagement_id for a in engagement],
+                "seq": [a.seq for a in engagement],
+                "date_from": [a.date_from for a in engagement],
+                "date_to": [a.date_to for a in engagement],
+                "action": [a.action for a in engagement],
+                "record": [None if a.record is None else record_to_json(a.record) for a in engagement],
+            },
+        ),
+        (
+            len(targets),
+            {
+                "kind": "external",
+                "request_id": [t.request_id for t in targets],
+                "target_kind": [t.kind for t in targets],
+                "field": [t.field for t in targets],
+                "id": [t.id for t in targets],
+            },
+        ),
+        (
+            1,
+            {
+                "kind": "stats",
+                "requests_in": [stats.requests_in],
+                "owner_actions": [stats.owner_actions],
+                "engagement_actions": [stats.engagement_actions],
+                "external_targets": [len(reduction.external_targets)],
+            },
+        ),
     ]
     columns = {}
     for name in REDUCED_ARROW_SCHEMA.names:
@@ -120,8 +180,16 @@ def reduction_from_rows(owner_rows, engagement_rows) -> Reduction:
     owner_actions = sorted(
         (
             OwnerAction(
-                r["field"], r["id"], r["date_from"], r["date_to"],
-                OwnerFate(r["deleted_at"], r["new_field"], r["new_id"], tuple(tuple(m) for m in json.loads(r["moves"] or "[]"))),
+                r["field"],
+                r["id"],
+                r["date_from"],
+                r["date_to"],
+                OwnerFate(
+                    r["deleted_at"],
+                    r["new_field"],
+                    r["new_id"],
+                    tuple(tuple(m) for m in json.loads(r["moves"] or "[]")),
+                ),
             )
             for r in owner_rows
         ),
@@ -130,7 +198,11 @@ def reduction_from_rows(owner_rows, engagement_rows) -> Reduction:
     engagement_actions = sorted(
         (
             EngagementAction(
-                r["engagement_id"], r["seq"], r["date_from"], r["date_to"], r["action"],
+                r["engagement_id"],
+                r["seq"],
+                r["date_from"],
+                r["date_to"],
+                r["action"],
                 None if r["action"] == DELETE else record_from_json(r["record"]),
             )
             for r in engagement_rows

@@ -48,16 +48,31 @@ in the nodes. No request is compared with another, so the fold is O(n log n).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
 from datetime import date
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
-from engagement_platform.engagement.mutation.requests import (
-    DELETE, END_OF_TIME, FIRST_DAY, OWNER_FIELDS, REPLACE, MutationRequest, Row, day_key, full_record,
+from engagement_platform.engagement.mutation.reduction.model import (
+    EngagementAction,
+    ExternalTarget,
+    OwnerAction,
+    OwnerFate,
+    Reduction,
+    ReductionStats,
 )
-from engagement_platform.engagement.mutation.reduction.model import EngagementAction, ExternalTarget, OwnerAction, OwnerFate, Reduction, ReductionStats
 from engagement_platform.engagement.mutation.reduction.row_outcome import settle_owners
+from engagement_platform.engagement.mutation.requests import (
+    DELETE,
+    END_OF_TIME,
+    FIRST_DAY,
+    OWNER_FIELDS,
+    REPLACE,
+    MutationRequest,
+    Row,
+    day_key,
+    full_record,
+)
 from engagement_platform.streams.gc_pause import no_cyclic_gc
-
 
 UNTOUCHED = "untouched"  # slot cell: the position's original rows sit there, no request touched them
 EMPTY = None  # slot cell: nobody holds this id on these dates any more (moved away or deleted)
@@ -268,7 +283,9 @@ class _CascadeFold:
             for j in self._pieces(target_slot, node.lo, node.hi):
                 resident = self._occupant(target, target_slot, j)
                 if resident is None:
-                    resident = target_slot.cells[j] = _Node(target[0], target[1], target_slot.starts[j], target_slot.end(j))
+                    resident = target_slot.cells[j] = _Node(
+                        target[0], target[1], target_slot.starts[j], target_slot.end(j)
+                    )
                 residents.append(resident)
             self._end(node, seq, move_to, residents)
 

@@ -4,10 +4,11 @@ with the lookups a MERGE row needs (`Reduction.owner_fate`, `Reduction.branches`
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from functools import cached_property
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 from engagement_platform.engagement.mutation.requests import DELETE, END_OF_TIME, day_key
 

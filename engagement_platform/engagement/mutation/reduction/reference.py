@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from engagement_platform.engagement.mutation.requests import MutationRequest, Row, as_table, full_record, in_date_range
 

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
-from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, Row, as_table, day_key
 from engagement_platform.engagement.mutation.reduction.model import OwnerFate, Reduction
+from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, Row, as_table, day_key
 
 
-def settle_owners(owners: Mapping[str, str | None], fates: Mapping[str, OwnerFate]) -> tuple[int | None, dict[str, str | None]]:
+def settle_owners(
+    owners: Mapping[str, str | None], fates: Mapping[str, OwnerFate]
+) -> tuple[int | None, dict[str, str | None]]:
     """(seq that deletes the row or None, final owner columns) of a row whose owner ids have these fates.
 
     Fields without a fate keep their id unless another id moves into the field, which erases it

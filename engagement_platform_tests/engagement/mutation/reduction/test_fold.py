@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pyarrow as pa
-
-from engagement_platform.engagement.mutation.reduction.fold import external_targets, reduce_requests
-from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
-from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, REPLACE, MutationRequest as R
 from engagement_platform.engagement.mutation.outcome_table import ACTION, outcome_table
-from engagement_platform.engagement.mutation.reduction.model import OwnerFate
 from engagement_platform.engagement.mutation.reduction.arrow import reduction_table
+from engagement_platform.engagement.mutation.reduction.fold import external_targets, reduce_requests
+from engagement_platform.engagement.mutation.reduction.model import OwnerFate
+from engagement_platform.engagement.mutation.reduction.reference import apply_one_by_one
 from engagement_platform.engagement.mutation.reduction.row_outcome import apply_reduction
+from engagement_platform.engagement.mutation.requests import DELETE, OWNER_FIELDS, REPLACE
+from engagement_platform.engagement.mutation.requests import MutationRequest as R
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform_tests.support.reduction import D1, D2, D3, D4, EIDS, ORG, rename, requests, row, tables
 
@@ -64,21 +64,36 @@ def test_chain_collapses_to_one_hop_per_id():
     reduction = assert_exact([row("e1", lead_id="L1"), row("e2", lead_id="L2"), row("e3", lead_id="L9")], requests)
     # Every id that the chain passes through goes straight to L4: rows are rewritten once.
     assert {key: fate.new_id for key, fate in owner_map(reduction).items()} == {
-        ("lead_id", "L1"): "L4", ("lead_id", "L2"): "L4", ("lead_id", "L3"): "L4",
+        ("lead_id", "L1"): "L4",
+        ("lead_id", "L2"): "L4",
+        ("lead_id", "L3"): "L4",
     }
     assert [t.id for t in reduction.external_targets] == ["L1"]  # L2, L3 were produced by the batch
 
 
 def test_chain_of_one_id_is_one_action():
-    requests = [rename("r1", 1, "L1", "L2"), rename("r2", 2, "L2", "L3"), rename("r3", 3, "L3", "L1"), rename("r4", 4, "L1", "L5")]
+    requests = [
+        rename("r1", 1, "L1", "L2"),
+        rename("r2", 2, "L2", "L3"),
+        rename("r3", 3, "L3", "L1"),
+        rename("r4", 4, "L1", "L5"),
+    ]
     reduction = assert_exact([row("e1", lead_id="L1")], requests)
     assert owner_map(reduction)[("lead_id", "L1")] == OwnerFate(None, "lead_id", "L5", ())
 
 
 def test_merges_point_every_source_at_the_survivor():
-    requests = [R.merge("r1", ORG, 1, "account_id", ["A1", "A2"], "A3"), R.merge("r2", ORG, 2, "account_id", ["A3", "A4"], "A5")]
+    requests = [
+        R.merge("r1", ORG, 1, "account_id", ["A1", "A2"], "A3"),
+        R.merge("r2", ORG, 2, "account_id", ["A3", "A4"], "A5"),
+    ]
     reduction = assert_exact([row(f"e{i}", account_id=f"A{i}") for i in range(1, 6)], requests)
-    assert {key[1]: fate.new_id for key, fate in owner_map(reduction).items()} == {"A1": "A5", "A2": "A5", "A3": "A5", "A4": "A5"}
+    assert {key[1]: fate.new_id for key, fate in owner_map(reduction).items()} == {
+        "A1": "A5",
+        "A2": "A5",
+        "A3": "A5",
+        "A4": "A5",
+    }
 
 
 def test_rename_then_revert_is_dropped():
@@ -121,13 +136,19 @@ def test_update_record_follows_later_renames():
 
 
 def test_owner_delete_before_update_wins():
-    requests = [R.delete_owner("r1", ORG, 1, "lead_id", "L1"), R.update("r2", ORG, 2, "e1", {"engagement_date": D1, "lead_id": "L2"})]
+    requests = [
+        R.delete_owner("r1", ORG, 1, "lead_id", "L1"),
+        R.update("r2", ORG, 2, "e1", {"engagement_date": D1, "lead_id": "L2"}),
+    ]
     assert assert_exact([row("e1", lead_id="L1"), row("e2", lead_id="L2")], requests) is not None
     assert apply_one_by_one([row("e1", lead_id="L1")], requests) == {}
 
 
 def test_update_then_owner_delete_of_the_new_owner():
-    requests = [R.update("r1", ORG, 1, "e1", {"engagement_date": D1, "lead_id": "L2"}), R.delete_owner("r2", ORG, 2, "lead_id", "L2")]
+    requests = [
+        R.update("r1", ORG, 1, "e1", {"engagement_date": D1, "lead_id": "L2"}),
+        R.delete_owner("r2", ORG, 2, "lead_id", "L2"),
+    ]
     reduction = assert_exact([row("e1", lead_id="L1")], requests)
     assert [(b.action, b.record) for b in reduction.engagement_actions] == [(DELETE, None)]
 
@@ -205,7 +226,10 @@ def test_reduction_equals_one_by_one_per_engagement(rows, batch):
 def chains(draw):
     """Renames of one field that form chains and cycles (1->2->3->1) over a handful of ids."""
     ids = [f"L{i}" for i in range(5)]
-    return [rename(f"r{i}", i, draw(st.sampled_from(ids)), draw(st.sampled_from(ids))) for i in range(draw(st.integers(1, 12)))]
+    return [
+        rename(f"r{i}", i, draw(st.sampled_from(ids)), draw(st.sampled_from(ids)))
+        for i in range(draw(st.integers(1, 12)))
+    ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -38,8 +38,9 @@ class NormalizePhone(Converter):
     def convert(self, df: DataFrame) -> tuple[DataFrame, DataFrame]:
         column, code = F.col(self.params.column), self.params.country_code
         digits = F.regexp_replace(column, r"[^0-9]", "")
-        national = (F.when(F.length(digits) == 10, digits)
-                    .when((F.length(digits) == 10 + len(code)) & digits.startswith(code), F.substring(digits, len(code) + 1, 10)))
+        national = F.when(F.length(digits) == 10, digits).when(
+            (F.length(digits) == 10 + len(code)) & digits.startswith(code), F.substring(digits, len(code) + 1, 10)
+        )
         ok = column.isNull() | national.isNotNull()
         converted = df.where(ok).withColumn(self.params.column, F.concat(F.lit(f"+{code}"), national))
         message = F.format_string("'%s' is not a phone number (10 digits, or +" + code + " and 10 digits)", column)
@@ -117,9 +118,14 @@ class UniqueInBatch(Validator):
 
     def validate(self, df: DataFrame) -> DataFrame:
         value = F.col(self.params.column)
-        counted = df.where(value.isNotNull()).select(ROW_ID, value.alias("_v"), F.count("*").over(Window.partitionBy(value)).alias("_n"))
+        counted = df.where(value.isNotNull()).select(
+            ROW_ID, value.alias("_v"), F.count("*").over(Window.partitionBy(value)).alias("_n")
+        )
         message = F.format_string("'%s' appears %d times in the batch", F.col("_v").cast("string"), F.col("_n"))
-        return _error_rows(counted.where(F.col("_n") > 1), error(VALIDATE, self.name, self.params.column, "duplicate_in_batch", message, F.col("_v")))
+        return _error_rows(
+            counted.where(F.col("_n") > 1),
+            error(VALIDATE, self.name, self.params.column, "duplicate_in_batch", message, F.col("_v")),
+        )
 
 
 def not_a_plugin():
