@@ -172,6 +172,13 @@ class CheckpointStore:
     def plans(self, stream: str) -> list[BatchPlan]:
         return plans_from_rows(stream, self.rows(stream))
 
+    def plans_and_done(self, stream: str) -> list[tuple[BatchPlan, bool]]:
+        """Every plan of the stream by batch id, with whether its batch is done, from one read."""
+        rows = self.rows(stream)
+        finished = rows.filter(pc.and_(pc.equal(rows["process"], BATCH), pc.equal(rows["state"], "done")))
+        done = set(finished["batch_id"].to_pylist())
+        return [(p, p.batch_id in done) for p in plans_from_rows(stream, rows)]
+
     def plan(self, stream: str, batch_id: int) -> BatchPlan:
         for p in self.plans(stream):
             if p.batch_id == batch_id:

@@ -145,7 +145,9 @@ class TableVersionsSlice:
 class SnapshotSlice:
     path: str  # the export: a folder of files, or one file
     until: datetime  # rows with a CDC timestamp after it are left out
-    files: tuple[tuple[str, int], ...]  # (name, size) of each data file, in read order
+    # (name, size, modification time in ns) of each data file, in read order; the time is None where the store
+    # reports none or the plan was stored before times were recorded
+    files: tuple[tuple[str, int, int | None], ...]
 
     KIND: ClassVar[str] = "snapshot"
 
@@ -155,7 +157,17 @@ class SnapshotSlice:
 
     @property
     def key(self) -> str:
-        return f"{self.path}?until={self.until.isoformat()}[{len(self.files)} files, {sum(s for _, s in self.files)} bytes]"
+        size = sum(f[1] for f in self.files)
+        return f"{self.path}?until={self.until.isoformat()}[{len(self.files)} files, {size} bytes]"
+
+    def same_export(self, other: SnapshotSlice) -> bool:
+        """The same export: path, boundary, and each file's name and size, and its modification time where both
+        know it. A file rewritten since (same name, another time) makes it another export."""
+        if (self.path, self.until, len(self.files)) != (other.path, other.until, len(other.files)):
+            return False
+        return all(
+            a[:2] == b[:2] and (a[2] is None or b[2] is None or a[2] == b[2]) for a, b in zip(self.files, other.files)
+        )
 
 
 Slice = KafkaSlice | FileSlice | FileSetSlice | TableVersionsSlice | SnapshotSlice
@@ -193,7 +205,11 @@ def from_columns(topic: str, ranges: str) -> Slice:
         return TableVersionsSlice(value["table"], int(value["after"]), int(value["up_to"]))
     if kind == SnapshotSlice.KIND:
         return SnapshotSlice(
-            value["path"], datetime.fromisoformat(value["until"]), tuple((str(n), int(s)) for n, s in value["files"])
+            value["path"],
+            datetime.fromisoformat(value["until"]),
+            tuple(
+                (str(f[0]), int(f[1]), int(f[2]) if len(f) > 2 and f[2] is not None else None) for f in value["files"]
+            ),
         )
     raise ValueError(f"unknown slice kind {kind!r} in a checkpoint row")
 

@@ -363,7 +363,7 @@ snapshot_slices = st.builds(
     SnapshotSlice,
     names,
     st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)),
-    st.lists(st.tuples(names, st.integers(0, 10**12)), max_size=5).map(tuple),
+    st.lists(st.tuples(names, st.integers(0, 10**12), st.none() | st.integers(0, 2**62)), max_size=5).map(tuple),
 )
 file_set_slices = st.lists(file_slices, min_size=1, max_size=5, unique_by=lambda f: f.path).map(
     lambda files: FileSetSlice(tuple(files))
@@ -439,7 +439,7 @@ def test_slice_keys_and_kafka_conveniences():
     file_plan = BatchPlan("ingest.rewards", 7, FileSlice("/landing/a.csv", 1234))
     versions = BatchPlan("profile_processor/acme", 2, TableVersionsSlice("profile_cdc_staging", 4, 9))
     snapshot = BatchPlan(
-        "profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10), ("b.parquet", 20)))
+        "profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10, None), ("b.parquet", 20, 5)))
     )
     assert file_plan.run_key == "ingest.rewards/7//landing/a.csv[1234 bytes]"
     assert versions.run_key == "profile_processor/acme/2/profile_cdc_staging(4..9]"
@@ -456,3 +456,32 @@ def test_slice_keys_and_kafka_conveniences():
             p.slice_as(KafkaSlice)
     # A snapshot boundary an hour later is another slice.
     assert snapshot.slice != SnapshotSlice("/exports/acme", until + timedelta(hours=1), snapshot.slice.files)
+
+
+def test_a_snapshot_export_is_the_same_when_path_boundary_names_sizes_and_known_times_match():
+    until = datetime(2026, 1, 5, 12, tzinfo=UTC)
+    export = SnapshotSlice("/exports/a", until, (("part-0.jsonl", 10, 111), ("part-1.parquet", 20, 222)))
+    assert export.same_export(
+        SnapshotSlice("/exports/a", until, (("part-0.jsonl", 10, 111), ("part-1.parquet", 20, 222)))
+    )
+    # a plan stored before modification times were recorded: names and sizes decide
+    stored = from_columns(
+        "/exports/a",
+        json.dumps(
+            {
+                "kind": "snapshot",
+                "path": "/exports/a",
+                "until": until.isoformat(),
+                "files": [["part-0.jsonl", 10], ["part-1.parquet", 20]],
+            }
+        ),
+    )
+    assert stored.files == (("part-0.jsonl", 10, None), ("part-1.parquet", 20, None)) and stored.same_export(export)
+    rewritten = SnapshotSlice("/exports/a", until, (("part-0.jsonl", 10, 999), ("part-1.parquet", 20, 222)))
+    assert not export.same_export(rewritten), "a file rewritten in place (same size) is another export"
+    assert not export.same_export(
+        SnapshotSlice("/exports/a", until, (("part-0.jsonl", 11, 111), ("part-1.parquet", 20, 222)))
+    )
+    assert not export.same_export(SnapshotSlice("/exports/b", until, export.files))
+    assert not export.same_export(SnapshotSlice("/exports/a", until.replace(hour=13), export.files))
+    assert not export.same_export(SnapshotSlice("/exports/a", until, export.files[:1]))

@@ -18,8 +18,10 @@ Caveat: a profile the processor already stored from changes newer than its snaps
 what those changes carried (the raw row keeps no per-key sequences). Backfill a tenant before its
 processor merges changes past the boundary.
 
-plan     stream `profile_backfill/<tenant>`, a SnapshotSlice: the export's path, the boundary and
-         each file's name and size: a re-run re-reads exactly the same files (a changed file is an error).
+plan     stream `profile_backfill/<tenant>`, a SnapshotSlice: the export's path, the boundary and each file's
+         name, size and modification time. An export any earlier batch of the tenant finished is a no-op,
+         whatever ran since; a re-run of an unfinished batch re-reads exactly the same files (a changed
+         file is an error); an export whose files changed since is a new batch.
 compute  Spark parses and validates, keeps the newest valid row per id, and builds the MERGE source
          with the processor's own plan (resolution.merge_source) against the raw rows read at
          version V, the snapshot's keys marked replaced (tombstone-like: the fold starts empty).
@@ -97,21 +99,23 @@ def parse_until(value: str | datetime) -> datetime:
 def plan_backfill(
     checkpoints: CheckpointStore, tenant: str, path: str | Path, until: datetime
 ) -> tuple[BatchPlan, bool]:
-    """(plan, already done). An unfinished plan of the tenant is resumed (it must be the same input);
-    the same input as the last finished backfill is already done; anything else is a new batch."""
+    """(plan, already done). An unfinished plan of the tenant is resumed (it must be the same export); an export
+    that any earlier backfill of the tenant finished (same path, boundary, file names, sizes and modification
+    times), whatever ran since, is already done; anything else is a new batch."""
     stream = backfill_stream(tenant)
     snapshot = snapshot_slice(path, until)
-    latest, done = checkpoints.latest(stream)
-    same = latest is not None and latest.slice == snapshot
-    if latest is not None and not done:
-        if not same:
+    batches = checkpoints.plans_and_done(stream)
+    if batches and not batches[-1][1]:
+        latest = batches[-1][0]
+        if not latest.slice_as(SnapshotSlice).same_export(snapshot):
             raise RuntimeError(
                 f"{stream}: batch {latest.batch_id} ({latest.slice.key}) is unfinished; re-run it before a new backfill"
             )
         return latest, False
-    if same:
-        return latest, True
-    plan = BatchPlan(stream, latest.batch_id + 1 if latest else 1, snapshot)
+    for plan, done in batches:
+        if done and plan.slice_as(SnapshotSlice).same_export(snapshot):
+            return plan, True
+    plan = BatchPlan(stream, batches[-1][0].batch_id + 1 if batches else 1, snapshot)
     checkpoints.record_plan(plan)
     return plan, False
 

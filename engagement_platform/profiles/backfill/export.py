@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -33,44 +34,54 @@ FILE_SHIFT = 40  # row id = file index << 40 | line (or row) number: unique acro
 ROW_INDEX = "_row_index"  # a Parquet row's index in its file, when read through pyarrow
 
 
-def snapshot_files(path: str | Path, storage_options: Mapping[str, str] | None = None) -> list[tuple[str, int]]:
-    """(path, size) of the export's data files: the file itself, or the folder's JSON lines / Parquet files,
-    sorted (dot-files are uploads in flight). A local path or an object-store URI (the deployment's storage
-    options)."""
+@dataclass(frozen=True)
+class ExportFile:
+    path: str
+    size: int
+    modified_ns: int | None  # None where the store reports no modification time
+
+
+def snapshot_files(path: str | Path, storage_options: Mapping[str, str] | None = None) -> list[ExportFile]:
+    """The export's data files: the file itself, or the folder's JSON lines / Parquet files, sorted (dot-files
+    are uploads in flight). A local path or an object-store URI (the deployment's storage options)."""
     path = str(path)
     fs, where = filesystem(path, storage_options)
     info = fs.get_file_info(where)
     if info.is_file:
-        return [(path, info.size)]
+        return [ExportFile(path, info.size, info.mtime_ns)]
     if info.type != pafs.FileType.Directory:
         raise FileNotFoundError(f"snapshot export {path} does not exist")
     return sorted(
-        (join(path, f.base_name), f.size)
-        for f in fs.get_file_info(pafs.FileSelector(where))
-        if f.is_file and os.path.splitext(f.base_name)[1] in SUFFIXES and not f.base_name.startswith((".", "_"))
+        (
+            ExportFile(join(path, f.base_name), f.size, f.mtime_ns)
+            for f in fs.get_file_info(pafs.FileSelector(where))
+            if f.is_file and os.path.splitext(f.base_name)[1] in SUFFIXES and not f.base_name.startswith((".", "_"))
+        ),
+        key=lambda f: f.path,
     )
 
 
-def _names_and_sizes(files: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
-    return tuple((path.rsplit("/", 1)[-1], size) for path, size in files)
+def _identity(files: list[ExportFile]) -> tuple[tuple[str, int, int | None], ...]:
+    return tuple((f.path.rsplit("/", 1)[-1], f.size, f.modified_ns) for f in files)
 
 
 def snapshot_slice(path: str | Path, until: datetime) -> SnapshotSlice:
-    """The export as it is now: its resolved path, the boundary, each data file's name and size."""
+    """The export as it is now: its resolved path, the boundary, each data file's name, size and modification
+    time (its identity: a backfill of the same identity again is a no-op)."""
     path = str(path)
     resolved = path.rstrip("/") if "://" in path else str(Path(path).resolve())
-    return SnapshotSlice(resolved, until, _names_and_sizes(snapshot_files(resolved, load_settings().storage_options)))
+    return SnapshotSlice(resolved, until, _identity(snapshot_files(resolved, load_settings().storage_options)))
 
 
 def plan_files(plan: BatchPlan) -> list[str]:
     """The plan's files, checked unchanged since it was planned."""
     planned = plan.slice_as(SnapshotSlice)
     files = snapshot_files(planned.path, load_settings().storage_options)
-    if _names_and_sizes(files) != planned.files:
+    if not planned.same_export(SnapshotSlice(planned.path, planned.until, _identity(files))):
         raise RuntimeError(
             f"{planned.path} changed since backfill batch {plan.batch_id} was planned: exports must be complete and immutable"
         )
-    return [path for path, _ in files]
+    return [f.path for f in files]
 
 
 def _parquet_rows(spark: SparkSession, path: str) -> tuple[DataFrame, Column, list[str]]:
