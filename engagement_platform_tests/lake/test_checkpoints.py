@@ -209,7 +209,9 @@ def test_every_slice_kind_is_stored_and_read_back(checkpoints):
         ),
         BatchPlan("profile_processor/acme", 1, TableVersionsSlice("profile_cdc_staging", -1, 7)),
         BatchPlan(
-            "profile_backfill/acme", 1, SnapshotSlice("/exports/acme", until, (("a.jsonl", 10, 1), ("b.parquet", 20, None)))
+            "profile_backfill/acme",
+            1,
+            SnapshotSlice("/exports/acme", until, (("a.jsonl", 10, 1), ("b.parquet", 20, None))),
         ),
     ]
     assert checkpoints.record_plans(plans) == plans
