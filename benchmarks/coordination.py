@@ -26,6 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: the benchmarks package
 from _stack import bench_stack, machine  # noqa: E402
+from record import invocation, record_result  # noqa: E402
 
 from benchmarks.three_streams.simulation import StreamConfig, Workload, run_simulation  # noqa: E402
 from engagement_platform.streams.coordinator import Coordinator, JobSpec  # noqa: E402
@@ -139,6 +140,26 @@ def main() -> None:
             f"wall time {on.elapsed_s / off.elapsed_s:.2f}"
         )
         print(f"load average at end {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
+    handshake = steps["lock+register+unlock"]
+    record_result(
+        "coordination",
+        invocation(),
+        f"{args.rounds:,} handshake rounds; three streams on one table ({args.orgs} orgs x {args.seed_rows:,} seed rows): "
+        f"ingestion {args.ingestion} x {args.rows_per_ingest:,} rows, mutation {args.mutation} MERGEs, retention "
+        f"{args.retention} deletes",
+        {
+            "handshake_median_ms": round(statistics.median(handshake), 2),
+            "handshake_p99_ms": round(pct(handshake, 0.99), 2),
+            "fencing_check_median_ms": round(statistics.median(steps["fencing check"]), 2),
+            "batches_per_s": on.summary()["batches_per_s"],
+            "ratio_to_baseline": round(on.summary()["batches_per_s"] / off.summary()["batches_per_s"], 2),
+        },
+        baseline={
+            "what": "the same workload without the coordinator",
+            "batches_per_s": off.summary()["batches_per_s"],
+            "conflicts": off.summary()["conflicts"],
+        },
+    )
 
 
 def _by_stream(result, outcome: str) -> dict[str, int]:

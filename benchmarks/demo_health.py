@@ -12,7 +12,7 @@ sensor) for a while and prints exactly the figures a user evaluating the platfor
 - Dagster runs by job and status, sensor ticks by status: any failed run or failed tick is a failure.
 
 The platform runs in its own state folder (`.state/demo-health`, wiped at start) on the default ports, so no
-other stack may be running. Exit status 1 if any bound is not met. Figures go to BENCHMARKS.md by hand.
+other stack may be running. Exit status 1 if any bound is not met. The headline figures go to benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import REPO, machine, processes_of  # noqa: E402
+from record import invocation, record_result  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 STREAM_TOPICS = {  # stream -> the settings attribute path of its topic
@@ -370,6 +371,29 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
         print("  interrupted by stopping the demo (not counted):", line)
     for line in outcome["failed_runs"] + outcome["failed_ticks"]:
         print("  failed:", line)
+    record_result(
+        "demo_health",
+        invocation(),
+        f"the demo's default traffic for {args.minutes:g} minutes after a {args.warmup_minutes:g}-minute warm-up",
+        {
+            "load_1min_mean": round(statistics.mean(loads), 2),
+            "load_1min_max": round(max(loads), 2),
+            "load_5min_end": round(at_end[1], 2),
+            "rss_growth": round(growth, 3),
+            "resident_rss_growth": round(resident_growth, 3),
+            "failed_runs": len(outcome["failed_runs"]),
+            "failed_ticks": len(outcome["failed_ticks"]),
+            "cores_busy": round(busy / window, 2),
+        },
+        target={
+            "load_1min_mean": f"< {args.max_load}",
+            "load_5min_end": f"< {args.max_load}",
+            "rss_growth": f"<= {args.max_rss_growth}",
+            "resident_rss_growth": f"<= {args.max_rss_growth}",
+            "failed_runs": "== 0",
+            "failed_ticks": "== 0",
+        },
+    )
     return 0 if all(checks.values()) else 1
 
 

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import REPO, machine  # noqa: E402
+from record import invocation, record_result  # noqa: E402
 
 from engagement_platform.engagement.tables import ACTIVITY_TYPES, ENGAGEMENT_ACTIVITY  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake  # noqa: E402
@@ -193,6 +194,26 @@ def main() -> None:
         )
     for copy in ("fragmented", "small-compact", "small-z-order"):
         shutil.rmtree(state / copy)
+    record_result(
+        "layout",
+        invocation(),
+        f"{args.rows:,} rows, {args.orgs} orgs, {args.appends} appends of {per_append:,} rows over {DAYS} days "
+        f"(40% late); {args.queries} one-org {QUERY_DAYS}-day queries",
+        {
+            "files_before": pc.sum(layout_before["files"]).as_py(),
+            "files_after": pc.sum(result["layout_after"]["files"]).as_py(),
+            "upkeep_s": round(sec["layout"] + sec["optimize"] + sec["vacuum"], 1),
+            "files_per_query": round(scan_after["files"], 1),
+            "query_ms": round(scan_after["ms"], 1),
+            "fewer_files_ratio": round(scan_before["files"] / scan_after["files"], 1),
+            "speedup": round(scan_before["ms"] / scan_after["ms"], 1),
+        },
+        baseline={
+            "what": "the same queries before upkeep",
+            "files_per_query": round(scan_before["files"], 1),
+            "query_ms": round(scan_before["ms"], 1),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Profile segments (issue 17): many segments over every merged profile in one pass, full and incremental.
+"""Profile segments: many segments over every merged profile in one pass, full and incremental.
 
     .venv/bin/python benchmarks/segments.py [--tenants 50] [--profiles 20000] [--segments 1000] [--baseline-segments 10]
     smoke run: .venv/bin/python benchmarks/segments.py --tenants 4 --profiles 2000 --segments 50 --baseline-segments 3
@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import bench_stack, machine  # noqa: E402
+from record import at_defaults, invocation, record_result  # noqa: E402
 from segments_sql import segment_query  # noqa: E402
 
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
@@ -58,6 +59,7 @@ PLANS = ["free", "pro", "team", "enterprise"]
 COUNTRIES = ["DE", "FR", "US", "IT", "ES", "NL", "PL", "SE", "JP", "BR"]
 OSES = ["ios", "android", "windows", "macos", "linux"]
 WINDOWS = ["1d", "7d", "30d"]
+TARGET = {"full_s": "<= 60", "incremental_of_full_share": "<= 0.1", "ratio_to_baseline": ">= 20"}
 
 
 def loadavg() -> str:
@@ -354,6 +356,24 @@ def main() -> None:
         f"baseline (load {load_base[0]} -> {load_base[1]}): {len(sample)} segments one Spark SQL query each in {base_s:.2f} s "
         f"-> {scaled:.1f} s scaled to {len(segments)}; ratio {scaled / full_s:.1f}x; membership "
         + ("identical" if not mismatches else f"DIFFERS: {mismatches}")
+    )
+    record_result(
+        "segments",
+        invocation(),
+        f"{args.tenants} tenants x {args.profiles:,} profile rows, {identities:,} identities; {len(segments):,} segments; "
+        f"incremental after {changed:,} identities ({changed / identities:.1%}) changed",
+        {
+            "full_s": round(full_s, 2),
+            "incremental_s": round(inc_s, 2),
+            "incremental_of_full_share": round(inc_s / full_s, 3),
+            "ratio_to_baseline": round(scaled / full_s, 1),
+            "memberships": members,
+            "membership_equals_baseline": not mismatches,
+        },
+        # the bounds are for the default input: 1,000 segments over 1M profile rows
+        target=TARGET if at_defaults(parser, args) else None,
+        baseline={"what": f"{len(sample)} segments as one Spark SQL query each, scaled", "scaled_s": round(scaled, 1)},
+        load_before=float(load_full[0].split()[0]),
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import bench_stack, machine  # noqa: E402
+from record import invocation, record_result  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -83,6 +84,20 @@ def main() -> None:
     for what in ("session", "dagster"):
         c, k = rows[(what, "classic")][0], rows[(what, "connect")][0]
         print(f"{what}: connect saves {c - k:.2f} s per run (classic/connect = {c / k:.1f}x)")
+    record_result(
+        "spark_run_overhead",
+        invocation(),
+        f"{args.repeats} fresh processes per measure and mode, medians; a one-asset Spark job with the in-process executor",
+        {
+            "classic_session_first_job_s": round(rows[("session", "classic")][0], 2),
+            "connect_session_first_job_s": round(rows[("session", "connect")][0], 2),
+            "classic_run_spark_part_s": round(rows[("dagster", "classic")][0], 2),
+            "connect_run_spark_part_s": round(rows[("dagster", "connect")][0], 2),
+            "classic_run_whole_process_s": round(rows[("dagster", "classic")][1], 2),
+            "connect_run_whole_process_s": round(rows[("dagster", "connect")][1], 2),
+            "connect_saves_per_run_s": round(rows[("dagster", "classic")][0] - rows[("dagster", "connect")][0], 2),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ engagement-platform run-batch --stream profile_processor/tenant01
 engagement-platform run-batch --stream ingest/rewards_members --batch-id 1
 engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
 engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
+engagement-platform status [--json] [--stream ingestion]
 """
 
 from __future__ import annotations
@@ -153,8 +154,9 @@ def read(args) -> None:
 
 def run_batch(args) -> None:
     """One planned batch of any stream outside Dagster (recovery, crash tests), without the coordinator lock."""
-    from engagement_platform.catalog import BatchRequestError, batch_run
     from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.registry import batch_run
+    from engagement_platform.streams.by_hand import BatchRequestError
     from engagement_platform.streams.spec import BatchContext
 
     lake = _lake()
@@ -242,6 +244,15 @@ def profile_backfill(args) -> None:
     print(json.dumps(result.metadata(), default=str))
 
 
+def status(args) -> None:
+    """Per stream and tenant: latest batch and state, attempts, lock holder, lag, paused and how to resume."""
+    from engagement_platform.status.collect import collect
+    from engagement_platform.status.report import render_text, report_json
+
+    report = collect(wanted=args.stream)
+    print(json.dumps(report_json(report), indent=1) if args.json else render_text(report))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="engagement-platform")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -293,8 +304,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--stream",
         required=True,
-        help="ingestion, mutation, retention, profile_cdc, profile_processor/<tenant>, "
-        "profile_backfill/<tenant> or ingest/<pipeline>",
+        help="a registered stream (registry.py): mutation, profile_processor/<tenant>, ingest/<pipeline>...; "
+        "a name it does not know lists them all",
     )
     p.add_argument(
         "--batch-id",
@@ -322,6 +333,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--path", required=True, help="folder of JSON lines / Parquet files, or one file")
     p.add_argument("--until", required=True, help="ISO time boundary: later rows are left to CDC")
     p.set_defaults(fn=profile_backfill)
+
+    p = sub.add_parser("status", help="per stream: latest batch and state, attempts, lock, lag, paused (runbook)")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    p.add_argument("--stream", help="one stream, a family (profile_processor: every tenant) or ingest/<pipeline>")
+    p.set_defaults(fn=status)
 
     args = parser.parse_args(argv)
     args.fn(args)

@@ -1,46 +1,32 @@
-"""The only place Definitions are assembled (named by pyproject's [tool.dagster] and workspace.yaml):
-one line per stream or package, each contributing its assets, checks, jobs, sensors and schedules.
+"""The only place Definitions are assembled (named by pyproject's [tool.dagster] and workspace.yaml): the
+parts of every registered stream (registry.py), and beside them the platform's parts that belong to no
+one stream: each lake's shared tables, its upkeep, and the example consumer of its changes.
 
-Ingest pipelines come from the YAML files in EP_PIPELINES_DIR (default: the repo's pipelines/):
-each file adds its landing folder, pipeline asset (with checks), tables, job and landing sensor.
+The landing pipelines come from the YAML files in EP_PIPELINES_DIR (default: the repo's pipelines/): each
+adds its landing folder, pipeline asset (with checks), tables, job and landing sensor.
 """
+
+from collections.abc import Sequence
+from typing import Any
 
 from dagster import Definitions
 
 from engagement_platform.engagement.assets import ENGAGEMENT_TABLES
-from engagement_platform.engagement.ingestion.assets import INGESTION
 from engagement_platform.engagement.metrics.assets import METRICS
-from engagement_platform.engagement.mutation.assets import MUTATION
-from engagement_platform.engagement.retention.assets import RETENTION
 from engagement_platform.engagement.upkeep.assets import UPKEEP
-from engagement_platform.ingest.config import load_pipelines
-from engagement_platform.landing.jobs import LANDING_UPKEEP, pipeline_parts
-from engagement_platform.orchestration.parts import combine
+from engagement_platform.landing.jobs import LANDING_UPKEEP
+from engagement_platform.orchestration.assembly import assemble
 from engagement_platform.profiles.assets import PROFILE_TABLES
-from engagement_platform.profiles.backfill.assets import BACKFILL
-from engagement_platform.profiles.erasure.assets import ERASURE
-from engagement_platform.profiles.processor.sensors import PROCESSOR
-from engagement_platform.profiles.segments.assets import SEGMENTS
-from engagement_platform.profiles.staging.assets import PROFILE_CDC
+from engagement_platform.registry import STREAMS
 from engagement_platform.resources import platform_resources
-from engagement_platform.settings import load_settings
+from engagement_platform.streams.definition import RegistryEntry, expand
 
-defs = Definitions(
-    **combine(
-        INGESTION,
-        MUTATION,
-        RETENTION,
-        ENGAGEMENT_TABLES,
-        UPKEEP,
-        METRICS,  # the engagement activity lake and a consumer
-        *(pipeline_parts(p) for p in load_pipelines(load_settings().pipelines_dir)),
-        LANDING_UPKEEP,  # landing-file pipelines
-        PROFILE_CDC,
-        PROCESSOR,
-        BACKFILL,
-        PROFILE_TABLES,
-        ERASURE,
-        SEGMENTS,  # the unified-profile CDC lake
-    ),
-    resources=platform_resources(),
-)
+PLATFORM = (ENGAGEMENT_TABLES, UPKEEP, METRICS, LANDING_UPKEEP, PROFILE_TABLES)
+
+
+def definitions_for(streams: Sequence[RegistryEntry] = STREAMS, platform: Sequence[Any] = PLATFORM) -> Definitions:
+    """The Definitions of these streams (a registry with a stream of one's own added, in a test) and parts."""
+    return Definitions(**assemble(expand(streams), platform), resources=platform_resources())
+
+
+defs = definitions_for()

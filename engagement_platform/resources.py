@@ -1,9 +1,14 @@
 """Dagster resources shared by every domain.
 
-`platform_resources()` is what definitions.py binds: deployment-specific fields come from the
-environment through `EnvVar` (resolved when a run launches, shown by name in the launchpad, where
-any field can be overridden for one run). A resource built in code (tests, scripts) may leave a
-field empty, and then it takes the value settings.py reads at run time.
+`platform_resources()` is what definitions.py binds. Its deployment-specific fields are left empty, and
+an empty field takes the value settings.py reads when a run or a sensor tick uses the resource (not when
+the code loads): every setting with a documented default (docs/reference/configuration.md) works unset,
+under `dagster dev` started by hand as under scripts/run_platform.sh. The launchpad can still set any
+field for one run. None is bound with `EnvVar`: Dagster fails the config of a run or tick whose EnvVar
+is unset, and every variable behind these fields has a default.
+
+Long by design: CoordinatorResource is one ZooKeeper session shared by a run's lock, its liveness node and
+a sensor's questions, and reads best whole.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from dagster import Config, ConfigurableResource, EnvVar, InitResourceContext
+from dagster import Config, ConfigurableResource, InitResourceContext
 from dagster_pyspark import LazyPySparkResource
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -266,8 +271,8 @@ class CoordinatorResource(ConfigurableResource):
         """The session a sensor's questions (live_runs, lock_wait, predecessor_wait) are asked on: the one setup
         opened for this evaluation while it is connected, else one of their own, closed after. For ASK_AGAIN_AFTER_S
         after a session could not be opened, questions give up at once (CoordinationGaveUp) instead of each waiting
-        `connect_timeout_s` again: three such waits made a tick take 16-20 s while ZooKeeper restarted (soak run 15),
-        and a tick on a healthy ZooKeeper opened three sessions."""
+        `connect_timeout_s` again (three such waits make a tick take 16-20 s while ZooKeeper restarts), and a tick
+        on a healthy ZooKeeper opens one session, not one per question."""
         if self._unreachable is not None and time.monotonic() - self._unreachable[0] < ASK_AGAIN_AFTER_S:
             raise CoordinationGaveUp(self._unreachable[1])
         if self._coordinator is not None and self._coordinator.client.connected:
@@ -317,7 +322,8 @@ class CoordinatorResource(ConfigurableResource):
                     return None
                 current, registered_at = zk.registration(job.lock_name)
                 owner, bound = f"{stream}/{batch_id}", job.max_predecessor_wait_s
-                if allowed(current, job.job_name, owner, job.predecessors):
+                # Nobody registered yet (None) is allowed.
+                if current is None or allowed(current, job.job_name, owner, job.predecessors):
                     return None
                 age = zk.seconds_since(registered_at) if is_bounded(bound) and registered_at is not None else None
                 if allowed(current, job.job_name, owner, job.predecessors, age, bound):
@@ -364,12 +370,12 @@ def run_labels(job_name: str, tags: Mapping[str, str]) -> dict[str, str]:
 
 def platform_resources() -> dict[str, ConfigurableResource]:
     """The resources of the Definitions: one lake (its tables, and the checkpoint store behind the
-    coordinator), Kafka, ZooKeeper and Spark, each pointed at the deployment by environment variables
-    (`scripts/run_platform.sh` exports the local defaults)."""
-    lake = LakeResource(root=EnvVar("EP_LAKE_ROOT"))
+    coordinator), Kafka, ZooKeeper and Spark. Each field is empty, so each resource follows the settings
+    (EP_LAKE_ROOT, SPARK_REMOTE, KAFKA_BOOTSTRAP_SERVERS, ZOOKEEPER_HOSTS, EP_ZK_ROOT) at run time."""
+    lake = LakeResource()
     return {
-        "spark": SparkResource(remote=EnvVar("SPARK_REMOTE")),
+        "spark": SparkResource(),
         "lake": lake,
-        "kafka": KafkaResource(bootstrap_servers=EnvVar("KAFKA_BOOTSTRAP_SERVERS")),
-        "coordinator": CoordinatorResource(lake=lake, hosts=EnvVar("ZOOKEEPER_HOSTS"), root=EnvVar("EP_ZK_ROOT")),
+        "kafka": KafkaResource(),
+        "coordinator": CoordinatorResource(lake=lake),
     }

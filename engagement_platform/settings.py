@@ -1,10 +1,14 @@
-"""Environment -> settings, read at run time (never at import time): the one place the platform reads
-its environment variables, one section per stream.
+"""Environment -> settings, read at run time (never at import time), one section per stream.
 
-Local defaults point at the servers `scripts/stack.sh` starts on 127.0.0.1; production sets the same
-variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint. Dagster resources take
-the deployment-specific values through `EnvVar` (definitions.py), so the launchpad shows what a run uses;
-`scripts/run_platform.sh` exports the local defaults for the processes it starts.
+The one place the platform reads its environment variables. Every variable is declared once in SETTINGS
+(name, default, meaning, section): load_settings reads its defaults from there, and
+docs/reference/configuration.md is generated from it (scripts/architecture.py), so the reference and the
+code cannot disagree. Local defaults point at the servers `scripts/stack.sh` starts on 127.0.0.1;
+production sets the same variables to real Kafka, ZooKeeper, object storage and a Spark Connect endpoint.
+Any entry point works with every defaulted variable unset: the Dagster resources (resources.py) read these
+settings when a run or a tick uses them, not when the code is loaded.
+
+Long by design: SETTINGS is a declaration, one record per variable, and reads best as one list.
 """
 
 from __future__ import annotations
@@ -18,6 +22,214 @@ from pathlib import Path
 from engagement_platform.streams.cadence import Cadence, cadence_from
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable the platform reads. `default` None: none (unset means off, or a secret the
+    deployment must give); "{repo}" and "{EP_STATE_DIR}" in it stand for the repository and the state folder.
+    A name with "<...>" is a family of variables (KAFKA_CONFIG_<NAME>)."""
+
+    name: str
+    default: str | None
+    help: str
+    section: str
+    keep_empty: bool = False  # an empty value is a value of its own (SPARK_REMOTE), not "use the default"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # storage: where the platform keeps its state, its lake and its inputs
+    Setting("EP_STATE_DIR", "{repo}/.state", "Local state: the lake and landing folders by default, logs.", "storage"),
+    Setting("EP_LAKE_ROOT", "{EP_STATE_DIR}/lake", "The Delta lake root: a folder or an s3:// / az:// URI.", "storage"),
+    Setting(
+        "EP_LANDING_ROOT",
+        "{EP_STATE_DIR}/landing",
+        "Where landing files arrive (written elsewhere, then renamed in: a visible file is complete).",
+        "storage",
+    ),
+    Setting(
+        "EP_PIPELINES_DIR", "{repo}/pipelines", "Ingest pipeline definitions, one YAML file per pipeline.", "storage"
+    ),
+    # kafka: the cluster every Kafka stream reads, and how much a batch takes
+    Setting("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092", "Kafka bootstrap servers of every client.", "kafka"),
+    Setting(
+        "KAFKA_CONFIG_<NAME>",
+        None,
+        "A librdkafka setting for every Kafka client: `KAFKA_CONFIG_SECURITY_PROTOCOL=SASL_SSL` sets "
+        "`security.protocol` (the rest of the name, lower case, `_` as `.`). Secrets come the same way; never logged.",
+        "kafka",
+    ),
+    Setting(
+        "EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000", "The most records one batch takes from a partition.", "kafka"
+    ),
+    Setting(
+        "EP_BATCH_MIN_RECORDS",
+        "1",
+        "A Kafka stream plans a batch once this many records wait (streams/cadence.py); run_platform.sh sets 20000.",
+        "kafka",
+    ),
+    Setting(
+        "EP_BATCH_MAX_WAIT_SECONDS",
+        "0",
+        "...or once this long has passed since its previous batch (0: every tick); run_platform.sh sets 60.",
+        "kafka",
+    ),
+    Setting(
+        "EP_<STREAM>_BATCH_MIN_RECORDS",
+        None,
+        "EP_BATCH_MIN_RECORDS for one stream (`EP_MUTATION_BATCH_MIN_RECORDS`); unset: the shared value.",
+        "kafka",
+    ),
+    Setting(
+        "EP_<STREAM>_BATCH_MAX_WAIT_SECONDS",
+        None,
+        "EP_BATCH_MAX_WAIT_SECONDS for one stream; unset: the shared value.",
+        "kafka",
+    ),
+    # coordinator: the ZooKeeper job coordinator
+    Setting("ZOOKEEPER_HOSTS", "127.0.0.1:12181", "The ZooKeeper ensemble of the job coordinator.", "coordinator"),
+    Setting(
+        "EP_ZK_ROOT",
+        "/engagement_platform",
+        "The coordinator's znodes live under this path; another lake on the same ensemble needs its own.",
+        "coordinator",
+    ),
+    Setting(
+        "EP_ZK_AUTH",
+        None,
+        "user:password for digest auth and ACLs on the coordinator's znodes (a secret); unset: open znodes.",
+        "coordinator",
+    ),
+    Setting(
+        "EP_COORDINATOR",
+        "on",
+        "off (0, false, no) runs every stream without locks: a single writer only.",
+        "coordinator",
+    ),
+    Setting(
+        "EP_MAX_PREDECESSOR_WAIT_SECONDS",
+        "120",
+        "A last registered job that is not an allowed predecessor stops blocking a stream this long after it "
+        "registered; inf keeps the order strictly, at liveness' cost.",
+        "coordinator",
+    ),
+    Setting(
+        "EP_ORPHAN_AFTER_SECONDS",
+        "60",
+        "A started run with no liveness node in ZooKeeper is failed by its stream's sensor once its start and its "
+        "last event are this old: how long a batch stays stranded after a host crash.",
+        "coordinator",
+    ),
+    # spark
+    Setting(
+        "SPARK_REMOTE",
+        "sc://127.0.0.1:15002",
+        "The Spark Connect endpoint; empty: an in-process classic session on SPARK_MASTER.",
+        "spark",
+        keep_empty=True,
+    ),
+    Setting("SPARK_MASTER", "local[2]", "The master of a classic session (SPARK_REMOTE empty).", "spark"),
+    Setting(
+        "EP_SPARK_SESSION",
+        "shared",
+        "shared: every run joins one Spark Connect session on the server; per-run: each run opens its own.",
+        "spark",
+    ),
+    # one section per stream
+    Setting("EP_ACTIVITIES_TOPIC", "engagement.activities", "Engagement activities.", "ingestion"),
+    Setting("EP_MUTATIONS_TOPIC", "engagement.mutations", "ID mutation requests.", "mutation"),
+    Setting(
+        "EP_MUTATION_PENDING_MAX_AGE_HOURS",
+        "72",
+        "How long a mutation request waits for its missing targets before it expires to quarantine.",
+        "mutation",
+    ),
+    Setting("EP_GDPR_TOPIC", "engagement.gdpr", "Retention and erasure requests of the engagement lake.", "retention"),
+    Setting("EP_RETENTION_INTERVAL_SECONDS", "86400", "The cadence of retention batches.", "retention"),
+    Setting(
+        "EP_VACUUM_RETENTION_HOURS",
+        None,
+        "How long removed files stay before vacuum; unset: half of EP_ERASURE_WINDOW, which is also its upper bound.",
+        "retention",
+    ),
+    Setting(
+        "EP_ERASURE_SECRET",
+        None,
+        "The key of the suppression lists' hashes (a secret; never logged). Unset: a development-only key, "
+        "fine on a laptop, never in production.",
+        "erasure",
+    ),
+    Setting(
+        "EP_ERASURE_WINDOW",
+        "14d",
+        "An erased subject leaves every byte of the lake within this (90s, 10m, 12h, 14d).",
+        "erasure",
+    ),
+    Setting("EP_PROFILE_CDC_TOPIC", "profile.cdc", "Profile change records.", "profiles"),
+    Setting("EP_PROFILE_ERASURE_TOPIC", "profile.erasure", "Profile erasure requests.", "profiles"),
+    Setting(
+        "EP_PROFILE_MAX_LAG_SECONDS",
+        "900",
+        "Replication lag above which the lag check fails (one staging bucket).",
+        "profiles",
+    ),
+    Setting("EP_PROFILE_STAGING_RETENTION", "7d", "Merged staging buckets older than this are deleted.", "profiles"),
+    Setting(
+        "EP_SEGMENTS_DIR",
+        "{repo}/segments",
+        "Segment definitions: `<dir>/all/*.yaml` for every tenant, `<dir>/<tenant>/*.yaml` for one.",
+        "profiles",
+    ),
+    # object store: passed to every delta-rs call and to the Spark tasks' file systems (the executors do not
+    # share the driver's environment); secrets among them never go into logs or metadata
+    Setting("AWS_ENDPOINT_URL", None, "S3: the endpoint (another S3-compatible store).", "object store"),
+    Setting("AWS_REGION", None, "S3: the region.", "object store"),
+    Setting("AWS_ACCESS_KEY_ID", None, "S3: the access key id.", "object store"),
+    Setting("AWS_SECRET_ACCESS_KEY", None, "S3: the secret key (a secret).", "object store"),
+    Setting("AWS_SESSION_TOKEN", None, "S3: a session token (a secret).", "object store"),
+    Setting("AWS_ALLOW_HTTP", None, "S3: true allows a plain-HTTP endpoint.", "object store"),
+    Setting(
+        "AWS_CONDITIONAL_PUT",
+        None,
+        "S3: etag makes concurrent commits safe without a lock table.",
+        "object store",
+    ),
+    Setting("AZURE_STORAGE_ACCOUNT_NAME", None, "ADLS / Azure Blob: the account.", "object store"),
+    Setting("AZURE_STORAGE_ACCOUNT_KEY", None, "ADLS / Azure Blob: the account key (a secret).", "object store"),
+    Setting("AZURE_ENDPOINT", None, "ADLS / Azure Blob: the endpoint (an emulator).", "object store"),
+    Setting("AZURE_ALLOW_HTTP", None, "ADLS / Azure Blob: true allows a plain-HTTP endpoint.", "object store"),
+    # testing hooks: read by streams/batch.py, unset in operation
+    Setting("EP_FAILPOINT", None, "Crash tests: the batch step at which the process exits.", "testing hooks"),
+    Setting("EP_PAUSEPOINT", None, "Crash tests: the batch step at which the process waits.", "testing hooks"),
+    Setting(
+        "EP_PAUSEPOINT_MARKER",
+        None,
+        "Crash tests: the file that says a process reached its pause point.",
+        "testing hooks",
+    ),
+)
+DECLARED = {setting.name: setting for setting in SETTINGS}
+
+
+def setting_value(env: Mapping[str, str], name: str) -> str | None:
+    """The variable's value, else its declared default (None: neither). Empty counts as unset unless the
+    setting keeps empty values."""
+    setting = DECLARED[name]
+    value = env.get(name)
+    if value is not None and (value or setting.keep_empty):
+        return value
+    if setting.default is None:
+        return None
+    state_dir = setting_value(env, "EP_STATE_DIR") if "{EP_STATE_DIR}" in setting.default else ""
+    return setting.default.format(repo=REPO_ROOT, EP_STATE_DIR=state_dir)
+
+
+def required(env: Mapping[str, str], name: str) -> str:
+    """A setting that has a default: its value."""
+    value = setting_value(env, name)
+    if value is None:
+        raise LookupError(f"{name} is declared without a default")
+    return value
 
 
 @dataclass(frozen=True)
@@ -117,21 +329,8 @@ class Settings:
         return "://" not in self.lake_root
 
 
-# Object-store settings passed to every delta-rs call and to the Spark tasks' pyarrow file systems (the
-# executors do not share the driver's environment). Secrets among them never go into logs or metadata.
-STORAGE_ENV = (
-    "AWS_ENDPOINT_URL",
-    "AWS_REGION",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_ALLOW_HTTP",
-    "AWS_CONDITIONAL_PUT",  # "etag": safe concurrent commits on S3 without a lock table
-    "AZURE_STORAGE_ACCOUNT_NAME",
-    "AZURE_STORAGE_ACCOUNT_KEY",
-    "AZURE_ENDPOINT",
-    "AZURE_ALLOW_HTTP",
-)
+# Object-store settings passed to every delta-rs call and to the Spark tasks' pyarrow file systems.
+STORAGE_ENV = tuple(setting.name for setting in SETTINGS if setting.section == "object store")
 
 
 KAFKA_CONFIG_PREFIX = "KAFKA_CONFIG_"
@@ -153,20 +352,21 @@ def _flag(value: str) -> bool:
 
 
 def erasure_settings(env: Mapping[str, str]) -> ErasureSettings:
-    secret = env.get("EP_ERASURE_SECRET") or ""
+    secret = setting_value(env, "EP_ERASURE_SECRET")
     return ErasureSettings(
         secret=(secret or DEV_ERASURE_SECRET).encode(),
         secret_is_default=not secret,
-        window_seconds=parse_duration(env.get("EP_ERASURE_WINDOW") or "14d"),
+        window_seconds=parse_duration(required(env, "EP_ERASURE_WINDOW")),
     )
 
 
 def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
     """EP_VACUUM_RETENTION_HOURS, by default (and at most) half the erasure window, in whole hours."""
     limit = int(erasure.retention_seconds // 3600)
-    if not env.get("EP_VACUUM_RETENTION_HOURS"):
+    given = setting_value(env, "EP_VACUUM_RETENTION_HOURS")
+    if given is None:
         return limit
-    hours = int(env["EP_VACUUM_RETENTION_HOURS"])
+    hours = int(given)
     if hours > limit:
         raise ValueError(
             f"EP_VACUUM_RETENTION_HOURS={hours} keeps removed files longer than half of EP_ERASURE_WINDOW "
@@ -178,47 +378,43 @@ def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     erasure = erasure_settings(env)
-    state_dir = env.get("EP_STATE_DIR", str(REPO_ROOT / ".state"))
+
+    def get(name: str) -> str:
+        return required(env, name)
+
     return Settings(
-        state_dir=state_dir,
-        lake_root=env.get("EP_LAKE_ROOT") or str(Path(state_dir) / "lake"),
-        kafka_bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:19092"),
+        state_dir=get("EP_STATE_DIR"),
+        lake_root=get("EP_LAKE_ROOT"),
+        kafka_bootstrap_servers=get("KAFKA_BOOTSTRAP_SERVERS"),
         kafka_config=kafka_config_from(env),
-        zookeeper_hosts=env.get("ZOOKEEPER_HOSTS", "127.0.0.1:12181"),
-        # Job coordinator znodes live under this path; a separate lake sharing the ensemble needs its own.
-        zookeeper_root=env.get("EP_ZK_ROOT", "/engagement_platform"),
-        zookeeper_auth=env.get("EP_ZK_AUTH") or None,
-        coordinator_enabled=_flag(env.get("EP_COORDINATOR", "on")),
-        # A last registered job that is not an allowed predecessor stops blocking a stream this long after
-        # it registered (the allowed ones are idle then); "inf" keeps the order strictly, at liveness' cost.
-        max_predecessor_wait_seconds=float(env.get("EP_MAX_PREDECESSOR_WAIT_SECONDS") or 120),
-        # A STARTED run whose process is gone (no liveness node in ZooKeeper) is marked failed by its stream's
-        # sensor once its start and its last event are this old: the time a batch stays stranded after a host crash.
-        orphan_after_seconds=float(env.get("EP_ORPHAN_AFTER_SECONDS") or 60),
-        # Empty SPARK_REMOTE means an in-process classic session on SPARK_MASTER.
-        spark_remote=env.get("SPARK_REMOTE", "sc://127.0.0.1:15002"),
-        spark_master=env.get("SPARK_MASTER", "local[2]"),
-        spark_session_mode=env.get("EP_SPARK_SESSION", "shared").strip().lower(),
-        max_records_per_partition=int(env.get("EP_INGEST_MAX_RECORDS_PER_PARTITION", "50000")),
-        # Files land here (written elsewhere, then renamed in: a file is complete once it is visible).
-        landing_root=env.get("EP_LANDING_ROOT") or str(Path(state_dir) / "landing"),
-        pipelines_dir=env.get("EP_PIPELINES_DIR") or str(REPO_ROOT / "pipelines"),
-        ingestion=IngestionSettings(topic=env.get("EP_ACTIVITIES_TOPIC", "engagement.activities")),
+        zookeeper_hosts=get("ZOOKEEPER_HOSTS"),
+        zookeeper_root=get("EP_ZK_ROOT"),
+        zookeeper_auth=setting_value(env, "EP_ZK_AUTH"),
+        coordinator_enabled=_flag(get("EP_COORDINATOR")),
+        max_predecessor_wait_seconds=float(get("EP_MAX_PREDECESSOR_WAIT_SECONDS")),
+        orphan_after_seconds=float(get("EP_ORPHAN_AFTER_SECONDS")),
+        spark_remote=get("SPARK_REMOTE"),
+        spark_master=get("SPARK_MASTER"),
+        spark_session_mode=get("EP_SPARK_SESSION").strip().lower(),
+        max_records_per_partition=int(get("EP_INGEST_MAX_RECORDS_PER_PARTITION")),
+        landing_root=get("EP_LANDING_ROOT"),
+        pipelines_dir=get("EP_PIPELINES_DIR"),
+        ingestion=IngestionSettings(topic=get("EP_ACTIVITIES_TOPIC")),
         mutation=MutationSettings(
-            topic=env.get("EP_MUTATIONS_TOPIC", "engagement.mutations"),
-            pending_max_age_hours=float(env.get("EP_MUTATION_PENDING_MAX_AGE_HOURS", "72")),
+            topic=get("EP_MUTATIONS_TOPIC"),
+            pending_max_age_hours=float(get("EP_MUTATION_PENDING_MAX_AGE_HOURS")),
         ),
         retention=RetentionSettings(
-            topic=env.get("EP_GDPR_TOPIC", "engagement.gdpr"),
-            interval_seconds=int(env.get("EP_RETENTION_INTERVAL_SECONDS", "86400")),
+            topic=get("EP_GDPR_TOPIC"),
+            interval_seconds=int(get("EP_RETENTION_INTERVAL_SECONDS")),
             vacuum_retention_hours=vacuum_hours(env, erasure),
         ),
         profiles=ProfileSettings(
-            cdc_topic=env.get("EP_PROFILE_CDC_TOPIC", "profile.cdc"),
-            max_lag_seconds=float(env.get("EP_PROFILE_MAX_LAG_SECONDS", "900")),  # one staging bucket
-            erasure_topic=env.get("EP_PROFILE_ERASURE_TOPIC", "profile.erasure"),
-            staging_retention_seconds=parse_duration(env.get("EP_PROFILE_STAGING_RETENTION") or "7d"),
-            segments_dir=env.get("EP_SEGMENTS_DIR") or str(REPO_ROOT / "segments"),
+            cdc_topic=get("EP_PROFILE_CDC_TOPIC"),
+            max_lag_seconds=float(get("EP_PROFILE_MAX_LAG_SECONDS")),
+            erasure_topic=get("EP_PROFILE_ERASURE_TOPIC"),
+            staging_retention_seconds=parse_duration(get("EP_PROFILE_STAGING_RETENTION")),
+            segments_dir=get("EP_SEGMENTS_DIR"),
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},

@@ -1,22 +1,39 @@
-"""The real local stack (ZooKeeper, noida-db broker, Spark Connect server), started once per test run
-through the same scripts/stack.sh the platform uses, on test ports and a test state folder.
+"""The suite in tiers, the real local stack it runs against, and the run as a leak check.
 
-Every test that uses a server fixture (support/stack.py SERVER_FIXTURES, directly or through another
-fixture) is marked `stack`: `pytest -m "not stack"` is the fast tier of pure logic, no server started.
+Tiers. Every test carries markers that say what it needs and what it costs (declared in setup.cfg; assigned here
+from the test's fixtures and helpers, or written on the test):
+- `stack`: uses the local stack's servers (a fixture of support/stack.py SERVER_FIXTURES, directly or through
+  another fixture); `unit`: every other test (none of the stack's servers; an object-store case may start one);
+- `crash`: kills processes: calls support/crash.py's run_batch, killed_at or crash_then_rerun (in its body or
+  through a helper of the suite), or is a host-crash case (test_host_crash.py marks its module);
+- `objectstore`: uses an object-store server (the `s3_server` / `azurite_server` fixtures, or runs as the "s3"
+  case of `lake_stores`; test_object_store.py as a whole);
+- `soak`: minutes of the platform under faults (studies/test_soak_short.py);
+- `matrix`: only in the full matrix (scripts/run_full_matrix.sh), not in the default tier
+  (scripts/run_tests.sh: -m "not matrix"). Written on a slow test, or set here by the store rule: a crash test
+  parametrized over `lake_stores` runs its "local" case in the default tier and every store in the matrix, except
+  under test_object_store.py and lake/, whose object-store cases are the object-store coverage of the default tier.
 
-The run is also a leak check (support/secrets_scan.py): it runs with distinctive secret values and, at the
-end, fails if any file it left behind (server logs, temporary folders, Dagster instances) holds one.
+The stack (ZooKeeper, noida-db broker, Spark Connect server) starts once per run through the same scripts/stack.sh
+the platform uses, on test ports and a test state folder. Object stores run once per run too, started by the first
+test that needs one (support/object_store.py: moto_server, Azurite), with a fresh bucket per test.
 
-A test marked `lake_stores("local", "s3")` runs once per store: its `lake_root`, `lake` and `checkpoints`
-(and the environment the CLI's child processes read) point at a local folder or at a bucket of a local S3
-endpoint (moto_server), so the exactly-once crash tests hold on an object store too."""
+A test marked `lake_stores("local", "s3")` runs once per store: its `lake_root`, `lake` and `checkpoints` (and the
+environment the CLI's child processes read) point at a local folder or at a bucket of the S3 endpoint, so the
+exactly-once crash tests hold on an object store too.
+
+The run is also a leak check (support/secrets_scan.py): it runs with distinctive secret values and, at the end,
+fails if any file it left behind (server logs, temporary folders, Dagster instances) holds one."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import time
+import types
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -24,7 +41,8 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.kafka import KafkaClient
-from engagement_platform_tests.support.object_store import s3_endpoint
+from engagement_platform_tests.support import crash
+from engagement_platform_tests.support.object_store import OBJECT_STORE_FIXTURES, running_azurite, running_moto
 from engagement_platform_tests.support.secrets_scan import RUN_SECRETS, files_holding
 from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV, STATE
 
@@ -52,7 +70,10 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     roots = [*RUN_FOLDERS, *(p for p in (REPO / ".state").glob("soak-*") if p.stat().st_mtime >= RUN_STARTED)]
     hits, files, size = files_holding(RUN_SECRETS, roots)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-    line = f"secrets scan: {files} files, {size / 1e6:,.0f} MB searched for {len(RUN_SECRETS)} secrets, {len(hits)} files hold one"
+    line = (
+        f"secrets scan: {files} files, {size / 1e6:,.0f} MB searched for {len(RUN_SECRETS)} secrets, "
+        f"{len(hits)} files hold one"
+    )
     if reporter is not None:
         reporter.write_line(line)
         for path, name in hits:
@@ -67,10 +88,62 @@ def pytest_generate_tests(metafunc) -> None:
         metafunc.parametrize("lake_store", marker.args, indirect=True)
 
 
+TESTS = Path(__file__).resolve().parent
+SUITE = TESTS.name  # the suite's package: calls into its modules are followed to the crash harness
+CRASH_HELPERS = (crash.run_batch, crash.killed_at, crash.crash_then_rerun)  # each runs a batch a failpoint kills
+
+
+def calls_crash_harness(function) -> bool:
+    """Whether the test `function` names a CRASH_HELPERS function: in its body, in a function nested in it, or in a
+    function of the suite (its module's helpers, support/) that it names, followed through such functions."""
+    seen, todo = set(), [(function.__code__, function.__globals__)]
+    while todo:
+        code, names = todo.pop()
+        if code in seen:
+            continue
+        seen.add(code)
+        for name in code.co_names:
+            value = names.get(name)
+            if any(value is helper for helper in CRASH_HELPERS):
+                return True
+            module = getattr(value, "__module__", None) or ""
+            if inspect.isfunction(value) and module.startswith(f"{SUITE}.") and module != crash.__name__:
+                todo.append((value.__code__, value.__globals__))
+        todo += [(const, names) for const in code.co_consts if isinstance(const, types.CodeType)]
+    return False
+
+
+def lake_store_of(item) -> str | None:
+    """The `lake_stores` case the test runs as ("local", "s3"), or None when it is not parametrized over stores."""
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("lake_store") if callspec is not None else None
+
+
+def keeps_its_store_cases(item) -> bool:
+    """Object-store cases of these files stay in the default tier: they are its object-store coverage."""
+    where = item.path.resolve().relative_to(TESTS).as_posix()
+    return where == "test_object_store.py" or where.startswith("lake/")
+
+
+def tiers_of(item) -> set[str]:
+    """The markers the test gets from what it uses (the module docstring's rules), besides those written on it."""
+    fixtures, store = set(getattr(item, "fixturenames", ())), lake_store_of(item)
+    marks = {"stack" if SERVER_FIXTURES & fixtures or item.get_closest_marker("stack") else "unit"}
+    if OBJECT_STORE_FIXTURES & fixtures or store not in (None, "local"):
+        marks.add("objectstore")
+    function = inspect.unwrap(getattr(item, "function", None))
+    if item.get_closest_marker("crash") or (inspect.isfunction(function) and calls_crash_harness(function)):
+        marks.add("crash")
+        if store not in (None, "local") and not keeps_its_store_cases(item):
+            marks.add("matrix")
+    return {name for name in marks if item.get_closest_marker(name) is None}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own `-m` selection reads the markers
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.stack)
+        for name in sorted(tiers_of(item)):
+            item.add_marker(name)
 
 
 def _stack(action: str) -> None:
@@ -121,8 +194,24 @@ def lake_store(request) -> str:
     return getattr(request, "param", "local")
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """One S3 endpoint (moto_server) for the run, started by the first test that needs it; its log is in the run's
+    temporary folder, which the leak check searches. A test takes a bucket of its own (`fresh_bucket`)."""
+    with running_moto(tmp_path_factory.mktemp("moto") / "moto.log") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory):
+    """One Azure storage emulator (Azurite) for the run, started by the first test that needs it; its data and log
+    are in the run's temporary folder. A test takes a container of its own (`fresh_bucket`)."""
+    with running_azurite(tmp_path_factory.mktemp("azurite")) as server:
+        yield server
+
+
 @pytest.fixture
-def lake_root(tmp_path, monkeypatch, lake_store):
+def lake_root(request, tmp_path, monkeypatch, lake_store):
     # A fresh lake gets fresh coordination state: the job coordinator's znodes under its own root.
     monkeypatch.setenv("EP_ZK_ROOT", f"/tests/{uuid.uuid4().hex}")
     if lake_store == "local":
@@ -131,7 +220,7 @@ def lake_root(tmp_path, monkeypatch, lake_store):
         yield root
         return
     assert lake_store == "s3", lake_store
-    with s3_endpoint(tmp_path / "moto.log") as options:
+    with request.getfixturevalue("s3_server").fresh_bucket() as options:  # the server only when a test needs it
         bucket = options.pop("bucket")
         for name, value in options.items():  # what a deployment sets: the CLI's child processes read it too
             monkeypatch.setenv(name, value)

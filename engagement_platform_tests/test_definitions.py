@@ -165,7 +165,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
 def test_the_instance_evaluates_sensors_on_threads_of_their_own(tmp_path):
     """dagster.yaml (copied into DAGSTER_HOME by run_platform.sh and the soak) lets a sensor whose tick waits on a
     service that is away (up to 20 s while ZooKeeper restarts) delay only its own stream: serially, every other
-    stream's tick waited behind it (soak run 15: a sensor due every 5 s ticked every 40 s at p90)."""
+    stream's tick waits behind it (a sensor due every 5 s ticks every 40 s at p90 under ZooKeeper restarts)."""
     shutil.copy(REPO / "dagster.yaml", tmp_path / "dagster.yaml")
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         settings = instance.get_settings("sensors")
@@ -175,8 +175,8 @@ def test_the_instance_evaluates_sensors_on_threads_of_their_own(tmp_path):
 
 def test_every_kafka_stream_sensor_ticks_within_seconds_whatever_its_cadence():
     """A stream's tick skips while its lock is held, and a failed batch is retried by a later tick: the retention
-    stream ticked every 60 s, and a batch due at 1,132 s was planned at 1,257 s, two ticks having found the lock
-    held (soak run 16). Its cadence (EP_RETENTION_INTERVAL_SECONDS, daily by default) is its tick gate's."""
+    stream ticking every 60 s planned a batch due at 1,132 s at 1,257 s, two ticks having found the lock
+    held. Its cadence (EP_RETENTION_INTERVAL_SECONDS, daily by default) is its tick gate's."""
     streams = {
         "engagement_ingestion_sensor",
         "engagement_mutation_sensor",

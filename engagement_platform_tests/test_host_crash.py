@@ -11,7 +11,7 @@ stream stays STARTED, and the retry reports how long the batch was stranded.
 
 The mutation cases hold the slot of the pool `engagement_activity_rewrites` when they are killed. Killing the
 whole host passes with and without `run_monitoring.free_slots_after_run_end_seconds`. Killing only the run
-worker while the daemon stays up (the soak's finding) is what that setting guards: the dead run's slot stays
+worker while the daemon stays up is what that setting guards: the dead run's slot stays
 claimed without it, so the retry stays QUEUED and the case fails (checked once with the setting removed)."""
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ RECOVERY_S = (
     150  # from the second `dagster dev`'s start to the batch committed (the issue's bound is 2 minutes + start-up)
 )
 IN_FLIGHT = {DagsterRunStatus.STARTING, DagsterRunStatus.STARTED}
+# Every case SIGKILLs a Dagster host (or its run worker); one runs in the default tier, all in the full matrix.
+pytestmark = pytest.mark.crash
 
 
 def free_port() -> int:
@@ -179,26 +181,31 @@ def ingested(lake_root: str) -> Counter:
 @pytest.mark.parametrize(
     "stream, pause_after, killed",
     [
-        (INGESTION, None, "host"),  # killed once its run is STARTED: while it reads and computes
-        (
+        pytest.param(
+            INGESTION, None, "host", marks=pytest.mark.matrix
+        ),  # killed once its run is STARTED: while it reads and computes
+        pytest.param(
             INGESTION,
             f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}",
             "host",
+            marks=pytest.mark.matrix,
         ),  # killed after its data commit, before quarantine and notifications
-        (
+        pytest.param(
             PROFILE_CDC,
             f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}",
             "host",
+            marks=pytest.mark.matrix,
         ),  # a profile stream, killed after its staging commit
         (
             MUTATION,
             f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
             "host",
-        ),  # holding its pool slot, killed after its first commit
-        (
+        ),  # the default tier's case: paused after a commit, holding its pool slot, tagged orphaned, stranded time
+        pytest.param(
             MUTATION,
             f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
             "run",
+            marks=pytest.mark.matrix,
         ),  # the same, but only the run worker dies
     ],
     ids=[

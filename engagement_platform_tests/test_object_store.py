@@ -31,16 +31,16 @@ from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import ingest, produce_activities, rows_of
 from engagement_platform_tests.support.crash import finished, killed_at
 from engagement_platform_tests.support.mutations import mutate, req
-from engagement_platform_tests.support.object_store import azurite_endpoint, s3_endpoint
 
+pytestmark = pytest.mark.objectstore
 COMPARED = ("engagement_id", "lead_id", "contact_id", "account_id", "user_id", "engagement_date")
 
 
 @pytest.fixture(params=["s3", "azurite"])
-def s3(request, tmp_path, monkeypatch):
+def s3(request, monkeypatch):
     """A lake on an object store: its root and storage options, also in the environment (for child processes)."""
-    endpoint = s3_endpoint(tmp_path / "moto.log") if request.param == "s3" else azurite_endpoint(tmp_path)
-    with endpoint as options:
+    server = request.getfixturevalue(f"{request.param}_server")  # one per run (conftest), a bucket per test
+    with server.fresh_bucket() as options:
         bucket = options.pop("bucket")
         root = f"s3://{bucket}/lake" if request.param == "s3" else f"az://{bucket}/lake"
         for name, value in options.items():
@@ -573,7 +573,7 @@ def test_a_backfill_export_under_an_object_store_prefix(spark, s3, tmp_path):
     assert backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL).plan.batch_id == 2
 
 
-def test_a_written_file_costs_one_request_and_a_read_two(tmp_path):
+def test_a_written_file_costs_one_request_and_a_read_two(s3_server):
     """Requests per data file on the S3 endpoint, from its access log: a file the Spark tasks write is one PUT
     (not a multipart upload's three requests), and reading it back whole is a HEAD and one GET (not a GET per
     chunk of an input stream). On a real store each request is a round trip; on the local endpoint, CPU."""
@@ -585,14 +585,14 @@ def test_a_written_file_costs_one_request_and_a_read_two(tmp_path):
     from engagement_platform.lake.delta import TableSpec
     from engagement_platform.lake.file_writes import filesystem, read_parquet, write_files
 
-    log = tmp_path / "moto.log"
+    log = s3_server.log  # the run's endpoint: its requests are counted from the line a step starts at
 
     def requests_since(start: int) -> list[str]:
         time.sleep(0.3)  # the endpoint writes its access log line after answering
         lines = log.read_text().splitlines()[start:]
         return [re.sub(r"\x1b\[[0-9;]*m", "", line).split('"')[1].split()[0] for line in lines if '"' in line]
 
-    with s3_endpoint(log) as options:
+    with s3_server.fresh_bucket() as options:
         root = f"s3://{options.pop('bucket')}/lake/t"
         spec = TableSpec(
             "t",

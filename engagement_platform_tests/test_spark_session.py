@@ -18,8 +18,8 @@ print(spark.client._session_id, spark.range(5).mapInArrow(same, "id long").count
 
 
 def _daemons() -> set[int]:
-    """PIDs of the machine's Python worker daemons. Compared as sets: other servers' daemons may exit meanwhile (in
-    session 25's CI run the count fell from 19 to 16 after the short soak's server went), which says nothing of ours."""
+    """PIDs of the machine's Python worker daemons. Compared as sets: other servers' daemons may exit meanwhile (the
+    count falls when the short soak's server goes), which says nothing of ours."""
     ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
     return {int(line.split()[0]) for line in ps.splitlines()[1:] if "pyspark.daemon" in line}
 
@@ -64,8 +64,8 @@ except Exception as e:
 
 
 def test_a_call_to_a_spark_server_that_is_away_gives_up_within_seconds_as_spark_unavailable():
-    # pyspark's default retries a call for 10 minutes or more: a run sat silent in one call for 155 s after its
-    # server restarted (soak run 13) and was taken for an orphan. Its ride-out can only try again once the call gives up.
+    # pyspark's default retries a call for 10 minutes or more: a run sits silent in one call (155 s measured) after
+    # its server restarts, and is taken for an orphan. Its ride-out can only try again once the call gives up.
     from engagement_platform_tests.support.object_store import free_port
 
     remote = f"sc://127.0.0.1:{free_port()}"  # nothing listens there

@@ -1,8 +1,11 @@
 """The package's structure, read from the code: its layers, the imports between them, and the rules
 they keep. It writes the layer picture (a Mermaid flowchart GitHub renders) and the package layout into
-docs/ARCHITECTURE.md and the README between marker comments, and checks the rules.
+docs/ARCHITECTURE.md and the README between marker comments, the configuration reference from
+settings.SETTINGS and the table reference from every TableSpec of the package (docs/reference/), and
+checks the rules: the layering, and no history (which session, soak run, issue or numbered reference found
+what) in code, config or docs outside CHANGELOG.md and docs/history/.
 
-    .venv/bin/python scripts/architecture.py            # rewrite the generated sections
+    .venv/bin/python scripts/architecture.py            # rewrite the generated sections and references
     .venv/bin/python scripts/architecture.py --check    # exit 1 if they are stale or a rule is broken
 
 The test suite runs the check (engagement_platform_tests/test_architecture.py), so the documents follow
@@ -13,14 +16,20 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
+import inspect
+import pkgutil
 import re
 import sys
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = "engagement_platform"
-MAX_LINES = 350
+MAX_LINES = 450  # lines as ruff formats them (120 columns)
 LONG_MARK = "Long by design:"  # a module over MAX_LINES says why in its docstring, after this mark
 HISTORY_OWNER = f"{PACKAGE}.lake.delta"  # the one module that calls delta-rs's DeltaTable.history
 
@@ -28,8 +37,25 @@ HISTORY_OWNER = f"{PACKAGE}.lake.delta"  # the one module that calls delta-rs's 
 FRAMEWORK = ("settings", "lake", "streams", "spark", "ingest")
 DAGSTER_SIDE = ("orchestration", "resources")
 DOMAINS = ("engagement", "profiles", "landing")
-ASSEMBLY = ("catalog", "definitions", "cli")
+ASSEMBLY = ("registry", "definitions", "cli")
 DAGSTER_MODULES = ("assets", "sensors", "jobs", "checks", "partitions")
+REGENERATE = ".venv/bin/python scripts/architecture.py"
+# History names what found something, not why the code is as it is: it belongs in CHANGELOG.md, docs/history/
+# and git. A number after the word is what makes it history ("a Spark session", "issues" and "the reference
+# designs" pass); the reference designs are named by their public titles instead of their file numbers.
+HISTORY_MENTION = re.compile(r"\b(?:sessions?|soak\s+runs?|issues?)\s+#?\d+|\breferences?\s+0\d\d", re.IGNORECASE)
+HISTORY_TREES = ("engagement_platform", "engagement_platform_tests", "benchmarks", "scripts", "pipelines", "segments")
+HISTORY_FILES = (
+    "README.md",
+    "BENCHMARKS.md",
+    "dagster.yaml",
+    "setup.cfg",
+    "pyproject.toml",
+    "workspace.yaml",
+    "constraints.txt",
+)
+HISTORY_DOCS, HISTORY_KEPT = "docs", "docs/history"
+TEXT_SUFFIXES = (".py", ".sh", ".md", ".yaml", ".yml", ".toml", ".cfg", ".txt", ".ini", ".properties")
 LAYER_TITLES = {
     "framework": "Stream framework (no Dagster)",
     "dagster": "Dagster side of the framework",
@@ -127,7 +153,6 @@ def problems(mods: list[Module], root: Path = REPO) -> list[str]:
             out.append(
                 f"{where}: {m.lines} lines (over {MAX_LINES}) and its docstring does not say why ('{LONG_MARK} ...')"
             )
-        text = m.path.read_text()
         if m.name != HISTORY_OWNER:
             for node in ast.walk(m.tree):
                 if (
@@ -140,9 +165,35 @@ def problems(mods: list[Module], root: Path = REPO) -> list[str]:
                         f"{where}:{node.lineno}: reads a table's history itself; use DeltaLake.history (delta-rs numbers "
                         "commits from the loaded version: a concurrent commit shifts them)"
                     )
-        for match in re.finditer(r"\b[Ii]ssues? \d+\b", text):
+    return out
+
+
+def history_rule_files(root: Path = REPO) -> list[Path]:
+    """The code, config and docs the history rule reads: not CHANGELOG.md, not docs/history/."""
+    found = [root / name for name in HISTORY_FILES if (root / name).is_file()]
+    for tree in (*HISTORY_TREES, HISTORY_DOCS):
+        found.extend(
+            path
+            for path in sorted((root / tree).rglob("*"))
+            if path.is_file()
+            and path.suffix in TEXT_SUFFIXES
+            and "__pycache__" not in path.parts
+            and not path.relative_to(root).as_posix().startswith(f"{HISTORY_KEPT}/")
+        )
+    return found
+
+
+def history_mentions(root: Path = REPO) -> list[str]:
+    """Every mention of which session, soak run, issue or numbered reference found something: `<file>:<line>: ...`."""
+    out = []
+    for path in history_rule_files(root):
+        text = path.read_text(errors="replace")
+        for match in HISTORY_MENTION.finditer(text):
+            line = text.count("\n", 0, match.start()) + 1
+            said = " ".join(match.group(0).split())
             out.append(
-                f"{where}:{text.count(chr(10), 0, match.start()) + 1}: names '{match.group(0)}' (history belongs in git)"
+                f"{path.relative_to(root)}:{line}: names '{said}' (history belongs in CHANGELOG.md, docs/history/ "
+                "or git; say why the code is as it is, and name a reference design by its title)"
             )
     return out
 
@@ -230,6 +281,207 @@ def layout(root: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+# ---- generated references ------------------------------------------------------------------------
+
+REFERENCE = Path("docs") / "reference"
+GENERATED_NOTE = "<!-- generated by scripts/architecture.py from {source}: edit the code, not this file -->"
+SECTION_TITLES = {
+    "storage": "Storage",
+    "kafka": "Kafka and batch size (every Kafka stream)",
+    "coordinator": "Job coordinator (ZooKeeper)",
+    "spark": "Spark",
+    "ingestion": "Ingestion stream",
+    "mutation": "Mutation stream",
+    "retention": "Retention stream",
+    "erasure": "Erasure (every lake)",
+    "profiles": "Profile lake streams",
+    "object store": "Object store (S3, ADLS / Azure Blob)",
+    "testing hooks": "Testing hooks (unset in operation)",
+}
+
+
+def package_module(name: str, root: Path = REPO) -> ModuleType:
+    """A module of the package, imported from this checkout."""
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(name)
+
+
+def cell(text: str) -> str:
+    """Text for one Markdown table cell: one line, pipes escaped, and angle brackets outside code spans
+    escaped (GitHub drops `<tenant>` as an unknown HTML tag)."""
+    parts = " ".join(text.split()).replace("|", "\\|").split("`")
+    return "`".join(p if i % 2 else p.replace("<", "&lt;").replace(">", "&gt;") for i, p in enumerate(parts))
+
+
+def shown_default(default: str | None) -> str:
+    """How the reference shows a declared default ("{repo}" is the checkout; unset: no default)."""
+    if default is None:
+        return "unset"
+    return f"`{default.replace('{repo}', '<repo>').replace('{EP_STATE_DIR}', '$EP_STATE_DIR')}`"
+
+
+def configuration(root: Path = REPO) -> str:
+    """docs/reference/configuration.md: every variable of settings.SETTINGS, a table per section."""
+    settings = package_module(f"{PACKAGE}.settings", root)
+    lines = [
+        "# Configuration reference",
+        "",
+        GENERATED_NOTE.format(source="engagement_platform/settings.py (SETTINGS)"),
+        "",
+        "Every environment variable the platform reads, with its default and what it does. The defaults point at",
+        "the local stack (`scripts/stack.sh`). A variable with a default may stay unset in every entry point:",
+        "`scripts/run_platform.sh`, `dagster dev` started by hand and the `engagement-platform` CLI read the same",
+        "settings when a run or a sensor tick needs them. An empty value counts as unset, except where the table",
+        "says what empty means. `<repo>` is the folder of this checkout.",
+        "",
+        "The scripts read a few variables of their own (the local stack's ports, `EP_DEMO_STORE`,",
+        "`EP_DAGSTER_PORT`): each script's header lists them. Dagster itself reads `DAGSTER_HOME`.",
+    ]
+    sections: dict[str, list[Any]] = {}
+    for setting in settings.SETTINGS:
+        sections.setdefault(setting.section, []).append(setting)
+    for section, members in sections.items():
+        lines += ["", f"## {SECTION_TITLES.get(section, section.capitalize())}", ""]
+        lines += ["| variable | default | meaning |", "| --- | --- | --- |"]
+        lines += [f"| `{s.name}` | {shown_default(s.default)} | {cell(s.help)} |" for s in members]
+    return "\n".join(lines) + "\n"
+
+
+def assigned_names(tree: ast.Module) -> dict[str, ast.stmt]:
+    """Module-level names bound by an assignment or a function definition, to their statement."""
+    out: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            out.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out[node.target.id] = node
+        elif isinstance(node, ast.FunctionDef):
+            out[node.name] = node
+    return out
+
+
+COLUMN_NOTE = re.compile(r"""(?:\(\s*"(\w+)"\s*,|"(\w+)"\s*:)[^#\n]*#\s*(.+)""")
+
+
+def imported_names(tree: ast.Module) -> dict[str, tuple[str, str]]:
+    """Module-level `from X import Y as Z`: Z -> (X, Y)."""
+    return {
+        alias.asname or alias.name: (node.module, alias.name)
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+        for alias in node.names
+    }
+
+
+def column_notes(module: ModuleType, name: str) -> dict[str, str]:
+    """The comments written beside a table's columns: in the statement that binds `name` in `module`, then in
+    the statements of the names it uses (in this package, followed through imports), nearest first."""
+    notes: dict[str, str] = {}
+    seen: set[tuple[str, str]] = set()
+    todo = [(module.__name__, name)]
+    while todo:
+        module_name, bound = todo.pop(0)
+        if (module_name, bound) in seen or not module_name.startswith(f"{PACKAGE}."):
+            continue
+        seen.add((module_name, bound))
+        source = Path(importlib.import_module(module_name).__file__ or "").read_text()
+        tree = ast.parse(source)
+        node = assigned_names(tree).get(bound)
+        if node is None:
+            if bound in imported_names(tree):
+                todo.append(imported_names(tree)[bound])
+            continue
+        segment = ast.get_source_segment(source, node) or ""
+        for match in COLUMN_NOTE.finditer(segment):
+            notes.setdefault(match.group(1) or match.group(2), match.group(3).strip())
+        todo += [(module_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != bound]
+    return notes
+
+
+@dataclass(frozen=True)
+class DeclaredTable:
+    spec: Any  # a TableSpec
+    module: ModuleType
+    name: str  # what binds it in `module`
+    scope: str = ""  # a table per tenant or per pipeline: says so
+
+
+def declared_tables(root: Path = REPO) -> list[DeclaredTable]:
+    """Every TableSpec bound at module level where it is declared (imports elsewhere skipped), in package
+    order with each lake's own tables.py first, then the tables made per tenant (profiles' raw tables) and
+    per ingest pipeline (those of the shipped pipelines/)."""
+    package = package_module(PACKAGE, root)
+    delta = package_module(f"{PACKAGE}.lake.delta", root)
+    found, names = [], set()
+    for info in pkgutil.walk_packages(package.__path__, f"{PACKAGE}."):
+        with warnings.catch_warnings():  # Dagster's beta notices, once per import: nothing to act on here
+            warnings.simplefilter("ignore")
+            module = importlib.import_module(info.name)
+        bound = assigned_names(ast.parse(Path(module.__file__ or "").read_text()))
+        for name in sorted(bound, key=lambda bound_name: bound[bound_name].lineno):
+            spec = getattr(module, name, None)
+            if isinstance(spec, delta.TableSpec) and spec.name not in names:
+                names.add(spec.name)
+                found.append(DeclaredTable(spec, module, name))
+    units = list(dict.fromkeys(t.module.__name__.split(".")[1] for t in found))
+    found.sort(key=lambda t: (units.index(t.module.__name__.split(".")[1]), t.module.__name__.count(".") > 2))
+    profiles = package_module(f"{PACKAGE}.profiles.tables", root)
+    sample = "x-tenant-x"  # a valid tenant name, shown as <tenant>
+    raw = profiles.raw_table_spec(sample)
+    shown = replace(
+        raw, name=raw.name.replace(sample, "<tenant>"), description=raw.description.replace(sample, "<tenant>")
+    )
+    found.append(DeclaredTable(shown, profiles, "raw_table_spec", "tenant"))
+    config, tables = package_module(f"{PACKAGE}.ingest.config", root), package_module(f"{PACKAGE}.ingest.tables", root)
+    for path in sorted((root / "pipelines").glob("*.y*ml")):
+        pipeline = config.load_pipeline(path)
+        for make in (tables.target_spec, tables.quarantine_spec):
+            found.append(DeclaredTable(make(pipeline), tables, make.__name__, f"pipelines/{path.name}"))
+    return found
+
+
+def tables_reference(root: Path = REPO) -> str:
+    """docs/reference/tables.md: every Delta table the platform writes, by the package that declares it."""
+    default_stats = package_module(f"{PACKAGE}.lake.file_writes", root).DEFAULT_STATS_COLUMNS
+    lines = [
+        "# Table reference",
+        "",
+        GENERATED_NOTE.format(source="the TableSpec declarations of engagement_platform/"),
+        "",
+        "Every Delta table the platform writes: what a row is, how the table is partitioned, whether it keeps a",
+        "change data feed, its columns and their Arrow types. Tables live under `EP_LAKE_ROOT`, each in the folder",
+        "of its name. A table per tenant or per ingest pipeline says so; the pipeline tables shown are those of the",
+        "shipped `pipelines/` folder (every pipeline file adds its own pair).",
+    ]
+    current = None
+    for table in declared_tables(root):
+        unit = table.module.__name__.split(".")[1]
+        if unit != current:
+            current = unit
+            doc = (inspect.getdoc(package_module(f"{PACKAGE}.{unit}", root)) or "").split("\n")[0]
+            lines += ["", f"## {unit}/", "", doc]
+        spec, where = table.spec, Path(table.module.__file__ or "").relative_to(root / PACKAGE).as_posix()
+        made = f"`{table.name}(...)`" if table.scope else f"`{table.name}`"
+        facts = [
+            f"partitioned by {', '.join(f'`{c}`' for c in spec.partition_by)}"
+            if spec.partition_by
+            else "unpartitioned",
+            f"change data feed {'on' if spec.change_data_feed else 'off'}",
+            "statistics on "
+            + (", ".join(f"`{c}`" for c in spec.stats_columns) or f"the first {default_stats} data columns"),
+            f"declared in `{where}` ({made})",
+        ]
+        if table.scope:
+            facts.insert(0, f"one per {table.scope}" if "/" not in table.scope else f"from `{table.scope}`")
+        lines += ["", f"### `{spec.name}`", "", cell(spec.description or "(no description)"), ""]
+        summary = cell("; ".join(facts))
+        lines += [summary[:1].upper() + summary[1:] + ".", "", "| column | type | note |", "| --- | --- | --- |"]
+        notes = column_notes(table.module, table.name)
+        lines += [f"| `{f.name}` | `{f.type}` | {cell(notes.get(f.name, ''))} |" for f in spec.schema]
+    return "\n".join(lines) + "\n"
+
+
 def replace_between(text: str, tag: str, body: str) -> str:
     begin, end = f"<!-- {tag}:begin (scripts/architecture.py) -->", f"<!-- {tag}:end -->"
     if begin not in text or end not in text:
@@ -240,13 +492,27 @@ def replace_between(text: str, tag: str, body: str) -> str:
 
 
 def generated(root: Path = REPO) -> dict[Path, str]:
+    """Each generated file and the text it must have: ARCHITECTURE.md's sections, the README's layout (when
+    the README has its markers) and the references under docs/reference/."""
     mods = modules(root)
     out = {}
     arch = root / "docs" / "ARCHITECTURE.md"
     out[arch] = replace_between(replace_between(arch.read_text(), "layers", picture(mods)), "layout", layout(root))
     readme = root / "README.md"
-    out[readme] = replace_between(readme.read_text(), "layout", layout(root))
+    if "<!-- layout:begin" in readme.read_text():
+        out[readme] = replace_between(readme.read_text(), "layout", layout(root))
+    out[root / REFERENCE / "configuration.md"] = configuration(root)
+    out[root / REFERENCE / "tables.md"] = tables_reference(root)
     return out
+
+
+def stale(root: Path = REPO) -> list[str]:
+    """The generated files whose text differs from what the code generates, relative to the checkout."""
+    return [
+        str(path.relative_to(root))
+        for path, text in generated(root).items()
+        if not path.exists() or path.read_text() != text
+    ]
 
 
 def main() -> int:
@@ -255,16 +521,18 @@ def main() -> int:
         "--check", action="store_true", help="exit 1 if a generated section is stale or a rule is broken"
     )
     args = parser.parse_args()
-    broken = problems(modules())
+    broken = problems(modules()) + history_mentions()
     for line in broken:
         print(line)
-    stale = [path for path, text in generated().items() if path.read_text() != text]
     if args.check:
-        for path in stale:
-            print(f"{path.relative_to(REPO)}: generated sections are stale: run scripts/architecture.py")
-        return 1 if broken or stale else 0
+        outdated = stale()
+        for path in outdated:
+            print(f"{path}: generated text is stale: run {REGENERATE}")
+        return 1 if broken or outdated else 0
     for path, text in generated().items():
-        path.write_text(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
     return 1 if broken else 0
 
 

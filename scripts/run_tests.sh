@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Test entry point: make sure the environment is installed, then hand over to pytest.
-# The suite's conftest starts its own stack via scripts/stack.sh (test ports, test state
-# dir), so no servers are started here. Extra arguments go straight to pytest.
+# The README's test command, and CI's (.ci/run): install, the lint and type gate (scripts/lint.sh), then pytest.
+#
+#   bash scripts/run_tests.sh          the default tier: every test not marked `matrix` (-m "not matrix"), the
+#                                      short soak and one host-crash case among them
+#   bash scripts/run_tests.sh ARGS...  pytest with ARGS instead of the default tier's filter, for example
+#                                      -m "not stack" (the unit tier: no stack server) or a test file or node id
+#   bash scripts/run_full_matrix.sh    the full matrix: every test (the long soak, every host-crash case, every store)
+#
+# The markers that make the tiers are declared in setup.cfg and assigned in engagement_platform_tests/conftest.py.
+# The 20 slowest tests are listed at the end. The suite's conftest starts its own stack via scripts/stack.sh (test
+# ports, test state dir), so no servers are started here.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -9,4 +17,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 
 bash scripts/install.sh
-exec .venv/bin/python -m pytest "$@"
+if [ -f scripts/lint.sh ]; then
+    bash scripts/lint.sh # a finding fails the run before any test starts
+fi
+if [ "$#" -eq 0 ]; then
+    set -- -m "not matrix"
+fi
+exec .venv/bin/python -m pytest --durations=20 "$@"

@@ -24,7 +24,7 @@ imported: the semantics are re-implemented from the README and the request forma
 - profile_raw/<tenant>: per primary id, the valid changes folded in cdc_seq order (newer non-null keys win, null
   keeps, delete leaves a tombstone, an upsert after it starts empty, links from the newest change carrying
   related_ids). Identity components (the related_ids and component_id columns) are not computed.
-- Profile erasure (profiles/erasure/, README "Erasure" under the profile CDC lake): each valid request erases its
+- Profile erasure (profiles/erasure/, docs/streams/profile-erasure.md): each valid request erases its
   subject's identity, the component over the links of its tenant's changes staged before it (_profile_erasures: the
   request is gated on the dumper); every row of those ids goes, tombstones included (rows removed, not tombstoned), and
   every change or bad record naming one is stored nowhere (before the request: removed from raw, staging or the

@@ -263,7 +263,7 @@ def dagster_outcome(dagster_home: str) -> dict:
             reason = (history[0].skip_reason or "") if history else ""
             if (
                 "paused" in reason
-            ):  # a stream that stopped retrying waits for a person (README: resuming a paused stream)
+            ):  # a stream that stopped retrying waits for a person (docs/operations/runbook.md: resuming a paused stream)
                 paused.append(f"{state.instigator_name}: {reason[:300]}")
         spans = run_spans(instance)
         slots = slot_usage(

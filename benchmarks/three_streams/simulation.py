@@ -1,6 +1,6 @@
-"""Three simulated streams on one Delta table, with or without the job coordinator (issue 5).
+"""Three simulated streams on one Delta table, with or without the job coordinator.
 
-The reference's test: mocked ingestion, mutation and TTL jobs write the same table at their own
+The test of Salesforce's "Global Synchronousness and Ordering in Delta Lake": mocked ingestion, mutation and TTL jobs write the same table at their own
 cadence, once with the coordinator and once without, and their run windows are compared. Here each
 stream is a thread running micro-batches of a fixed workload on one real Delta table:
 

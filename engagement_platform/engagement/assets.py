@@ -28,7 +28,7 @@ from engagement_platform.lake.delta import TableSpec
 from engagement_platform.orchestration.parts import Parts
 
 GROUP = "engagement"
-# Writers that rewrite engagement_activity files (mutation MERGE, retention deletes, layout upkeep) would
+# Writers that rewrite engagement_activity files (mutation rewrites, retention deletes, layout upkeep) would
 # fail each other's commits when run together; dagster.yaml limits this pool to one at a time.
 REWRITE_POOL = "engagement_activity_rewrites"
 INGESTION_ASSET = AssetKey("engagement_ingestion")
@@ -87,7 +87,8 @@ engagement_tables = [
     table_spec(
         GDPR_AUDIT,
         [RETENTION_ASSET],
-        "One row per applied retention or erasure request: received, completed, rows removed per table.",
+        "One row per applied retention or erasure request: received, completed, rows removed per table; an "
+        "erasure's subject only as its keyed hash.",
     ),
     table_spec(
         QUARANTINE_ENGAGEMENT_GDPR,

@@ -1,4 +1,4 @@
-"""Built-in converters and validators (the reference's example and the common constraints).
+"""Built-in converters and validators (the composable-ingest talk's example and the common constraints).
 
 All are column expressions, so the pipeline fuses them into one projection. Conversions use Spark's
 try_* functions: a value that cannot convert gives null and the row gets an error, never an exception.
@@ -7,6 +7,8 @@ try_* functions: a value that cannot convert gives null and the row gets an erro
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyspark.sql import Column
@@ -14,6 +16,9 @@ from pyspark.sql import functions as F
 
 from engagement_platform.ingest.column_types import TYPE, bound_problem, check_formats
 from engagement_platform.ingest.plugins import ColumnConverter, ColumnValidator
+
+if TYPE_CHECKING:
+    from engagement_platform.ingest.config import ColumnSpec, PipelineConfig
 
 
 class _Params(BaseModel):
@@ -33,7 +38,7 @@ def _known_type(value: str | None) -> str | None:
     return value
 
 
-def _shown(values) -> str:
+def _shown(values: Iterable[object]) -> str:
     return ", ".join(str(v) for v in values)
 
 
@@ -55,11 +60,13 @@ class Rename(ColumnConverter):
         from_: str = Field(alias="from")
         to: str
 
-    def columns(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def columns(self) -> dict[str, Column]:
         return {self.params.to: _col(self.params.from_)}
 
     @property
-    def drops(self):
+    def drops(self) -> tuple[str, ...]:
         return (self.params.from_,)
 
 
@@ -72,10 +79,12 @@ class Concat(ColumnConverter):
         separator: str = " "
         required: bool = True  # error when every part is null
 
-    def columns(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def columns(self) -> dict[str, Column]:
         return {self.params.to: F.concat_ws(self.params.separator, *[_col(c) for c in self.params.columns])}
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         if not self.params.required:
             return []
         all_null = F.coalesce(*[_col(c) for c in self.params.columns]).isNull()
@@ -96,15 +105,17 @@ class Split(ColumnConverter):
         separator: str = " "
         min_parts: int | None = None  # default: all of `into`
 
+    params: Params  # as validated and stored by Plugin.__init__
+
     def _parts(self) -> Column:
         literal = "".join(c if c.isalnum() else "\\" + c for c in self.params.separator)  # split() takes a regex
         return F.split(F.trim(_col(self.params.column)), F.lit(literal), len(self.params.into))
 
-    def columns(self):
+    def columns(self) -> dict[str, Column]:
         parts = self._parts()
         return {name: F.get(parts, i) for i, name in enumerate(self.params.into)}
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         need = self.params.min_parts or len(self.params.into)
         value = _col(self.params.column)
         too_few = value.isNull() | (F.size(self._parts()) < need)
@@ -129,10 +140,12 @@ class Cast(ColumnConverter):
         _type = field_validator("type")(_known_type)
         _formats = field_validator("formats")(check_formats)
 
+    params: Params  # as validated and stored by Plugin.__init__
+
     def _converted(self) -> Column:
         return convert_text(_col(self.params.column), self.params.type, self.params.formats)
 
-    def columns(self):
+    def columns(self) -> dict[str, Column]:
         converted = self._converted()
         if self.params.default_from:
             fallback = F.coalesce(*[_as(_col(c), self.params.type) for c in self.params.default_from])
@@ -140,10 +153,10 @@ class Cast(ColumnConverter):
         return {self.params.to or self.params.column: converted}
 
     @property
-    def drops(self):
+    def drops(self) -> tuple[str, ...]:
         return (self.params.column,) if self.params.to and self.params.to != self.params.column else ()
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         value = _col(self.params.column)
         hint = f" (formats: {_shown(self.params.formats)})" if self.params.formats else ""
         message = F.format_string(f"'%s' is not a valid {self.params.type}{hint}", value)
@@ -165,6 +178,8 @@ class MapValues(ColumnConverter):
         default: str | None = None
         case_sensitive: bool = False
 
+    params: Params  # as validated and stored by Plugin.__init__
+
     def _key(self) -> Column:
         value = _col(self.params.column)
         return value if self.params.case_sensitive else F.lower(value)
@@ -174,10 +189,10 @@ class MapValues(ColumnConverter):
         pairs = [x for k, v in table.items() for x in (F.lit(k), F.lit(v))]
         return F.coalesce(F.try_element_at(F.create_map(*pairs), self._key()), F.lit(self.params.default))
 
-    def columns(self):
+    def columns(self) -> dict[str, Column]:
         return {self.params.to or self.params.column: self._mapped()}
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         if self.params.default is not None:
             return []
         value = _col(self.params.column)
@@ -200,11 +215,13 @@ class Coalesce(ColumnConverter):
 
         _type = field_validator("type")(_known_type)
 
-    def columns(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def columns(self) -> dict[str, Column]:
         cast = (lambda c: c.try_cast(self.params.type)) if self.params.type else (lambda c: c)
         return {self.params.column: F.coalesce(*[cast(_col(c)) for c in (self.params.column, *self.params.sources)])}
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         """The value to use (the first present one) does not convert: an error, never silently skipped."""
         if not self.params.type:
             return []
@@ -224,17 +241,17 @@ class Conform(ColumnConverter):
     Text columns convert (with the column's formats for dates); typed columns are cast when they
     differ. Extra columns are dropped by the pipeline's final projection, not here."""
 
-    def __init__(self, name, params, target, current_types: dict[str, str]):
+    def __init__(self, name: str, params: BaseModel, target: dict[str, ColumnSpec], current_types: dict[str, str]):
         super().__init__(name, params, target)
         self.current = current_types
 
-    def _needs(self):
+    def _needs(self) -> Iterator[tuple[str, ColumnSpec, str]]:
         for name, spec in self.target.items():
             have = self.current.get(name)
             if have is not None and have != _spark_type_name(spec.type):
                 yield name, spec, have
 
-    def columns(self):
+    def columns(self) -> dict[str, Column]:
         return {
             name: (
                 convert_text(_col(name), spec.type, spec.formats)
@@ -244,7 +261,7 @@ class Conform(ColumnConverter):
             for name, spec, have in self._needs()
         }
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         out = []
         for name, spec, have in self._needs():
             value = _col(name)
@@ -261,7 +278,7 @@ def _as(column: Column, type_: str) -> Column:
     return column.try_cast("timestamp").cast("date") if type_ == "date" else column.try_cast(type_)
 
 
-def _bound(value) -> str:
+def _bound(value: float | str | None) -> str:
     if value is None:
         return ""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
@@ -279,7 +296,9 @@ class Required(ColumnValidator):
         columns: list[str] = Field(min_length=1)
         allow_blank: bool = False  # a string of only spaces counts as missing unless allowed
 
-    def errors(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def errors(self) -> list[Column]:
         out = []
         for name in self.params.columns:
             value = _col(name)
@@ -297,7 +316,9 @@ class Enum(ColumnValidator):
         column: str
         values: list[str] = Field(min_length=1)
 
-    def errors(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def errors(self) -> list[Column]:
         value = _col(self.params.column)
         message = F.format_string(f"'%s' is not one of {_shown(self.params.values)}", value)
         return [
@@ -315,13 +336,15 @@ class Range(ColumnValidator):
         max: float | str | None = None
 
         @model_validator(mode="after")
-        def _bounded(self):
+        def _bounded(self) -> Self:
             if self.min is None and self.max is None:
                 raise ValueError("give min, max or both")
             return self
 
+    params: Params  # as validated and stored by Plugin.__init__
+
     @classmethod
-    def check_config(cls, params, config):
+    def check_config(cls, params: Range.Params, config: PipelineConfig) -> list[tuple[str, str]]:
         """Bounds that cannot compare with the target column's type would fail the batch in Spark."""
         spec = config.target.columns.get(params.column)
         return [
@@ -330,7 +353,7 @@ class Range(ColumnValidator):
             if spec and (problem := bound_problem(spec.type, getattr(params, key)))
         ]
 
-    def errors(self):
+    def errors(self) -> list[Column]:
         value = _col(self.params.column)
         low, high = self.params.min, self.params.max
         outside = F.lit(False)
@@ -357,14 +380,16 @@ class Regex(ColumnValidator):
                 raise ValueError(f"regex does not compile: {exc}") from exc
             return value
 
-    def errors(self):
+    params: Params  # as validated and stored by Plugin.__init__
+
+    def errors(self) -> list[Column]:
         value = _col(self.params.column)
         message = F.format_string(f"'%s' does not match {self.params.pattern}", value)
         matches = F.regexp_like(value, F.lit(self.params.pattern))
         return [F.when(value.isNotNull() & ~matches, self.err(self.params.column, "pattern_mismatch", message, value))]
 
 
-def schema_validators(target) -> list[ColumnValidator]:
+def schema_validators(target: dict[str, ColumnSpec]) -> list[ColumnValidator]:
     """The target schema's own constraints (required, enum, min/max, regex) as validators."""
     out: list[ColumnValidator] = []
     required = [name for name, spec in target.items() if spec.required]

@@ -16,7 +16,7 @@ import pyarrow.dataset as ds
 
 from engagement_platform.ingest.config import PipelineConfig, load_pipelines
 from engagement_platform.ingest.tables import quarantine_spec, target_spec
-from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.lake.row_erasure import delete_quarantined, erase_rows, live_files, quarantined_keys_naming
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.batch import CommitStep, Outcomes
@@ -32,6 +32,8 @@ def pipelines_naming_people(pipelines_dir: str | Path, list_table: str) -> list[
 def naming_mask(rows: pa.Table, config: PipelineConfig, erased: Suppressed) -> pa.Array:
     """Which target rows name an erased subject of their org / tenant."""
     spec = config.suppression
+    if spec is None:
+        raise ValueError(f"pipeline {config.name} names no people (no suppression section)")
     scopes = rows[spec.scope_column].to_pylist() if spec.scope_column else [spec.scope] * rows.num_rows
     ids = [rows[c].to_pylist() for c in spec.subject_columns]
     return pa.array(
@@ -52,7 +54,9 @@ def pipeline_erasure_steps(
     for config in configs:
         target, quarantine = target_spec(config), quarantine_spec(config)
 
-        def erase_target(txn: BatchTxn, _: Outcomes, config=config, target=target) -> int | None:
+        def erase_target(
+            txn: BatchTxn, _: Outcomes, config: PipelineConfig = config, target: TableSpec = target
+        ) -> int | None:
             if not erased:  # a batch without erasures reads nothing
                 return None
             version, n = erase_rows(
@@ -61,7 +65,9 @@ def pipeline_erasure_steps(
             removed[target.name] = removed.get(target.name, 0) + n
             return version
 
-        def erase_quarantined(txn: BatchTxn, _: Outcomes, config=config, quarantine=quarantine) -> int | None:
+        def erase_quarantined(
+            txn: BatchTxn, _: Outcomes, config: PipelineConfig = config, quarantine: TableSpec = quarantine
+        ) -> int | None:
             if lake.exists(quarantine.name) and lake.already_committed(quarantine.name, txn):
                 return None
             keys = quarantined_keys_naming(lake, quarantine, erased, ds.field("pipeline") == config.name)

@@ -39,10 +39,6 @@ def error(
     )
 
 
-def error_when(condition: Column, err: Column) -> Column:
-    return F.when(condition, err)
-
-
 def no_errors() -> Column:
     return F.array().cast(f"array<{ERROR_STRUCT_DDL}>")
 

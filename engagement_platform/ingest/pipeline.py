@@ -5,7 +5,7 @@ fused into projections, DataFrame-contract plugins are joined back by `_row_id`.
 comes back to the driver and splits into the target rows (no errors) and the quarantine rows (one
 per error, with the record's raw bytes, input columns and source position). `errors_frame`,
 `good_frame` and `quarantine_frame` give the same split as Spark DataFrames, with the quarantine
-built the reference's way: the unioned errors joined back to the input by row id. Kafka-fed streams
+built the composable-ingest talk's way: the unioned errors joined back to the input by row id. Kafka-fed streams
 run a planned slice through `validate_kafka_slice` and add what they check on the driver (a batch-level
 rule) with `reject_on_driver`, in the same error schema.
 """
@@ -159,7 +159,7 @@ def apply_frame_validator(df: DataFrame, validator: Validator) -> DataFrame:
     return joined.withColumn(ERRORS, F.concat(F.col(ERRORS), F.coalesce(F.col("_found"), no_errors()))).drop("_found")
 
 
-# ---- the same split as DataFrames (the reference's union + join) ---------------------------------
+# ---- the same split as DataFrames (the composable-ingest talk's union + join) ----------------------
 
 
 def errors_frame(transformed: DataFrame) -> DataFrame:
@@ -264,7 +264,7 @@ def quarantine_rows(bad: pa.Table, ctx: QuarantineContext, org_column: str = "or
     parent = pc.list_parent_indices(bad[ERRORS])
     n = len(flat)
 
-    def take(col: str):
+    def take(col: str) -> pa.ChunkedArray:
         return pc.take(bad[col], parent)
 
     partitions, offsets = take(SOURCE_PARTITION), take(SOURCE_OFFSET)

@@ -1,6 +1,6 @@
 """Plugin contracts: what a converter or validator is, and how column plugins run (registry.py finds them).
 
-Contracts, as in the reference talk:
+Contracts, as in Adobe's "Composable Data Processing with Apache Spark":
 - Converter: DataFrame -> (converted DataFrame, error DataFrame). A row that fails goes no further.
 - Validator: DataFrame -> error DataFrame. Every validator sees every converted row.
 Error DataFrames have the one error schema (`errors.ERROR_FRAME_DDL`: _row_id + error fields), and
@@ -69,9 +69,12 @@ class ColumnConverter(Converter):
     both outputs and errors read), visible to columns() and errors() under their names.
     columns(): output columns (new or replacing same-named ones). errors(): error-or-null columns,
     evaluated on the input row (and prepared helpers), never on this plugin's own outputs.
+    drops: input columns the output leaves out (a class attribute or a property).
     """
 
-    drops: tuple[str, ...] = ()
+    @property
+    def drops(self) -> tuple[str, ...]:
+        return ()
 
     def prepare(self) -> dict[str, Column]:
         return {}
@@ -154,7 +157,7 @@ _ARROW_TYPES = {
 }
 
 
-def _typed(name: str, type_: str, value):
+def _typed(name: str, type_: str, value: Any) -> Any:
     import pyarrow as pa
 
     if value is None:
@@ -173,8 +176,10 @@ def _typed(name: str, type_: str, value):
         raise TypeError(f"output '{name}' is {value!r}, not a {type_}") from None
 
 
-def _trapped(fn: Callable[[dict], dict], names: tuple[str, ...], outputs: dict[str, str]):
-    def run(*values):
+def _trapped(
+    fn: Callable[[dict], dict], names: tuple[str, ...], outputs: dict[str, str]
+) -> Callable[..., dict[str, Any]]:
+    def run(*values: Any) -> dict[str, Any]:
         try:
             result = fn(dict(zip(names, values)))
             return {**{k: _typed(k, t, result.get(k)) for k, t in outputs.items()}, "__error": None}

@@ -4,8 +4,8 @@ the entry point groups `engagement_platform.converters` / `engagement_platform.v
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Literal, overload
 
 from pydantic import ValidationError
 
@@ -13,15 +13,18 @@ from engagement_platform.ingest import builtin
 from engagement_platform.ingest.plugins import Converter, Plugin, Validator
 
 if TYPE_CHECKING:
-    from engagement_platform.ingest.config import ColumnSpec, PipelineConfig
+    from engagement_platform.ingest.config import ColumnSpec, PipelineConfig, PluginRef
 
 CONVERTER_GROUP = "engagement_platform.converters"
 VALIDATOR_GROUP = "engagement_platform.validators"
 
 
-def registry() -> dict[str, dict[str, type[Plugin]]]:
-    """{"converters": name -> class, "validators": name -> class}: built-ins, then entry points."""
-    found = {"converters": dict(builtin.CONVERTERS), "validators": dict(builtin.VALIDATORS)}
+def registry() -> dict[str, dict[str, type[Plugin] | EntryPoint]]:
+    """{"converters": name -> class, "validators": name -> class}: built-ins, then entry points (not loaded yet)."""
+    found: dict[str, dict[str, type[Plugin] | EntryPoint]] = {
+        "converters": dict(builtin.CONVERTERS),
+        "validators": dict(builtin.VALIDATORS),
+    }
     for kind, group in (("converters", CONVERTER_GROUP), ("validators", VALIDATOR_GROUP)):
         for ep in entry_points(group=group):
             found[kind][ep.name] = ep  # loaded lazily: a broken plugin only hurts pipelines using it
@@ -40,7 +43,11 @@ def resolve(kind: str, name: str) -> type[Plugin]:
     return cls
 
 
-def instantiate(kind: str, ref, target: dict[str, ColumnSpec]) -> Plugin:
+@overload
+def instantiate(kind: Literal["converters"], ref: PluginRef, target: dict[str, ColumnSpec]) -> Converter: ...
+@overload
+def instantiate(kind: Literal["validators"], ref: PluginRef, target: dict[str, ColumnSpec]) -> Validator: ...
+def instantiate(kind: str, ref: PluginRef, target: dict[str, ColumnSpec]) -> Plugin:
     cls = resolve(kind, ref.plugin)
     return cls(ref.plugin, cls.Params.model_validate(ref.params), target)
 

@@ -25,7 +25,7 @@ PARSER = "parser"
 KAFKA_PARTITION_SHIFT = 40  # row id = partition << 40 | offset (offsets stay far below 2**40)
 
 
-def _truthy(value) -> bool:
+def _truthy(value: object) -> bool:
     return str(value).lower() in ("true", "1", "yes")
 
 
@@ -153,7 +153,9 @@ def read_kafka(
     return parse_text(rows, source)
 
 
-def fetch_values(kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+def fetch_values(
+    kafka: KafkaClient, topic: str, positions: set[tuple[int, int]]
+) -> dict[tuple[int, int], bytes | None]:
     """Raw message values at exact (partition, offset) positions (one range read per partition): Spark returns
     raw bytes only for the rows it rejected, so rows rejected on the driver get theirs back from Kafka."""
     spans: dict[int, list[int]] = {}

@@ -38,7 +38,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, Filter, TableSpec
 from engagement_platform.lake.file_writes import (
     DEFAULT_STATS_COLUMNS,
     WrittenFile,
@@ -165,7 +165,7 @@ def logged_changes(lake: DeltaLake, log_name: str, versions: list[int], org_id: 
         return pa.table({})
     if not versions:
         return lake.table(log_name).to_pyarrow_dataset().schema.empty_table()
-    filters = [("org_id", "=", org_id)] if org_id is not None else []
+    filters: list[Filter] = [("org_id", "=", org_id)] if org_id is not None else []
     # The range lets the read skip files by their _commit_version statistics; `in` keeps only the versions asked.
     filters += [
         (COMMIT_VERSION, ">=", min(versions)),

@@ -26,7 +26,7 @@ from engagement_platform.lake.change_log import (
     logged_changes,
     logged_versions,
 )
-from engagement_platform.lake.delta import DeltaLake, TableSpec, sql_literal
+from engagement_platform.lake.delta import DeltaLake, Filter, TableSpec, sql_literal
 
 START = -1  # checkpoint of a consumer that has read nothing yet
 COMMIT_TIMESTAMP = "_commit_timestamp"
@@ -66,7 +66,7 @@ def changes_since(
     except (DeltaError, OSError) as exc:  # the versions' log entries or change-data files are gone
         raise ChangesExpired(
             f"{table}: the changes of versions {versions[0]}..{versions[-1]} (checkpoint {checkpoint}) are no longer kept: removed files "
-            f'and log entries stay half of EP_ERASURE_WINDOW (README "Erasure that holds"). Re-read the org in full '
+            f"and log entries stay half of EP_ERASURE_WINDOW (docs/design/erasure.md). Re-read the org in full "
             f"(read_org_dates) and continue from checkpoint {current}. ({type(exc).__name__}: {str(exc)[:200]})"
         ) from exc
     return ChangeSet(rows, current, versions)
@@ -168,7 +168,7 @@ def read_org_dates(
     date_column: str = "engagement_date",
 ) -> pa.Table:
     """Batch read of one org's rows in an inclusive date range (partition pruning + data skipping)."""
-    filters = [("org_id", "=", org_id)]
+    filters: list[Filter] = [("org_id", "=", org_id)]
     if start:
         filters.append((date_column, ">=", start))
     if end:

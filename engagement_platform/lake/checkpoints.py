@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -69,7 +70,7 @@ def outcome_states(plan: BatchPlan, outcomes: Outcomes) -> list[BatchState]:
     return states + [BatchState(plan, BATCH, "done", detail={f"{k}_version": v for k, v in outcomes.items()})]
 
 
-def _row(plan: BatchPlan, process: str, state: str, at: datetime, **columns) -> dict:
+def _row(plan: BatchPlan, process: str, state: str, at: datetime, **columns: Any) -> dict:
     topic, ranges = to_columns(plan.slice)
     return dict(
         stream=plan.stream,
@@ -96,11 +97,11 @@ class CheckpointStore:
 
     # ---- writes -------------------------------------------------------------------------------
 
-    def _append(self, rows: list[tuple[BatchTxn, dict]], **metadata) -> list[bool]:
+    def _append(self, rows: list[tuple[BatchTxn, dict]], **metadata: Any) -> list[bool]:
         """The rows in one commit (rows whose txn is already there skipped): which were written."""
         return self.lake.append_many(CHECKPOINTS, rows, metadata)[1] if rows else []
 
-    def _append_states(self, states: list[BatchState], **metadata) -> None:
+    def _append_states(self, states: list[BatchState], **metadata: Any) -> None:
         """State rows in one commit, then the compaction rule: a stream's partition is compacted when one
         of its batches numbered a multiple of COMPACT_EVERY is done."""
         now = datetime.now(UTC)
@@ -145,14 +146,14 @@ class CheckpointStore:
         return [p for p, new in zip(plans, written) if new]
 
     def record_state(
-        self, plan: BatchPlan, process: str, state: str, table_version: int | None = None, **detail
+        self, plan: BatchPlan, process: str, state: str, table_version: int | None = None, **detail: Any
     ) -> None:
         self._append_states([BatchState(plan, process, state, table_version, detail)])
 
-    def mark_done(self, plan: BatchPlan, **detail) -> None:
+    def mark_done(self, plan: BatchPlan, **detail: Any) -> None:
         self._append_states([BatchState(plan, BATCH, "done", detail=detail)])
 
-    def finish_batches(self, finished: list[tuple[BatchPlan, Outcomes]], **metadata) -> None:
+    def finish_batches(self, finished: list[tuple[BatchPlan, Outcomes]], **metadata: Any) -> None:
         """Every finished batch's outcome_states, in one commit."""
         self._append_states([s for plan, outcomes in finished for s in outcome_states(plan, outcomes)], **metadata)
 

@@ -17,9 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
+from deltalake.table import FilterConjunctionType, TableMerger
 
 LOG_RETENTION = "delta.logRetentionDuration"
 HISTORY_ATTEMPTS = 20  # reads of a history that another writer's commit raced (history): each one is a fresh load
+
+# A read filter: (column, operator, value), the operators of _compare.
+Filter = tuple[str, str, Any]
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class DeltaLake:
 
         Use this, never DeltaTable.history(): delta-rs (1.6) reads the commits the store holds when history()
         is called but numbers them down from the version the DeltaTable was loaded at. A commit another writer
-        makes in between shifts every number by one: a soak saw a change-log version read as an ingestion's
+        makes in between shifts every number by one: a change-log version is then read as an ingestion's
         and the daily metrics drift. Versions only grow, so a read is kept when the table, brought up to date
         after it, is still at the version it was loaded at: then nothing was committed in between."""
         if limit is not None and since is not None:
@@ -218,7 +222,7 @@ class DeltaLake:
         metrics = table.update(updates=updates, predicate=predicate, commit_properties=txn.commit_properties())
         return {**metrics, "version": table.version()}
 
-    def merge(self, spec: TableSpec, source: pa.Table, predicate: str, txn: BatchTxn):
+    def merge(self, spec: TableSpec, source: pa.Table, predicate: str, txn: BatchTxn) -> TableMerger:
         """A TableMerger carrying the txn; the caller adds when_* clauses and calls execute()."""
         table = self.ensure(spec)
         return table.merge(
@@ -269,9 +273,7 @@ class DeltaLake:
 
     # ---- reads --------------------------------------------------------------------------------
 
-    def read(
-        self, name: str, filters: list[tuple[str, str, Any]] | None = None, columns: list[str] | None = None
-    ) -> pa.Table:
+    def read(self, name: str, filters: list[Filter] | None = None, columns: list[str] | None = None) -> pa.Table:
         """Rows with partition pruning and file skipping (min/max stats) from the filters (a string column
         that is not a partition column is compared as text_column)."""
         table = self.table(name)
@@ -302,11 +304,17 @@ class DeltaLake:
 
     # ---- layout upkeep ------------------------------------------------------------------------
 
-    def compact(self, name: str, partition_filters=None, target_size: int | None = None) -> dict[str, Any]:
+    def compact(
+        self, name: str, partition_filters: FilterConjunctionType | None = None, target_size: int | None = None
+    ) -> dict[str, Any]:
         return self.table(name).optimize.compact(partition_filters=partition_filters, target_size=target_size)
 
     def z_order(
-        self, name: str, columns: list[str], partition_filters=None, target_size: int | None = None
+        self,
+        name: str,
+        columns: list[str],
+        partition_filters: FilterConjunctionType | None = None,
+        target_size: int | None = None,
     ) -> dict[str, Any]:
         return self.table(name).optimize.z_order(columns, partition_filters=partition_filters, target_size=target_size)
 
@@ -337,13 +345,13 @@ class DeltaLake:
 def text_column(name: str) -> pc.Expression:
     """A string column in a pyarrow dataset filter. Files that delta-rs's DML (DELETE, UPDATE, MERGE) rewrote
     hold string columns as string_view, which pyarrow's kernels (equal, is_in, the comparisons of a file's
-    min/max guarantee) refuse: the whole scan fails (soak, session 25: every profile erasure batch after one
-    whose DELETE had rewritten a quarantine file, until the stream paused). Through a cast every file reads.
+    min/max guarantee) refuse: the whole scan fails (without the cast, every profile erasure batch after one
+    whose DELETE rewrote a quarantine file fails, until the stream pauses). Through a cast every file reads.
     A table's partition columns need none (their values come from the log) and keep their pruning."""
     return pc.field(name).cast(pa.string())
 
 
-def _compare(field_expr, op: str, value):
+def _compare(field_expr: pc.Expression, op: str, value: Any) -> pc.Expression:
     ops = {
         "=": lambda: field_expr == value,
         "!=": lambda: field_expr != value,

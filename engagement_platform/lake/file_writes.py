@@ -18,9 +18,10 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -166,7 +167,7 @@ def _has_bounds(type_: pa.DataType) -> bool:
     )
 
 
-def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool):
+def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool) -> Any:
     value = scalar.as_py()
     if value is None:
         return None
@@ -210,7 +211,7 @@ def partition_slices(rows: pa.Table, partition_by: Iterable[str]) -> list[tuple[
     return out
 
 
-def _partition_value(value) -> str | None:
+def _partition_value(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -261,7 +262,7 @@ def commit_files(
     spec: TableSpec,
     adds: list[WrittenFile],
     txn: BatchTxn,
-    removes: list[WrittenFile] = (),
+    removes: Sequence[WrittenFile] = (),
     metadata: Mapping[str, str] | None = None,
 ) -> int | None:
     """One commit of the batch's adds and removes with its txn (and `metadata` in its commit info); None when
@@ -356,7 +357,7 @@ def rewrite_files(
     table_uri: str,
     spec: TableSpec,
     files: list[WrittenFile],
-    keep,
+    keep: Callable[[pa.Table], pa.Array],
     tag: str,
     storage_options: Mapping[str, str] | None = None,
 ) -> list[WrittenFile]:
@@ -369,7 +370,7 @@ def transform_files(
     table_uri: str,
     spec: TableSpec,
     files: list[WrittenFile],
-    change,
+    change: Callable[[pa.Table], pa.Table],
     tag: str,
     storage_options: Mapping[str, str] | None = None,
 ) -> list[WrittenFile]:

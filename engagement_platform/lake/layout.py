@@ -4,7 +4,8 @@ Queries on engagement_activity name an org (the partition) and an engagement_dat
 skips every file whose [min, max] engagement_date misses the range. That only helps when each file
 covers a narrow, distinct slice of dates. Small appends with interleaved dates give the opposite:
 many small files that each span weeks, so a one-day query opens nearly all of them. The target is
-the reference layout: few large (~1 GB) files per org whose date ranges do not overlap.
+the layout of Salesforce's engagement activity lake: few large (~1 GB) files per org whose date
+ranges do not overlap.
 
 Overlap of a partition's files, over their [min, max] ranges of the range column (in days):
 
@@ -135,7 +136,7 @@ def partition_layout(
         groups.setdefault(value, []).append(i)
     rows = []
     for value, idx in groups.items():
-        ranges = [(lows[i], highs[i]) for i in idx if lows[i] is not None and highs[i] is not None]
+        ranges = [(lo, hi) for i in idx if (lo := lows[i]) is not None and (hi := highs[i]) is not None]
         ratio, depth = range_overlap(ranges)
         total = sum(size[i] for i in idx)
         rows.append(

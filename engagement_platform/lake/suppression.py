@@ -90,7 +90,9 @@ class Suppressed:
 
     def hit(self, scope: str | None, ids: Iterable[str | None]) -> str | None:
         """The suppressed hash among `ids` (id field values) in `scope`, or None."""
-        hashes = self.by_scope.get(scope) if scope is not None else None
+        if scope is None:
+            return None
+        hashes = self.by_scope.get(scope)
         if not hashes:
             return None
         for value in ids:

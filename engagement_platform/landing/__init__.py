@@ -1,1 +1,5 @@
-"""Landing-file pipelines (reference 003): one stream per pipelines/*.yaml, a batch per set of files waiting."""
+"""Landing-file pipelines: one stream per pipelines/*.yaml, a batch per set of files waiting.
+
+Config-driven parse, convert and validate plugins with row-level error capture, after Adobe's "Composable
+Data Processing with Apache Spark" (Spark+AI Summit).
+"""

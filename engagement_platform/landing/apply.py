@@ -48,6 +48,11 @@ def app_id(config: PipelineConfig) -> str:
     return f"ingest.{config.name}"
 
 
+def asset_name(config: PipelineConfig) -> str:
+    """The pipeline's partitioned asset (landing/assets.py), whose runs commit its tables."""
+    return f"ingest_{config.name}"
+
+
 def landing_files(landing_root: str, config: PipelineConfig) -> list[LandedFile]:
     """Complete files matching the pipeline's glob, on a local folder or an object store (dot-files are
     in-flight uploads, skipped)."""

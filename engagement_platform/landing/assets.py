@@ -7,7 +7,7 @@ files) and the Delta tables are downstream assets whose materializations each ba
 from dagster import AssetExecutionContext, AssetKey, AssetSpec, MaterializeResult, asset
 
 from engagement_platform.ingest.config import PipelineConfig
-from engagement_platform.landing.apply import quarantine_spec, run_file_batch, stream_name, target_spec
+from engagement_platform.landing.apply import asset_name, quarantine_spec, run_file_batch, stream_name, target_spec
 from engagement_platform.landing.checks import evaluate_pipeline_checks, pipeline_check_specs
 from engagement_platform.landing.partitions import pipeline_batches
 from engagement_platform.orchestration.orphans import stranded_metadata
@@ -23,7 +23,7 @@ def landing_key(config: PipelineConfig) -> AssetKey:
 
 
 def pipeline_key(config: PipelineConfig) -> AssetKey:
-    return AssetKey(f"ingest_{config.name}")
+    return AssetKey(asset_name(config))
 
 
 def pipeline_assets(config: PipelineConfig) -> list:

@@ -29,6 +29,7 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
+    SourceAsset,
     asset,
     define_asset_job,
     in_process_executor,
@@ -54,7 +55,7 @@ from engagement_platform.resources import CoordinatorResource, KafkaResource, La
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.cadence import Cadence, reached_bound
 from engagement_platform.streams.planning import BatchPlan, plan_next_batch, uncommitted_records
-from engagement_platform.streams.spec import BatchContext, StreamSpec
+from engagement_platform.streams.spec import BatchContext, BatchResult, StreamSpec
 
 RECORDS_TAG = "engagement/records"  # on every run: the records its slice holds
 
@@ -113,13 +114,13 @@ class KafkaStream:
 
     definition: KafkaStreamDefinition
     partitions: DynamicPartitionsDefinition
-    topic_asset: AssetsDefinition
+    topic_asset: SourceAsset
     asset: AssetsDefinition  # with the stream's check specs
     job: Any  # define_asset_job's (unresolved) job: its class is not public
     sensor: SensorDefinition
 
     @property
-    def assets(self) -> list[AssetsDefinition]:
+    def assets(self) -> list[AssetsDefinition | SourceAsset]:
         return [self.topic_asset, self.asset]
 
     @property
@@ -178,7 +179,7 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
         spec = definition.spec
         plan = checkpoints.plan(spec.name, int(context.partition_key))
 
-        def attempt():  # a new context per attempt: the Spark session may be a new one
+        def attempt() -> BatchResult:  # a new context per attempt: the Spark session may be a new one
             batch = BatchContext(
                 spark.spark_session,
                 lake.lake,
@@ -224,7 +225,9 @@ def _stream_asset(definition: KafkaStreamDefinition, partitions: DynamicPartitio
     return decorate(locked)
 
 
-def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartitionsDefinition, job) -> SensorDefinition:
+def _stream_sensor(
+    definition: KafkaStreamDefinition, partitions: DynamicPartitionsDefinition, job: Any
+) -> SensorDefinition:
     decorate = sensor(
         name=definition.sensor_name or f"{definition.name}_sensor",
         job=job,
@@ -235,7 +238,9 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
     if definition.spec.lock_name is None:
         # Only the checkpoint store is needed: a stream without a lock never gives up on coordination
         # (its runs' liveness is asked of ZooKeeper as the settings name it).
-        def unlocked(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
+        def unlocked(
+            context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource
+        ) -> SensorResult | SkipReason:
             return unless_unavailable(
                 lambda: kafka_stream_tick(
                     context, definition, partitions, kafka, lake.checkpoints, None, liveness_probe(lake)
@@ -244,7 +249,9 @@ def _stream_sensor(definition: KafkaStreamDefinition, partitions: DynamicPartiti
 
         return decorate(unlocked)
 
-    def locked(context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource):
+    def locked(
+        context: SensorEvaluationContext, kafka: KafkaResource, coordinator: CoordinatorResource
+    ) -> SensorResult | SkipReason:
         def turn_wait(plan: BatchPlan, after_give_up: bool) -> str | None:
             ask = coordinator.predecessor_wait if after_give_up else coordinator.lock_wait
             return ask(plan.stream, plan.batch_id, definition.spec.lock_name)
@@ -284,7 +291,7 @@ def kafka_stream_tick(
     store: CheckpointStore,
     turn_wait: TurnWait | None,
     liveness: CoordinatorResource | None = None,
-):
+) -> SensorResult | SkipReason:
     """One tick: the gate, the cursor against the store, then resume the unfinished batch (failing its run
     if `liveness` finds the run's process gone), or plan the next
     slice (or, with no new messages, what `idle_plan` asks for) unless `turn_wait` says its run would wait:
@@ -332,7 +339,8 @@ def kafka_stream_tick(
     store.record_plan(plan)
     request = run_request(plan, 1, {**_tags(plan), **(idle.tags if idle is not None else {})})
     if idle is not None and idle.run_key_suffix:
-        request = request.with_replaced_attrs(run_key=request.run_key + idle.run_key_suffix)
+        # plan.run_key is the key run_request gave the first attempt
+        request = request.with_replaced_attrs(run_key=plan.run_key + idle.run_key_suffix)
     return SensorResult(
         run_requests=[request],
         asset_events=observed,

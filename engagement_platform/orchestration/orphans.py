@@ -12,8 +12,8 @@ a run without a node and without a sign of life (its start, its last event) for 
 failed through the instance, with a message saying why, and tagged ORPHANED_TAG. The second condition spares a
 live run that lost its node for a while: a ZooKeeper session expiry deletes it, and a run that was waiting on
 ZooKeeper or Spark meanwhile (silent) creates it again only once its client has reconnected, seconds after the
-sensor's own client could already see it gone (soak runs 12-14: 17 of the 21 runs failed as orphans were
-alive). The sensor then requests the batch again as after any failed attempt. Orphaned attempts do
+sensor's own client could already see it gone (without this condition, 17 of 21 runs judged orphans under
+repeated ZooKeeper restarts were alive). The sensor then requests the batch again as after any failed attempt. Orphaned attempts do
 not count towards MAX_ATTEMPTS: the batch is not at fault. QUEUED and NOT_STARTED runs belong to the queue
 and are never judged; with ZooKeeper unreachable nothing is judged either.
 

@@ -1,7 +1,7 @@
 """A stream run rides out faults that clear by themselves: an attempt at its batch that meets a lost lease,
 ZooKeeper away, or the broker or Spark server away is tried again from the batch's plan in the same run, for
 a bounded time, instead of failing the run and waiting for the sensor's retry (a relaunch and a place in the
-run queue: minutes on a busy machine in soak run 10, and a red run in the UI for a fault that cleared).
+run queue: minutes on a busy machine, and a red run in the UI for a fault that cleared).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dagster import AssetExecutionContext, DagsterRunStatus
 
@@ -78,13 +78,13 @@ def ride_out(
     patience_s: float = RIDE_OUT_S,
     on_fault: Callable[[str], None] | None = None,
     then: str = "",
-    **failure_metadata,
+    **failure_metadata: Any,
 ) -> T:
     """`attempt()` inside `hold()` (a lock: the lease fences its commits; None: no lock), tried again in the
     same run after a passing fault (passing_fault) while less than `patience_s` has passed since the first
     one, RIDE_OUT_PAUSES_S apart; `on_fault(fault)` runs before each new attempt (e.g. a new Spark session
     after a server restart). A run that fails and is retried by the sensor pays a relaunch and a place in
-    the run queue, both long on a busy machine (soak run 10: 3-minute queue waits), and shows red for a
+    the run queue, both long on a busy machine (queue waits of 3 minutes under faults), and shows red for a
     fault the platform rode out. Every attempt must start from its plan (what an earlier attempt committed
     is found by its txn and skipped). When the faults outlast the bound, or anything else fails, the run
     fails as before (coordination_failures, saying `what` and `then`, with `failure_metadata`); the

@@ -36,12 +36,13 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from dagster import (
     AssetExecutionContext,
     AssetMaterialization,
+    DagsterInstance,
     DagsterRun,
     DagsterRunStatus,
     DynamicPartitionsDefinition,
@@ -78,7 +79,7 @@ FAILURE_REASON_TAG = "dagster/failure_reason"  # Dagster's: set when the run's c
 CODE_FAILURES = {"STEP_FAILURE", "RUN_EXCEPTION", "JOB_INITIALIZATION_FAILURE"}
 KAFKA_UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._RESOLVE}
 # Transport failures, and the server's SparkContext stopped under a running query (the server shutting down:
-# seen in soak run 10 as an UnknownException, which counted as an attempt of the batch).
+# the client reports an UnknownException, which must not count as an attempt of the batch).
 # A client whose server restarted between two calls is refused with SESSION_CHANGED: a new client works.
 SPARK_UNREACHABLE = (
     "StatusCode.UNAVAILABLE",
@@ -113,7 +114,7 @@ def counts_as_attempt(run: DagsterRun) -> bool:
     failure reason says a step, the run or the job's initialisation failed) or a person cancelled it. Not: a
     coordination give-up or lost lease, a service that was unavailable (UNAVAILABLE_TAG), a process that died
     with its host (ORPHANED_TAG), nor a run whose process was killed or vanished (no failure reason): faults
-    that clear must never pause a stream (the soak killed one batch's runs three times in a row)."""
+    that clear must never pause a stream (a batch's runs can be killed three times in a row by faults alone)."""
     if COORDINATION_TAG in run.tags or ORPHANED_TAG in run.tags or UNAVAILABLE_TAG in run.tags:
         return False
     return run.status == DagsterRunStatus.CANCELED or run.tags.get(FAILURE_REASON_TAG) in CODE_FAILURES
@@ -133,7 +134,7 @@ def retry_backoff_s(deaths: int) -> float:
     return min(BACKOFF_S[0] * 2 ** min(deaths - FREE_RETRIES - 1, 30), BACKOFF_S[1])  # no float overflow after years
 
 
-def backoff_wait(instance, ended: list[DagsterRun], what: str) -> str | None:
+def backoff_wait(instance: DagsterInstance, ended: list[DagsterRun], what: str) -> str | None:
     """The skip reason while the retry of `what` (runs `ended`, newest first) backs off, else None."""
     deaths = sum(died(r) for r in ended)
     pause = retry_backoff_s(deaths)
@@ -230,7 +231,7 @@ def waits_for_its_turn(plan: BatchPlan, reason: str) -> str:
 
 
 def report_table_commits(
-    context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra
+    context: AssetExecutionContext, stream: str, batch_id: int, versions: dict[str, int | None], **extra: Any
 ) -> None:
     """A stream run reports a materialization of each table it committed (the tables are downstream assets)."""
     for table, version in versions.items():
@@ -249,7 +250,7 @@ def report_table_commits(
 
 
 @contextmanager
-def coordination_failures(context: AssetExecutionContext, what: str, then: str, **metadata) -> Iterator[None]:
+def coordination_failures(context: AssetExecutionContext, what: str, then: str, **metadata: Any) -> Iterator[None]:
     """A give-up or a lost lease inside the block ends the run as a Failure tagged COORDINATION_TAG
     (not retried by Dagster: the sensor decides), saying `what` gave up and what happens `then`; a broker or
     Spark server that could not be reached, as a Failure tagged UNAVAILABLE_TAG. Neither counts as an attempt."""
@@ -310,7 +311,12 @@ PREDECESSOR_ROUND_S = 15.0  # longest sleep between two registrations of a run t
 
 @contextmanager
 def acquire_in_turn(
-    context, coordinator: CoordinatorResource, stream: str, batch_id: int, lock_name: str | None, on_lock_wait
+    context: AssetExecutionContext,
+    coordinator: CoordinatorResource,
+    stream: str,
+    batch_id: int,
+    lock_name: str | None,
+    on_lock_wait: Callable[[LockBusy, float], None],
 ) -> Iterator[Lease | None]:
     """The coordinator's batch, entered once the predecessor rule lets the batch in. A refusal whose
     bounded wait ends within the run's patience (`max_lock_wait_s`) is waited out with the lock released

@@ -3,7 +3,7 @@
 
 from collections.abc import Callable
 
-from dagster import AssetKey, AssetObservation, AssetsDefinition, DataVersion, ObserveResult, observable_source_asset
+from dagster import AssetKey, AssetObservation, DataVersion, ObserveResult, SourceAsset, observable_source_asset
 
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.resources import KafkaResource, LakeResource
@@ -32,7 +32,7 @@ def topic_asset(
     description: str,
     group: str,
     observation_metadata: ObservationMetadata | None = None,
-) -> AssetsDefinition:
+) -> SourceAsset:
     """The topic as an observable source asset; its data version is the sum of the high watermarks, so it
     changes exactly when messages arrive. `topic` is read at observation time (settings, not import time)."""
 

@@ -6,7 +6,7 @@ messages (tenants share partitions), so it is reported for the topic; per tenant
 staged but not merged yet (`staged_unprocessed`: row counts of the staging files committed after the
 tenant's progress version, from the Delta log). Together: work not yet in the raw table.
 
-Replication lag (seconds), per tenant, as in the reference: the newest CDC timestamp staged for the
+Replication lag (seconds), per tenant, as in Adobe's unified-profile talk: the newest CDC timestamp staged for the
 tenant (staging file statistics) minus the newest CDC timestamp its processor merged (progress
 map). A tenant never processed counts from its oldest staged change. Both are hot-store times, so the
 number says how far the raw table trails the staged changes, not the wall clock (a tenant with no new
@@ -26,11 +26,6 @@ from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.profiles.staging.apply import STREAM
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS
 from engagement_platform.settings import load_settings
-
-
-def profile_cdc_topic() -> str:
-    """The CDC topic (EP_PROFILE_CDC_TOPIC, default profile.cdc), read at run time."""
-    return load_settings().profiles.cdc_topic
 
 
 def max_lag_seconds() -> float:

@@ -137,7 +137,7 @@ def raw_table_spec(tenant: str) -> TableSpec:
     return TableSpec(
         name=raw_table_name(tenant),
         schema=RAW_SCHEMA,
-        change_data_feed=False,  # CDF roughly doubles MERGE cost (INFRA.md); staging is the change log
+        change_data_feed=False,  # CDF roughly doubles MERGE cost; staging is the change log
         # No statistics on the JSON column: min/max of a big text blob only costs write time.
         stats_columns=RAW_STATS_COLUMNS,
         description=f"Profiles of tenant {tenant}: one row per primary id, fields as JSON, Z-ordered by primary id and timestamp.",

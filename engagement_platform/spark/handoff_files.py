@@ -68,6 +68,7 @@ def sweep_handoffs(
     for info in infos:
         if info.type != pafs.FileType.Directory:
             continue
+        created: datetime | None
         try:
             created = datetime.strptime(info.base_name.split("-", 1)[0], HANDOFF_STAMP).replace(tzinfo=UTC)
         except ValueError:

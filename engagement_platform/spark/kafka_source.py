@@ -11,8 +11,14 @@ per message, and this loop is a large share of a slice's CPU (BENCHMARKS.md).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA = "kafka_partition int, kafka_offset long, value binary"
 
@@ -33,7 +39,7 @@ class KafkaOffsetsDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaOffsetsReader(dict(self.options))
 
 
@@ -45,15 +51,17 @@ class KafkaOffsetsReader(DataSourceReader):
         self.slice_size = int(options.get("slice_size", "1000000"))
         self.kafka_config = json.loads(options.get("kafka_config", "{}"))
 
-    def partitions(self):
+    def partitions(self) -> list[OffsetSlice]:
         slices = []
         for partition, start, end in self.ranges:
             for lo in range(start, end, self.slice_size):
                 slices.append(OffsetSlice(partition, lo, min(end, lo + self.slice_size)))
         return slices or [OffsetSlice(0, 0, 0)]
 
-    def read(self, part: OffsetSlice):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
+
+        part = cast(OffsetSlice, partition)  # one of those partitions() returned
 
         from engagement_platform.streams.kafka import KafkaClient, OffsetRange
 

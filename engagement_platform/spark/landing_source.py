@@ -13,8 +13,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SCHEMA = "_source_offset long, _raw binary"
 
@@ -35,7 +41,7 @@ class LandingLinesDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return LandingLinesReader(dict(self.options))
 
 
@@ -60,13 +66,13 @@ class LandingLinesReader(DataSourceReader):
         self.skip_lines = int(options.get("skip_lines", "0"))
         self.storage_options = json.loads(options.get("storage_options") or "{}")
 
-    def _open(self, path: str):
+    def _open(self, path: str) -> pa.NativeFile:
         from engagement_platform.lake.file_writes import filesystem
 
         fs, where = filesystem(path, self.storage_options)
         return fs.open_input_file(where)
 
-    def partitions(self):
+    def partitions(self) -> list[LineSpan]:
         with self._open(self.path) as f:
             data = f.read()
         spans = line_spans(data, self.split_bytes)
@@ -74,9 +80,10 @@ class LandingLinesReader(DataSourceReader):
             LineSpan(self.path, 0, 0, 1, 0)
         ]
 
-    def read(self, span: LineSpan):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        span = cast(LineSpan, partition)  # one of those partitions() returned
         with self._open(span.path) as f:
             f.seek(span.start)
             data = f.read(span.end - span.start)
@@ -110,7 +117,7 @@ class LandingDocumentDataSource(DataSource):
     def schema(self) -> str:
         return DOCUMENT_SCHEMA
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return LandingDocumentReader(dict(self.options))
 
 
@@ -160,12 +167,13 @@ def _skip_space(text: str, at: int) -> int:
 
 
 class LandingDocumentReader(LandingLinesReader):
-    def partitions(self):
+    def partitions(self) -> list[LineSpan]:
         return [LineSpan(self.path, 0, 0, 0, 0)]  # a JSON document is not split
 
-    def read(self, span: LineSpan):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
 
+        span = cast(LineSpan, partition)  # the one partitions() returned
         with self._open(span.path) as f:
             elements, broken = document_elements(f.read())
         yield pa.RecordBatch.from_arrays(

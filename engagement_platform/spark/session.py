@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.connect.client import DefaultChannelBuilder
@@ -43,11 +44,11 @@ _CLOSED = "SESSION_CLOSED"
 
 # How a Spark Connect client waits for a server that is away. pyspark's default retries a call for at least
 # 10 minutes, with pauses growing to a minute, and gRPC's channel waits up to 2 minutes between reconnects: a
-# run whose server restarted under it sat silent in one call for 155 s (soak run 13), holding its run slot,
-# until its ride-out could take a new client. Here a call gives up after ~15-20 s (the ride-out then tries the
-# batch again on a new client, RIDE_OUT_S), and the client notices a server that is back within 2 s.
+# run whose server restarts under it sits silent in one call for minutes (155 s measured), holding its run
+# slot, until its ride-out can take a new client. Here a call gives up after ~15-20 s (the ride-out then tries
+# the batch again on a new client, RIDE_OUT_S), and the client notices a server that is back within 2 s.
 RECONNECT_BACKOFF_MS = 2_000
-CALL_RETRIES = {
+CALL_RETRIES: dict[str, Any] = {  # DefaultPolicy's arguments
     "max_retries": 12,
     "initial_backoff": 50,
     "backoff_multiplier": 2.0,
@@ -82,9 +83,10 @@ def build_session(config: dict[str, str], shared: bool = True) -> SparkSession:
     return _configured(builder.getOrCreate())
 
 
-def connect_builder(remote: str):
+def connect_builder(remote: str) -> Any:
     """A Spark Connect session builder on `remote` (sc://...) whose channel reconnects within
-    RECONNECT_BACKOFF_MS of the server coming back (CHANNEL_OPTIONS)."""
+    RECONNECT_BACKOFF_MS of the server coming back (CHANNEL_OPTIONS). Typed Any: its sessions are used as
+    pyspark.sql.SparkSession, as those of pyspark's own builder.remote() are, though pyspark types them apart."""
     # What pyspark's own builder.remote() does: pyspark.sql.functions and others dispatch on this flag, and without it
     # build Column objects for a classic session (an AssertionError in F.col under a Connect session).
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
@@ -118,8 +120,8 @@ def _configured(spark: SparkSession) -> SparkSession:
 def register_data_source(spark: SparkSession, source: type) -> None:
     """Register a Python data source (the framework's own at session start; a domain registers its own
     where it uses it). On the shared session a name registered before is replaced, but two
-    runs registering it at the same moment make one fail with DATA_SOURCE_ALREADY_EXISTS (seen under
-    run_platform.sh): the other run's registration of the same class stands."""
+    runs registering it at the same moment make one fail with DATA_SOURCE_ALREADY_EXISTS (runs start together
+    under run_platform.sh): the other run's registration of the same class stands."""
     try:
         spark.dataSource.register(source)
     except Exception as e:  # pyspark's Connect AnalysisException
@@ -165,7 +167,7 @@ def close_quietly(spark: SparkSession) -> None:
         spark.client.close()
     except Exception:  # noqa: BLE001 - a client whose server is gone may fail to close; it is dropped either way
         pass
-    spark.client.close = lambda: None
+    vars(spark.client)["close"] = lambda: None  # shadows the method: a later close() (__del__'s) does nothing
 
 
 def shared_session_id(remote: str) -> str:

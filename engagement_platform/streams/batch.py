@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar, copy_context
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engagement_platform.lake.checkpoints import CheckpointStore, Outcomes
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
@@ -153,7 +153,7 @@ class Batch:
 
     plan: BatchPlan
     app_id: str
-    steps: list[CommitStep | AppendStep | FilesStep]
+    steps: Sequence[CommitStep | AppendStep | FilesStep]
     metadata: dict = field(default_factory=dict)
     outcomes: Outcomes = field(default_factory=dict)  # filled in step by step
 
@@ -168,13 +168,13 @@ class Committed:
 
 
 def commit_batch(
-    plan: BatchPlan, app_id: str, steps: list[CommitStep], checkpoints: CheckpointStore, **metadata
+    plan: BatchPlan, app_id: str, steps: list[CommitStep], checkpoints: CheckpointStore, **metadata: Any
 ) -> Outcomes:
     """Commit one batch's steps in order, then its checkpoint states (commit_batches for one batch)."""
     return commit_batches([Batch(plan, app_id, steps, metadata)], checkpoints).outcomes[0]
 
 
-def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: int = 1, **metadata) -> Committed:
+def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: int = 1, **metadata: Any) -> Committed:
     """Every batch's steps, position by position (all batches have as many steps), then the states of
     every finished batch in one checkpoint commit carrying `metadata`. CommitSteps of one position run
     in up to `threads` threads, so they must write different tables."""
@@ -205,6 +205,19 @@ def commit_batches(batches: list[Batch], checkpoints: CheckpointStore, threads: 
     return Committed([b.outcomes for b in batches], seconds)
 
 
+_S = TypeVar("_S", CommitStep, AppendStep, FilesStep)
+
+
+def _step(batch: Batch, position: int, kind: type[_S]) -> _S:
+    """The batch's step at `position`, which commit_batches grouped by its kind."""
+    step = batch.steps[position]
+    if not isinstance(step, kind):
+        raise TypeError(
+            f"step {position} of {batch.plan.stream} batch {batch.plan.batch_id} is a {type(step).__name__}"
+        )
+    return step
+
+
 def _run_own_steps(
     batches: list[Batch],
     indexes: list[int],
@@ -214,7 +227,7 @@ def _run_own_steps(
     failed: dict[int, BaseException],
 ) -> None:
     def run(batch: Batch) -> None:
-        step = batch.steps[position]
+        step = _step(batch, position, CommitStep)
         batch.outcomes[step.name] = step.commit(batch.txn(_fence(lease)), batch.outcomes)
         failpoint(batch.plan.stream, step.name)
 
@@ -245,14 +258,19 @@ def _run_append_step(
     metadata: dict,
 ) -> None:
     """One commit of every batch's rows (each row with its batch's txn), then each batch's failpoint."""
-    step: AppendStep | FilesStep = batches[0].steps[position]
+    first = batches[0].steps[position]
+    step = first if isinstance(first, FilesStep) else _step(batches[0], position, AppendStep)
     try:
         if isinstance(step, FilesStep):
-            parts = [(batch.txn(), *batch.steps[position].files(batch.outcomes)) for batch in batches]
-            rows = [[None] for _ in batches]  # one "row" per batch: written or not
+            parts = [(batch.txn(), *_step(batch, position, FilesStep).files(batch.outcomes)) for batch in batches]
+            counts = [1] * len(batches)  # one "row" per batch: written or not
             version, written = commit_files_of_batches(step.lake, step.spec, parts, {**metadata, **_fence(lease)})
         else:
-            rows = [[(batch.txn(), row) for row in batch.steps[position].rows(batch.outcomes)] for batch in batches]
+            rows = [
+                [(batch.txn(), row) for row in _step(batch, position, AppendStep).rows(batch.outcomes)]
+                for batch in batches
+            ]
+            counts = [len(batch_rows) for batch_rows in rows]
             version, written = step.lake.append_many(
                 step.spec, [r for batch_rows in rows for r in batch_rows], {**metadata, **_fence(lease)}
             )
@@ -260,8 +278,8 @@ def _run_append_step(
         for i in indexes:
             failed[i] = exc
         return
-    for batch, batch_rows in zip(batches, rows):
-        mine, written = written[: len(batch_rows)], written[len(batch_rows) :]
+    for batch, count in zip(batches, counts):
+        mine, written = written[:count], written[count:]
         batch.outcomes[step.name] = version if any(mine) else None
     for batch in batches:
         failpoint(batch.plan.stream, step.name)

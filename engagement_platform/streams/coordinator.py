@@ -1,7 +1,7 @@
 """Job coordinator over ZooKeeper (kazoo): one lock per shared resource, a predecessor CAS, fencing.
 
-The reference's workflow per micro-batch: lock the shared resource (e.g. the engagement_activity
-table) or give up after a timeout; check that the last job registered on that lock is an allowed
+The workflow per micro-batch of Salesforce's "Global Synchronousness and Ordering in Delta Lake": lock the
+shared resource (e.g. the engagement_activity table) or give up after a timeout; check that the last job registered on that lock is an allowed
 predecessor and register this job (compare-and-swap on the znode version) or give up and release;
 process and commit; release. A give-up commits nothing: the batch is retried on a later tick from
 its stored plan.
@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeGuard
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, KazooException, LockTimeout, NodeExistsError, NoNodeError
@@ -140,7 +141,7 @@ def allowed(
     return registered_s_ago is not None and max_wait_s is not None and registered_s_ago >= max_wait_s
 
 
-def is_bounded(max_wait_s: float | None) -> bool:
+def is_bounded(max_wait_s: float | None) -> TypeGuard[float]:
     """A finite predecessor wait (None or infinity: wait for an allowed predecessor, however long)."""
     return max_wait_s is not None and math.isfinite(max_wait_s)
 
@@ -337,7 +338,7 @@ class Coordinator:
         znode and nobody else can hold the lock, so the same session back with the znode still ours proves
         the lease as well as an unbroken connection does. The wait may outlast the session timeout: a
         server that restarts restores its sessions and gives each a full timeout again from its start
-        (soak run 10: restarts longer than the 10 s session failed runs whose session came back), while a
+        (without the wait, restarts longer than the 10 s session fail runs whose session comes back), while a
         session the server did expire is reported as LOST on reconnection. A lost or replaced session,
         or a znode that is gone, ends the wait at once."""
         deadline = time.monotonic() + self.reconnect_wait_s
@@ -438,11 +439,16 @@ class Coordinator:
                 current, version, mtime = None, None, None
             else:
                 current, version, mtime = (json.loads(data) if data else None), stat.version, stat.mtime
-            if not allowed(current, job_name, lease.owner, predecessors):
+            # Nobody registered yet (None) is allowed.
+            if current is not None and not allowed(current, job_name, lease.owner, predecessors):
                 # The age costs a write (ZooKeeper's clock), so it is read only when the set says no.
                 age = self.seconds_since(mtime) if is_bounded(max_predecessor_wait_s) and mtime is not None else None
                 if not allowed(current, job_name, lease.owner, predecessors, age, max_predecessor_wait_s):
-                    remaining = max(max_predecessor_wait_s - age, 0.0) if age is not None else None
+                    remaining = (
+                        max(max_predecessor_wait_s - age, 0.0)
+                        if age is not None and max_predecessor_wait_s is not None
+                        else None
+                    )
                     raise PredecessorRefused(
                         f"{job_name} on {lease.lock_name}: last registered job is {current.get('job')!r} "
                         f"({current.get('owner')}), expected one of {sorted(predecessors)}"

@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+import confluent_kafka
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
@@ -57,7 +59,7 @@ def _consumer_config(bootstrap: str, extra: dict | None) -> dict:
 class ReplacingProducer:
     """A producer for long-lived senders (the demo traffic; the soak's workload). librdkafka's idempotent producer
     fails fatally, for good, when the broker's view of its sequence numbers breaks, e.g. a broker that lost its
-    producer state in a restart (OUT_OF_ORDER_SEQUENCE_NUMBER, seen with the local broker in a soak). Then this
+    producer state in a restart (OUT_OF_ORDER_SEQUENCE_NUMBER, as the local broker does). Then this
     starts a new producer (`new`) and sends the old one's unreported messages again: at least once, so a copy may
     land twice, as with any producer retry; each message's `on_delivery` hears of the copy that was reported.
     `replaced` says why and when it happened. BufferError (the local queue is full) reaches the caller, as from
@@ -73,7 +75,7 @@ class ReplacingProducer:
         self.sent += 1
         number, in_flight = self.sent, self.in_flight
 
-        def delivered(err, msg):
+        def delivered(err: KafkaError | None, msg: confluent_kafka.Message) -> None:
             if in_flight.pop(number, None) is not None and on_delivery is not None:
                 on_delivery(err, msg)
 
@@ -212,11 +214,14 @@ class KafkaClient:
                     # fill num_messages, which would add a full timeout to every range's last chunk.
                     remaining = sum(wanted[p].end - o for p, o in next_offset.items())
                     for msg in consumer.consume(num_messages=min(20000, remaining), timeout=1.0):
-                        if msg.error() is not None:
-                            if msg.error().code() == KafkaError._PARTITION_EOF:
+                        err = msg.error()
+                        if err is not None:
+                            if err.code() == KafkaError._PARTITION_EOF:
                                 continue
-                            raise KafkaException(msg.error())
+                            raise KafkaException(err)
                         p, offset = msg.partition(), msg.offset()
+                        if p is None or offset is None:  # only messages that carry an error lack them
+                            continue
                         if p not in next_offset or offset < next_offset[p] or offset >= wanted[p].end:
                             continue
                         next_offset[p] = offset + 1
@@ -233,7 +238,7 @@ class KafkaClient:
         finally:
             consumer.close()
 
-    def producer(self, **config) -> Producer:
+    def producer(self, **config: Any) -> Producer:
         return Producer(
             {
                 "bootstrap.servers": self.bootstrap_servers,
@@ -254,17 +259,21 @@ class KafkaClient:
         last: dict[int, int] = {}
         errors: list[str] = []
 
-        def on_delivery(err, msg):
+        def on_delivery(err: KafkaError | None, msg: confluent_kafka.Message) -> None:
             if err is not None:
                 errors.append(str(err))
-            else:
-                last[msg.partition()] = max(last.get(msg.partition(), -1), msg.offset() + 1)
+                return
+            p, offset = msg.partition(), msg.offset()
+            if p is not None and offset is not None:  # a delivered message has both
+                last[p] = max(last.get(p, -1), offset + 1)
 
         for key, value in records:
-            kwargs = {"partition": partition} if partition is not None else {}
             while True:
                 try:
-                    producer.produce(topic, value=value, key=key, on_delivery=on_delivery, **kwargs)
+                    if partition is None:
+                        producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+                    else:
+                        producer.produce(topic, value=value, key=key, on_delivery=on_delivery, partition=partition)
                     break
                 except BufferError:
                     producer.poll(0.1)

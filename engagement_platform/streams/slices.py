@@ -82,7 +82,7 @@ class FileSetSlice:
 
     KIND: ClassVar[str] = "files"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.files:
             raise ValueError("a file set slice needs at least one file")
         if len({f.path for f in self.files}) != len(self.files):

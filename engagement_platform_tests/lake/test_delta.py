@@ -450,7 +450,7 @@ def test_sql_literal_injection_is_inert(lake):
 
 def test_filters_on_a_string_column_read_the_files_a_delete_rewrote(tmp_path):
     """delta-rs's DELETE writes the rows it keeps back with string_view columns, which pyarrow's comparison kernels
-    refuse (soak, session 25: a profile erasure failed reading such a quarantine file); read() compares a string
+    refuse (a profile erasure reading such a quarantine file fails); read() compares a string
     column that is not a partition column as text_column, so every file reads."""
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq

@@ -1,7 +1,6 @@
 """Which errors say a service was unreachable (the batch is retried without counting an attempt) and which count:
 the error chain is followed, and only transport-level failures of the broker or the Spark Connect server qualify.
-Sensors that meet an unreachable broker skip their tick saying so instead of failing it (seen in the soak while
-the broker restarted: the erasure and lag sensors' ticks failed)."""
+Sensors that meet an unreachable broker (one restarting) skip their tick saying so instead of failing it."""
 
 from __future__ import annotations
 
@@ -41,7 +40,7 @@ def test_a_broker_or_spark_server_away_is_unavailable_anywhere_in_the_chain():
         )
         == "spark"
     )
-    # A Spark Connect server shutting down under a running query (soak run 10: two runs counted as attempts).
+    # A Spark Connect server shutting down under a running query: not an attempt of the batch.
     assert (
         unavailable_service(
             raised_from(
@@ -94,7 +93,7 @@ def closed_port() -> str:
 
 def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
     """The real sensors against a broker address where nothing listens: a Kafka stream's sensor (the profile
-    erasure stream, as in the soak) and the profile lag sensor skip with the reason instead of failing."""
+    erasure stream) and the profile lag sensor skip with the reason instead of failing."""
     from engagement_platform.profiles.assets import profile_tenants
     from engagement_platform.profiles.erasure.assets import PROFILE_ERASURE
     from engagement_platform.profiles.processor.checks import EVERY_TENANT_LAG_UNDER_THRESHOLD
@@ -145,10 +144,9 @@ def test_a_spark_fault_gives_the_run_a_new_client_of_the_shared_session(stack):
 def test_a_stream_without_a_lock_rides_out_a_spark_fault_and_past_the_bound_fails_without_using_an_attempt(
     tmp_path, monkeypatch
 ):
-    """A stream without a lock (no coordinator: profile CDC staging) used to fail its run with the raw error when
-    Spark was away, which counted towards the 3 attempts that pause a stream (soak run 10: a staging run failed
-    on NO_ACTIVE_SESSION). Its run now rides the fault out like a locked stream's, and past the bound fails
-    tagged engagement/unavailable."""
+    """A stream without a lock (no coordinator: profile CDC staging) whose Spark is away (NO_ACTIVE_SESSION) must
+    not fail with the raw error, which would count towards the 3 attempts that pause a stream. Its run rides the
+    fault out like a locked stream's, and past the bound fails tagged engagement/unavailable."""
     from dagster import AssetKey, DagsterInstance, materialize
 
     from engagement_platform.lake.checkpoints import CheckpointStore

@@ -157,11 +157,10 @@ def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(
 def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_and_merges_once(
     kafka, lake, cdc_topic, instance, resources, monkeypatch
 ):
-    """Soak runs 12-13: the processor's tenant-locked runs failed on every lost lease (a session expiry, a run
-    paused past it) and waited for the sensor's retry behind the run queue. They now ride the fault out like
-    the batch streams: the first attempt's session expires (a real expiry on the real server) before it
-    commits, its fenced commit refuses, and the second attempt takes the lock on a new session, plans the
-    tenant's batch again and merges it, once."""
+    """The processor's tenant-locked runs ride a lost lease (a session expiry, a run paused past it) out like
+    the batch streams, instead of failing and waiting for the sensor's retry behind the run queue: the first
+    attempt's session expires (a real expiry on the real server) before it commits, its fenced commit refuses,
+    and the second attempt takes the lock on a new session, plans the tenant's batch again and merges it, once."""
     from engagement_platform.orchestration import ride_out
     from engagement_platform.profiles.processor import assets as processor_assets
     from engagement_platform.profiles.processor.apply import processor_app_id

@@ -334,8 +334,8 @@ def test_zookeeper_restart_during_a_batch(own_zk, lake, checkpoints, root):
 def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batch_commits_in_the_same_run(
     own_zk, lake, checkpoints, root
 ):
-    """The soak's most common failure: a server restart suspended the connection for a few seconds and the run
-    gave its batch up, although the session (and so the lock znode) survived it. The lease check waits (up to
+    """The most common fault: a server restart suspends the connection for a few seconds, and a run that gave its
+    batch up then would lose it for nothing, as the session (and so the lock znode) survives it. The lease check waits (up to
     reconnect_wait_s) for the same session to come back, then commits under the same fencing token."""
     own_zk.start()
     c = Coordinator(own_zk.hosts, root, session_timeout_s=30.0)
@@ -363,10 +363,10 @@ def test_a_zookeeper_restart_shorter_than_the_session_is_waited_out_and_the_batc
 def test_a_zookeeper_restart_longer_than_the_session_timeout_keeps_the_session_and_the_batch_commits(
     own_zk, lake, checkpoints, root
 ):
-    """Soak run 10: ZooKeeper restarts that took longer than the 10 s session timeout failed the runs holding a
-    lock ("session suspended for 10s"), although a restarted server restores its sessions and gives each a full
-    timeout again. The lease check waits up to reconnect_wait_s for the same session with the lock znode still
-    ours, and the batch commits under its fencing token in the same run."""
+    """A ZooKeeper restart longer than the 10 s session timeout must not fail the runs holding a lock ("session
+    suspended for 10s"): a restarted server restores its sessions and gives each a full timeout again. The lease
+    check waits up to reconnect_wait_s for the same session with the lock znode still ours, and the batch commits
+    under its fencing token in the same run."""
     own_zk.start()
     c = Coordinator(own_zk.hosts, root, session_timeout_s=SESSION_S, reconnect_wait_s=60.0)
     try:
@@ -759,8 +759,8 @@ def test_one_sensor_evaluation_asks_all_its_questions_on_one_zookeeper_session(
 ):
     """A tick asks whether the lock is free and which runs are alive. It asks on the session its resource opened
     at setup, not on one more session per question; and once ZooKeeper did not answer, later questions of the
-    tick give up at once instead of each waiting out the connect timeout again (soak run 15: 16-20 s ticks while
-    ZooKeeper restarted, every other sensor waiting behind them)."""
+    tick give up at once instead of each waiting out the connect timeout again (otherwise: 16-20 s ticks while
+    ZooKeeper restarts, every other sensor waiting behind them)."""
     monkeypatch.setattr(resources_module, "Coordinator", CountedSessions)
     monkeypatch.setattr(CountedSessions, "started", [])
     with socket.socket() as s:  # a port nothing listens on
@@ -950,10 +950,9 @@ def run_losing_the_lease_once(stack, root: str, lake_root: str, monkeypatch, rid
 def test_a_run_whose_lease_is_lost_mid_batch_tries_again_in_the_same_run_and_commits_once(
     stack, root, tmp_path, monkeypatch
 ):
-    """Soak run 10: a lost lease (a session expiry, a run paused past it) or ZooKeeper away failed the run, and its
-    batch then waited minutes for a new run behind the others in the run queue, all red in the UI. The run now
-    tries again from the batch's plan: the first attempt committed fenced_a and lost its session before
-    fenced_b; the second takes the lock on a new session, skips fenced_a (its txn is there) and commits fenced_b."""
+    """A lost lease (a session expiry, a run paused past it) or ZooKeeper away does not fail the run (its batch would
+    wait minutes for a new run behind the others in the run queue, all red in the UI): the run tries again from
+    the batch's plan. The first attempt committed fenced_a and lost its session before fenced_b; the second takes the lock on a new session, skips fenced_a (its txn is there) and commits fenced_b."""
     lake_root = str(tmp_path / "lake")
     plan, leases, out, logs, tags = run_losing_the_lease_once(stack, root, lake_root, monkeypatch, ride_out_faults_s=60)
     assert out.success, logs

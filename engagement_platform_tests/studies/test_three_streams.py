@@ -1,5 +1,6 @@
-"""The reference's with/without-coordinator test: three simulated streams on one real Delta table,
-against the real test ZooKeeper (a fresh root per run), plus a conflict forced by construction."""
+"""The with/without-coordinator test of "Global Synchronousness and Ordering in Delta Lake": three simulated
+streams on one real Delta table, against the real test ZooKeeper (a fresh root per run), plus a conflict forced
+by construction."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A real S3-compatible endpoint for the tests: `moto_server` (moto[server], PyPI) on 127.0.0.1, with a
-bucket, and the storage options that point delta-rs and pyarrow at it (the names a deployment sets in the
-environment, settings.STORAGE_ENV)."""
+"""Real object-store servers for the tests, on 127.0.0.1: an S3 endpoint (`moto_server`, moto[server] on PyPI) and
+Azure's storage emulator (Azurite, installed by scripts/install.sh). A server runs once per test run (conftest's
+session fixtures start it on first use) and each test takes a fresh bucket (a container on Azure) of its own, with
+the storage options that point delta-rs and pyarrow at it (the names a deployment sets in the environment,
+settings.STORAGE_ENV). Each server logs into the folder it is given: the run's leak check searches it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,21 @@ from pathlib import Path
 
 from engagement_platform_tests.support.secrets_scan import RUN_SECRETS
 
+OBJECT_STORE_FIXTURES = frozenset({"s3_server", "azurite_server"})  # conftest's: a test using one is `objectstore`
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its well-known dev key
+)
+AZURITE = (
+    Path(__file__).resolve().parents[2]
+    / ".state"
+    / "tools"
+    / "azurite-3.37.0"
+    / "node_modules"
+    / ".bin"
+    / "azurite-blob"
+)
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -23,7 +40,8 @@ def free_port() -> int:
 
 
 def wait_until_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
-    """Until the server started as `proc` accepts connections on `port`; RuntimeError with its log if it dies or is late."""
+    """Until the server started as `proc` accepts connections on `port`; RuntimeError with its log if it dies or is
+    late."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -36,7 +54,8 @@ def wait_until_listening(port: int, proc: subprocess.Popen, log: Path, timeout_s
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM, then SIGKILL if the server is still there after a few seconds (Azurite can linger on open connections)."""
+    """SIGTERM, then SIGKILL if the server is still there after a few seconds (Azurite can linger on open
+    connections)."""
     proc.terminate()
     try:
         proc.wait(timeout=5)
@@ -45,9 +64,33 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+class ObjectStoreServer:
+    """A running server: its log, the storage options that reach it, and a pyarrow file system on it that
+    creates and drops buckets."""
+
+    def __init__(self, log: Path, options: dict[str, str], filesystem, bucket_prefix: str):
+        self.log, self.options, self.filesystem, self.bucket_prefix = log, options, filesystem, bucket_prefix
+
+    @contextmanager
+    def fresh_bucket(self) -> Iterator[dict[str, str]]:
+        """A bucket of its own for one test: yields the storage options with `bucket` among them; the bucket and
+        what it holds are dropped afterwards, so the server's memory does not grow with the run."""
+        bucket = f"{self.bucket_prefix}{uuid.uuid4().hex[:8]}"
+        self.filesystem.create_dir(bucket)
+        try:
+            yield {**self.options, "bucket": bucket}
+        finally:
+            try:
+                self.filesystem.delete_dir(bucket)
+            except Exception:  # only frees memory: a bucket already gone or a dead server must not fail the test
+                pass
+
+
 @contextmanager
-def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
-    """Start moto_server; yield the storage options of a fresh bucket's lake (`lake_root` among them)."""
+def running_moto(log: Path) -> Iterator[ObjectStoreServer]:
+    """Start moto_server (in memory, logging every request to `log`); stop it on exit."""
+    import pyarrow.fs as pafs
+
     port = free_port()
     moto = Path(sys.executable).with_name("moto_server")
     with open(log, "ab") as out:
@@ -63,45 +106,28 @@ def s3_endpoint(log: Path) -> Iterator[dict[str, str]]:
     }
     try:
         wait_until_listening(port, proc, log)
-        bucket = f"lake-{uuid.uuid4().hex[:8]}"
-        import pyarrow.fs as pafs
-
-        pafs.S3FileSystem(
+        filesystem = pafs.S3FileSystem(
             access_key="test",
             secret_key=secret,
             region="us-east-1",
             endpoint_override=f"127.0.0.1:{port}",
             scheme="http",
             allow_bucket_creation=True,
-        ).create_dir(bucket)
-        yield {**options, "bucket": bucket}
+            allow_bucket_deletion=True,
+        )
+        yield ObjectStoreServer(log, options, filesystem, "lake-")
     finally:
         stop(proc)
 
 
-AZURITE_KEY = (
-    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its well-known dev key
-)
-AZURITE = (
-    Path(__file__).resolve().parents[2]
-    / ".state"
-    / "tools"
-    / "azurite-3.37.0"
-    / "node_modules"
-    / ".bin"
-    / "azurite-blob"
-)
-
-
 @contextmanager
-def azurite_endpoint(folder: Path) -> Iterator[dict[str, str]]:
-    """Start Azure's storage emulator (Azurite, installed by scripts/install.sh); yield the storage options of
-    a fresh container's lake (`bucket`: the container)."""
+def running_azurite(folder: Path) -> Iterator[ObjectStoreServer]:
+    """Start Azurite's blob service (its data and azurite.log under `folder`); stop it on exit."""
     import pyarrow.fs as pafs
 
     port = free_port()
-    account = "devstoreaccount1"
-    with open(folder / "azurite.log", "ab") as out:
+    log = folder / "azurite.log"
+    with open(log, "ab") as out:
         proc = subprocess.Popen(
             [
                 str(AZURITE),
@@ -118,23 +144,22 @@ def azurite_endpoint(folder: Path) -> Iterator[dict[str, str]]:
             stderr=subprocess.STDOUT,
         )
     options = {
-        "AZURE_STORAGE_ACCOUNT_NAME": account,
+        "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
         "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
-        "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{account}",
+        "AZURE_ENDPOINT": f"http://127.0.0.1:{port}/{AZURITE_ACCOUNT}",
         "AZURE_ALLOW_HTTP": "true",
     }
     try:
-        wait_until_listening(port, proc, folder / "azurite.log")
-        container = f"lake{uuid.uuid4().hex[:8]}"
+        wait_until_listening(port, proc, log)
         authority = f"127.0.0.1:{port}"
-        pafs.AzureFileSystem(
-            account_name=account,
+        filesystem = pafs.AzureFileSystem(
+            account_name=AZURITE_ACCOUNT,
             account_key=AZURITE_KEY,
             blob_storage_authority=authority,
             blob_storage_scheme="http",
             dfs_storage_authority=authority,
             dfs_storage_scheme="http",
-        ).create_dir(container)
-        yield {**options, "bucket": container}
+        )
+        yield ObjectStoreServer(log, options, filesystem, "lake")  # container names: lowercase letters and digits
     finally:
         stop(proc)

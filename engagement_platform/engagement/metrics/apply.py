@@ -1,15 +1,15 @@
 """Refresh `engagement_daily_metrics` from the changes notified since its checkpoint, exactly once.
 
-The consumer pattern of reference 000's dashboards: follow `engagement_notifications`, read only the changed
-rows (`changes_since`, every org, update pre-images included), fold them into signed deltas (daily.py) and
-MERGE those into the metrics table. The consumer's checkpoint (the notification table's version it has read
+The consumer pattern of the dashboards in Salesforce's "A High Performance Mutable Engagement Activity Delta
+Lake": follow `engagement_notifications`, read only the changed rows (`changes_since`, every org, update
+pre-images included), fold them into signed deltas (daily.py) and MERGE those into the metrics table. The consumer's checkpoint (the notification table's version it has read
 up to) is the txn version of that same MERGE commit: the deltas and the checkpoint land together or not at
 all, so a run killed anywhere re-reads from the checkpoint the table holds and adds each change once.
 The commit also records which engagement_activity version the metrics now reflect, so the check can
 recompute them from the table at exactly that version.
 
 Notifications arrive in commit order of the notification table, not of the data table: a batch that
-committed version 10 and crashed before its notification notifies it after version 11's (a soak saw it).
+committed version 10 and crashed before its notification notifies it after version 11's.
 So the metrics at a checkpoint hold every change up to the highest version read except a few versions still
 unread; the commit records those (UNREAD), and the check subtracts their changes from the recomputation.
 """

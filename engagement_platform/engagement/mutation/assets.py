@@ -1,5 +1,6 @@
 """The mutation stream in Dagster: topic engagement.mutations -> engagement_mutation (one partition per
-planned slice of requests, reduced and applied as one MERGE) -> the engagement tables.
+planned slice of requests: Spark tasks reduce each org's requests and rewrite the files they touch, committed
+to engagement_activity as one commit of file adds and removes) -> the engagement tables.
 
 Pending requests are retried with every batch, and on their own (an empty slice, retry.py) when
 ingestion has finished batches since the last mutation batch and the pending table is not empty, or when
@@ -43,13 +44,15 @@ MUTATION = build_kafka_stream(
         asset_key=MUTATION_ASSET,
         topic_asset_key=TOPIC_ASSET,
         topic=lambda: load_settings().mutation.topic,
-        description="Mutation stream: each partition is one planned slice of requests, reduced (cascades) and applied as one "
-        "MERGE exactly once; requests whose targets are not ingested yet wait in pending.",
+        description="Mutation stream: each partition is one planned slice of requests, reduced (cascades) and applied "
+        "exactly once by Spark tasks that rewrite the files they touch (one commit of engagement_activity); requests "
+        "whose targets are not ingested yet wait in pending.",
         topic_description="Kafka topic of ID mutation requests: convert, merge, delete, update (EP_MUTATIONS_TOPIC).",
         group=GROUP,
         pool=REWRITE_POOL,
         checks=MUTATION_CHECKS,
-        job_description="Apply one planned slice of ID mutation requests to the engagement lake (one MERGE).",
+        job_description="Apply one planned slice of ID mutation requests to the engagement lake "
+        "(rewritten files, one commit).",
         sensor_description="Plans the next slice of engagement.mutations when the previous mutation batch is done; retries "
         "pending requests on their own once ingestion has finished batches since the last mutation batch, "
         "or once a pending request's age horizon ran out.",

@@ -5,7 +5,7 @@ Per set of orgs: the requests' targets and what they produce (hold_back.request_
 hold one (affected_rows.rows_holding), the hold-back of requests whose targets are missing, the exact
 fold of the rest of each org (reducer.reduce_batch on this process), and the outcome of every row
 (outcome_table). Every rule involved is per org, so running it over any partition of the orgs gives
-the same result as over the whole batch at once (what the driver used to do).
+the same result as over the whole batch at once on the driver.
 
 Rows carry two extra columns through it, FILE and ROW (which planned file, which row of it), so the
 changed rows can be put back into the files they came from (rewritten_file) and logged as row-level

@@ -6,8 +6,8 @@ every mutation batch. With no new requests there would be no batch, so the senso
 - an ingestion batch has finished since the last mutation batch was planned (a pending target may have arrived);
 - a pending request's age horizon (EP_MUTATION_PENDING_MAX_AGE_HOURS after the batch that first held it back)
   ran out since the last mutation batch was planned: it expires to quarantine then, not at some later batch,
-  so in a quiet system no request stays pending past its horizon (found by benchmarks/soak: a target that
-  never came kept a request pending for good, with nothing to retry it).
+  so in a quiet system no request stays pending past its horizon (without the empty slice, a target that
+  never comes keeps a request pending for good, with nothing to retry it).
 """
 
 from __future__ import annotations

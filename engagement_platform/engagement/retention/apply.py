@@ -27,7 +27,7 @@ commit   quarantine_engagement_gdpr (append; carries the pin), engagement_erased
 Files: a delete only tombstones the files holding the rows (and writes change-data files that hold the
 deleted rows too). They go when a full vacuum runs past the retention period: the layout upkeep's daily
 run vacuums engagement_activity, every ERASABLE table and the change log (lake/row_erasure.py),
-then drops their log entries older than half the erasure window (EP_ERASURE_WINDOW, README "Erasure").
+then drops their log entries older than half the erasure window (EP_ERASURE_WINDOW, docs/design/erasure.md).
 """
 
 from __future__ import annotations

@@ -35,14 +35,14 @@ RETENTION = build_kafka_stream(
         "of an org, or every row of an erased subject, deleted) with one gdpr_audit row per request.",
         topic_description="Kafka topic of TTL / GDPR requests: org retention and subject erasure (EP_GDPR_TOPIC).",
         group=GROUP,
-        pool=REWRITE_POOL,  # its deletes rewrite engagement_activity files, like the mutation MERGE
+        pool=REWRITE_POOL,  # its deletes rewrite engagement_activity files, like the mutation stream's tasks
         checks=RETENTION_CHECKS,
         job_description="Apply one planned slice of TTL / GDPR requests: org retention and subject erasure, with an audit row each.",
         sensor_description="Plans the next slice of engagement.gdpr (retention and erasure requests) once per "
         "EP_RETENTION_INTERVAL_SECONDS (default daily, read at run time) after the previous batch was planned.",
         # The cadence gate, not the sensor's interval, paces planning. A tick that finds the activity lock held (an
         # ingestion or mutation batch) skips, and a failed batch is retried only by a later tick: at 60 s, each cost up
-        # to a minute (soak run 16: a batch due at 1,132 s was planned at 1,257 s, two ticks having found the lock held).
+        # to a minute (a batch due at 1,132 s was planned at 1,257 s when two ticks found the lock held).
         minimum_interval_seconds=10,
         tick_gate=not_due_yet,
     )

@@ -23,7 +23,7 @@ GDPR_AUDIT = TableSpec(
             ("completed_at", pa.timestamp("us", tz="UTC")),  # every table of the batch committed
             ("rows_removed", pa.int64()),  # total over the tables
             ("rows_removed_by_table", pa.string()),  # JSON {table: rows}
-            ("request_json", pa.string()),
+            ("request_json", pa.string()),  # the request, an erasure's subject_id replaced by its subject_hash
             ("batch_id", pa.int64()),
             ("source_partition", pa.int32()),
             ("source_offset", pa.int64()),
@@ -32,7 +32,10 @@ GDPR_AUDIT = TableSpec(
     partition_by=("org_id",),
     change_data_feed=False,
     stats_columns=("request_id", "kind", "batch_id", "completed_at"),
-    description="One row per applied retention or erasure request: when it completed and how many rows went per table.",
+    description=(
+        "One row per applied retention or erasure request: when it completed and how many rows went per table. "
+        "An erasure's subject is kept only as its keyed hash (subject_hash, also in request_json), never the id."
+    ),
 )
 
 QUARANTINE_ENGAGEMENT_GDPR = kafka_quarantine_spec(

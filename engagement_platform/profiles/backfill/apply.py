@@ -59,7 +59,6 @@ from engagement_platform.lake.suppression_tables import (
 )
 from engagement_platform.profiles import snapshots
 from engagement_platform.profiles.backfill.export import plan_files, read_snapshot, snapshot_slice
-from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.profiles.processor.commit import SOURCE_SCHEMA, merge_raw  # the processor's MERGE and guards
 from engagement_platform.profiles.processor.resolution import ACTION, KEY, RAW_DDL, RELINK, UPSERT, merge_source
 from engagement_platform.profiles.records import PARSED_JSON, JsonShape, with_parsed_json, with_staging_columns
@@ -74,7 +73,6 @@ from engagement_platform.profiles.tables import (
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
-from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
 QUARANTINE_PIPELINE = "profile_backfill"
@@ -118,16 +116,6 @@ def plan_backfill(
     plan = BatchPlan(stream, batches[-1][0].batch_id + 1 if batches else 1, snapshot)
     checkpoints.record_plan(plan)
     return plan, False
-
-
-def backfill_spec(tenant: str) -> StreamSpec:
-    """The tenant's backfill as a stream: `run_batch` runs one stored plan (its slice names the export
-    and the boundary); whoever runs it holds the tenant lock."""
-
-    def run_batch(ctx: BatchContext, plan: BatchPlan) -> BackfillResult:
-        return run_backfill_plan(ctx.spark, ctx.lake, ctx.checkpoints, tenant, plan)
-
-    return StreamSpec(backfill_stream(tenant), backfill_app_id(tenant), run_batch, lock_name=tenant_lock_name(tenant))
 
 
 # ---- compute --------------------------------------------------------------------------------------

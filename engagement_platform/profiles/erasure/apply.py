@@ -29,11 +29,7 @@ look new to it and are read once more as stale changes (dropped by the CDC seque
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,15 +37,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
-from engagement_platform.ingest.config import load_kafka_pipeline
 from engagement_platform.ingest.erasure import pipeline_erasure_steps, pipelines_naming_people
-from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import (
-    QuarantineContext,
-    quarantine_rows,
-    reject_on_driver,
-    validate_kafka_slice,
-)
+from engagement_platform.ingest.errors import ERRORS
+from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, text_column
 from engagement_platform.lake.file_writes import filesystem
@@ -62,7 +52,7 @@ from engagement_platform.lake.row_erasure import (
     purge_quarantine,
     quarantined_keys_naming,
 )
-from engagement_platform.lake.suppression import Suppressed, subject_hash
+from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.lake.suppression_tables import (
     drop_suppressed_quarantine,
     hits_table,
@@ -70,7 +60,9 @@ from engagement_platform.lake.suppression_tables import (
     suppressed_rows,
     suppressed_step,
 )
-from engagement_platform.profiles.erasure.identity import identity_ids, naming_rows
+from engagement_platform.profiles.erasure.audit import ProfileErasureResult, Tally, audit_rows, erased_subject_rows
+from engagement_platform.profiles.erasure.identity import identity_ids
+from engagement_platform.profiles.erasure.validate import ErasureRequest, validate_requests
 from engagement_platform.profiles.locks import tenant_locks
 from engagement_platform.profiles.processor.progress import processed_version
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
@@ -89,119 +81,12 @@ from engagement_platform.settings import load_settings
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.pin import Pin, pin_batch
 from engagement_platform.streams.planning import BatchPlan
-from engagement_platform.streams.spec import BatchContext, StreamSpec, batch_metadata
+from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 STREAM = "profile_erasure"
 APP_ID = "profile.erasure"
 LOCK = "profile_erasure"  # one erasure batch at a time; each also takes its tenants' locks
-PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")
-REMOVED_KEY = "rows_removed_by_request"
-PURGE_APP_ID = "profile.erasure.purge"  # a rewrite commit's metadata: JSON {request_id: rows}
-
-
-@dataclass(frozen=True)
-class ErasureRequest:
-    request_id: str
-    tenant: str
-    subject_id: str
-    request_time: datetime
-    source_partition: int
-    source_offset: int
-
-
-def _audited(lake: DeltaLake, requests: list[ErasureRequest], batch_id: int) -> set[tuple[str, str]]:
-    """(tenant, request_id) of these requests an earlier batch already applied (a producer retry)."""
-    if not requests or not lake.exists(PROFILE_ERASURE_AUDIT.name):
-        return set()
-    expr = (
-        text_column("tenant").isin(sorted({r.tenant for r in requests}))
-        & (ds.field("batch_id") < batch_id)
-        & text_column("request_id").isin(sorted({r.request_id for r in requests}))
-    )
-    rows = (
-        lake.table(PROFILE_ERASURE_AUDIT.name)
-        .to_pyarrow_dataset()
-        .to_table(columns=["tenant", "request_id"], filter=expr)
-    )
-    return {(r["tenant"], r["request_id"]) for r in rows.to_pylist()}
-
-
-def validate_requests(
-    spark: SparkSession, lake: DeltaLake, bootstrap_servers: str, plan: BatchPlan, kafka_config: dict | None = None
-) -> tuple[pa.Table, list[ErasureRequest]]:
-    """(validated slice with every error in `_errors`, the requests to apply, in source order)."""
-    validated = validate_kafka_slice(
-        spark, load_kafka_pipeline(PIPELINE_FILE, plan.topic), bootstrap_servers, plan, kafka_config
-    )
-    validated = validated.sort_by([(SOURCE_PARTITION, "ascending"), (SOURCE_OFFSET, "ascending")])
-    errors = validated[ERRORS].to_pylist()
-    candidates = [
-        (
-            i,
-            ErasureRequest(
-                r["request_id"], r["tenant"], r["subject_id"], r["request_time"], r[SOURCE_PARTITION], r[SOURCE_OFFSET]
-            ),
-        )
-        for i, r in enumerate(
-            validated.select(
-                ["request_id", "tenant", "subject_id", "request_time", SOURCE_PARTITION, SOURCE_OFFSET]
-            ).to_pylist()
-        )
-        if not errors[i]
-    ]
-    earlier = _audited(lake, [r for _, r in candidates], plan.batch_id)
-    seen, applied, flagged = set(), [], []
-    for i, r in candidates:
-        key = (r.tenant, r.request_id)
-        if key in seen or key in earlier:
-            errors[i] = [
-                {
-                    "stage": "validate",
-                    "plugin": "profile_erasure",
-                    "column_name": "request_id",
-                    "error_code": "duplicate_request",
-                    "message": f"request_id '{r.request_id}' was already received",
-                    "value": r.request_id,
-                }
-            ]
-            flagged.append(i)
-        else:
-            seen.add(key)
-            applied.append(r)
-    return reject_on_driver(validated, errors, flagged, bootstrap_servers, plan.topic, kafka_config), applied
-
-
-@dataclass
-class ProfileErasureResult:
-    plan: BatchPlan
-    requests_read: int
-    requests_applied: int
-    requests_quarantined: int
-    requests_suppressed: int
-    ids_erased: int
-    rows_removed: dict[str, int]
-    versions: Outcomes
-    tenants: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
-    bytes_written: int = 0  # by this attempt's commits (rewritten files, appended rows)
-    bytes_removed: int = 0  # files those commits took out of their tables
-
-    def metadata(self) -> dict:
-        return batch_metadata(
-            self.plan,
-            self.versions,
-            self.seconds,
-            requests_read=self.requests_read,
-            requests_applied=self.requests_applied,
-            requests_quarantined=self.requests_quarantined,
-            requests_suppressed=self.requests_suppressed,
-            ids_erased=self.ids_erased,
-            rows_removed=sum(self.rows_removed.values()),
-            bytes_rewritten=self.bytes_written,
-            bytes_removed=self.bytes_removed,
-            **{f"rows_removed_{t.replace('/', '_')}": n for t, n in self.rows_removed.items()},
-            tenants=",".join(self.tenants),
-        )
+PURGE_APP_ID = "profile.erasure.purge"  # the quarantine purge after the batch (its own commits)
 
 
 def _rows_at(lake: DeltaLake, name: str, version: int, expr: ds.Expression | None, columns: list[str]) -> list[dict]:
@@ -233,44 +118,6 @@ def _staged_links(lake: DeltaLake, uris: list[str]) -> list[dict]:
         fs, path = filesystem(uri, lake.storage_options)
         rows += pq.read_table(path, columns=["primary_id", "related_ids"], filesystem=fs).to_pylist()
     return rows
-
-
-class Tally:
-    """Rows each request's ids account for, table by table (the first request in order that names a row
-    gets it); read back from a rewrite commit's metadata when an earlier attempt made that commit."""
-
-    def __init__(self, requests: list[ErasureRequest], ids: dict[str, set[str]]):
-        self.requests, self.ids = requests, ids
-        self.removed: dict[str, dict[str, int]] = {r.request_id: {} for r in requests}
-
-    def remover(self, table: str, tenants: set[str]):
-        def remove(rows: pa.Table) -> pa.Array:
-            mask = pa.array([False] * rows.num_rows, pa.bool_())
-            for r in self.requests:
-                if r.tenant not in tenants:
-                    continue
-                hit = naming_rows(rows, self.ids[r.request_id])
-                if "tenant" in rows.column_names:
-                    hit = pc.and_(hit, pc.equal(rows["tenant"], r.tenant))
-                new = pc.and_(hit, pc.invert(mask))
-                self.add(r.request_id, table, pc.sum(new).as_py() or 0)
-                mask = pc.or_(mask, new)
-            return mask
-
-        return remove
-
-    def add(self, request_id: str, table: str, n: int) -> None:
-        counts = self.removed[request_id]
-        counts[table] = counts.get(table, 0) + n
-
-    def of_table(self, table: str) -> dict:
-        return {REMOVED_KEY: json.dumps({rid: c.get(table, 0) for rid, c in self.removed.items()}, sort_keys=True)}
-
-    def read_back(self, lake: DeltaLake, table: str, batch_id: int) -> None:
-        commit = lake.batch_commit(table, APP_ID, batch_id) or {}
-        for rid, n in json.loads(commit.get(REMOVED_KEY, "{}")).items():
-            if rid in self.removed:
-                self.add(rid, table, n)
 
 
 def _raw_files(lake: DeltaLake, tenant: str, ids: set[str]):
@@ -335,7 +182,7 @@ def erase_profiles_batch(
 
             def commit(txn: BatchTxn, _: Outcomes) -> int | None:
                 if lake.exists(spec.name) and lake.already_committed(spec.name, txn):
-                    tally.read_back(lake, spec.name, batch)
+                    tally.read_back(lake, spec.name, txn)
                     return None
                 version, _ = erase_rows(
                     lake,
@@ -351,7 +198,7 @@ def erase_profiles_batch(
 
         def staging_step(txn: BatchTxn, _: Outcomes) -> int | None:
             if lake.exists(PROFILE_CDC_STAGING.name) and lake.already_committed(PROFILE_CDC_STAGING.name, txn):
-                tally.read_back(lake, PROFILE_CDC_STAGING.name, batch)
+                tally.read_back(lake, PROFILE_CDC_STAGING.name, txn)
                 return None
             files = [f for t in tenants for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
             version, _ = erase_rows(
@@ -401,7 +248,9 @@ def erase_profiles_batch(
                     QUARANTINE_PROFILE_ERASURE.name,
                     lambda txn, _: lake.append(QUARANTINE_PROFILE_ERASURE, quarantine, txn),
                 ),
-                suppressed_step(lake, PROFILE_ERASED_SUBJECTS, _erased_rows(requests, ids, secret, plan, pin.as_of)),
+                suppressed_step(
+                    lake, PROFILE_ERASED_SUBJECTS, erased_subject_rows(requests, ids, secret, plan, pin.as_of)
+                ),
                 *(raw_step(t) for t in tenants),
                 CommitStep(PROFILE_CDC_STAGING.name, staging_step),
                 CommitStep(QUARANTINE_PROFILE_CDC.name, quarantine_step),
@@ -421,7 +270,7 @@ def erase_profiles_batch(
                 CommitStep(
                     PROFILE_ERASURE_AUDIT.name,
                     lambda txn, _: lake.append(
-                        PROFILE_ERASURE_AUDIT, _audit_rows(requests, ids, tally, secret, plan), txn
+                        PROFILE_ERASURE_AUDIT, audit_rows(requests, ids, tally, secret, plan), txn
                     ),
                 ),
             ],
@@ -458,47 +307,6 @@ def erase_profiles_batch(
         bytes_written=sum(a for a, _ in rewritten),
         bytes_removed=sum(r for _, r in rewritten),
     )
-
-
-def _erased_rows(
-    requests: list[ErasureRequest], ids: dict[str, set[str]], secret: bytes, plan: BatchPlan, at: datetime
-) -> pa.Table:
-    """The suppression list's rows: every erased id of each request, as its keyed hash."""
-    rows = [
-        dict(
-            tenant=r.tenant,
-            subject_hash=subject_hash(secret, r.tenant, i),
-            request_id=r.request_id,
-            erased_at=at,
-            batch_id=plan.batch_id,
-        )
-        for r in requests
-        for i in sorted(ids[r.request_id])
-    ]
-    return pa.Table.from_pylist(rows, schema=PROFILE_ERASED_SUBJECTS.schema)
-
-
-def _audit_rows(
-    requests: list[ErasureRequest], ids: dict[str, set[str]], tally: Tally, secret: bytes, plan: BatchPlan
-) -> pa.Table:
-    now = datetime.now(UTC)
-    rows = [
-        dict(
-            tenant=r.tenant,
-            request_id=r.request_id,
-            subject_hash=subject_hash(secret, r.tenant, r.subject_id),
-            ids_erased=len(ids[r.request_id]),
-            request_time=r.request_time,
-            completed_at=now,
-            rows_removed=sum(tally.removed[r.request_id].values()),
-            rows_removed_by_table=json.dumps(tally.removed[r.request_id], sort_keys=True),
-            batch_id=plan.batch_id,
-            source_partition=r.source_partition,
-            source_offset=r.source_offset,
-        )
-        for r in requests
-    ]
-    return pa.Table.from_pylist(rows, schema=PROFILE_ERASURE_AUDIT.schema)
 
 
 def run_batch(ctx: BatchContext, plan: BatchPlan) -> ProfileErasureResult:

@@ -11,7 +11,8 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.suppression_tables import load_suppressed, suppressed_in_batch, suppressed_records_total
 from engagement_platform.orchestration.checks import REQUESTS_ACCOUNTED, BatchChecks, conservation
-from engagement_platform.profiles.erasure.apply import STREAM, ProfileErasureResult
+from engagement_platform.profiles.erasure.apply import STREAM
+from engagement_platform.profiles.erasure.audit import ProfileErasureResult
 from engagement_platform.profiles.erasure.remaining import profile_rows_naming
 from engagement_platform.profiles.tables import (
     PROFILE_ERASED_SUBJECTS,

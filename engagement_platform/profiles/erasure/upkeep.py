@@ -6,7 +6,7 @@ row in it is merged (the file is in the staging snapshot the tenant's processor 
 15-minute bucket ended more than EP_PROFILE_STAGING_RETENTION ago: one commit of removes (no predicate,
 no rewrite: whole files), then the vacuum deletes them once older than half the erasure window.
 
-The window (EP_ERASURE_WINDOW, README "Erasure"): full vacuum of staging, the quarantines and every
+The window (EP_ERASURE_WINDOW, docs/design/erasure.md): full vacuum of staging, the quarantines and every
 tenant's raw table past half the window, their logs checkpointed and cleaned past it, and the handoff
 folders a crashed run left swept.
 """

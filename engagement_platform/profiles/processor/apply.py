@@ -30,7 +30,6 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.profiles import snapshots
-from engagement_platform.profiles.locks import tenant_lock_name
 from engagement_platform.profiles.processor.commit import MERGE_THREADS, ProcessResult, commit_tenants
 from engagement_platform.profiles.processor.planning import (
     plan_tenant_batches,
@@ -58,14 +57,12 @@ from engagement_platform.profiles.tables import (
 from engagement_platform.settings import load_settings
 from engagement_platform.spark import handoff_files
 from engagement_platform.streams.planning import BatchPlan
-from engagement_platform.streams.spec import BatchContext, StreamSpec
 
 __all__ = [
     "ProcessResult",
     "process_tenant",
     "process_tenants",
     "processor_app_id",
-    "processor_spec",
     "processor_stream",
     "read_profiles",
     "run_tenant_batches",
@@ -74,15 +71,6 @@ __all__ = [
 ]  # unprocessed_tenants: the sensor's question
 
 HANDOFF_MAX_AGE = timedelta(hours=24)  # a handoff folder older than this was left by a crashed run
-
-
-def processor_spec(tenant: str) -> StreamSpec:
-    """The tenant's processor as a stream: `run_batch` runs one stored plan; whoever runs it holds the tenant lock."""
-
-    def run_batch(ctx: BatchContext, plan: BatchPlan) -> ProcessResult:
-        return run_tenant_batches(ctx.spark, ctx.lake, ctx.checkpoints, {tenant: plan})[tenant]
-
-    return StreamSpec(processor_stream(tenant), processor_app_id(tenant), run_batch, lock_name=tenant_lock_name(tenant))
 
 
 def process_tenant(

@@ -105,13 +105,6 @@ def commit_tenants(
     return results
 
 
-def commit_tenant(
-    lake: DeltaLake, checkpoints: CheckpointStore, tenant: str, plan: BatchPlan, rows: pa.Table, stats: dict
-) -> ProcessResult:
-    """One tenant's commit phase (commit_tenants for one tenant)."""
-    return commit_tenants(lake, checkpoints, {tenant: plan}, {tenant: rows}, {tenant: stats}, threads=1)[tenant]
-
-
 def _merge_step(lake: DeltaLake, result: ProcessResult, source: pa.Table):
     def merge(txn: BatchTxn, _: Outcomes) -> int | None:
         t = time.perf_counter()

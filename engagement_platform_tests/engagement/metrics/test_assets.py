@@ -87,9 +87,9 @@ def test_metrics_follow_ingestion_and_a_logged_mutation_batch(
 def test_metrics_stay_exact_when_retention_removes_old_rows_after_a_logged_delete_they_have_not_read(
     spark, kafka, topic, mutation_topic, lake, lake_root, checkpoints
 ):
-    """Found by benchmarks/demo_health.py: a mutation batch deletes a row (a delete only its change log holds),
-    then, before the metrics read it, TTL retention removed the log's rows older than its cut-off, that delete
-    among them, so the metrics counted the row forever. Retention now redacts those log rows instead."""
+    """A mutation batch deletes a row (a delete only its change log holds), then, before the metrics read it, TTL
+    retention removes the log's rows older than its cut-off: were that delete among them, the metrics would count
+    the row forever. Retention redacts those log rows instead."""
     from datetime import datetime, timedelta
 
     from engagement_platform_tests.support.erasure import gdpr, retain

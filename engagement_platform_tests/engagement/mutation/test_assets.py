@@ -165,8 +165,8 @@ def test_sensor_retries_pending_requests_after_ingestion_without_new_requests(
 def test_a_pending_request_whose_target_never_comes_expires_when_its_horizon_runs_out_in_a_quiet_system(
     spark, kafka, topic, lake, lake_root, checkpoints, stack, monkeypatch
 ):
-    """Found by benchmarks/soak (seed 53): a request held back for a target that never came stayed pending for
-    good, because nothing retried it while no activity arrived. Its age horizon running out is now a reason for
+    """A request held back for a target that never comes would stay pending for good, as nothing retries it while
+    no activity arrives (benchmarks/soak, seed 53, makes one). Its age horizon running out is a reason for
     an empty batch: the request expires to quarantine then, once, and the tick after asks for nothing."""
     import json
     import time

@@ -125,9 +125,9 @@ def test_the_rule_erases_the_whole_merged_identity():
 def test_an_erasure_reads_the_quarantine_files_an_earlier_erasure_rewrote(
     spark, kafka, lake, checkpoints, cdc_topic, erasure_topic
 ):
-    """Soak, session 25: an erasure deleted one of two quarantined records of a file, and delta-rs's DELETE wrote the
-    other back with string_view columns, which pyarrow's is_in and the file's min/max guarantee refuse: every later
-    erasure batch failed reading the quarantine (lake.delta.text_column), until the stream paused."""
+    """An erasure deletes one of two quarantined records of a file, and delta-rs's DELETE writes the other back
+    with string_view columns, which pyarrow's is_in and the file's min/max guarantee refuse: without
+    lake.delta.text_column every later erasure batch fails reading the quarantine, until the stream pauses."""
     stage_and_process(
         spark,
         kafka,
@@ -251,7 +251,7 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
     root = Path(lake_root)
     assert files_holding(root, (SUBJECT, LINKED)), "removed files and old log entries still hold them"
     # Two upkeeps half a window apart: the raced change's log entry came after the erasure's checkpoint, so it
-    # leaves with the first upkeep's checkpoint once that is older than half the window (README "Erasure").
+    # leaves with the first upkeep's checkpoint once that is older than half the window (docs/design/erasure.md).
     for _ in range(2):
         time.sleep(WINDOW_S / 2 + 1)
         assert materialize([profile_lake_upkeep], resources={"lake": LakeResource(root=lake_root)}).success

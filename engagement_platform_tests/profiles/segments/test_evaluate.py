@@ -236,7 +236,7 @@ def test_bad_syntax_and_every_problem_of_every_file_are_reported_together(tmp_pa
 
 
 def test_a_count_reads_from_a_file_and_takes_a_number():
-    """Regression: a count's value was checked as if it were a primary_id (a string), so no count segment loaded."""
+    """A count's value is a number, not a primary_id (a string): a count segment loads from a file."""
     where = {
         "count": {
             "where": {"path": "record_type", "op": "=", "value": "page_view"},

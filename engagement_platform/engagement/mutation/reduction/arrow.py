@@ -1,6 +1,6 @@
-"""A Reduction as flat Arrow rows and back: the one table format both reducers (the driver's fold and
-the Spark groups) hand to the outcome computation. Replacement records and cross-field moves travel
-as JSON strings, which keeps the tables flat and their schemas stable.
+"""A Reduction as flat Arrow rows: the table format the fold of a set of orgs (reducer.py, in each Spark
+task) hands to the outcome computation (outcome_table.py). Replacement records and cross-field moves
+travel as JSON strings, which keeps the tables flat and their schemas stable.
 
 Rows (one org's seqs are positions in its (request_time, request_id) order), `kind` says which:
 
@@ -20,18 +20,10 @@ from __future__ import annotations
 
 import json
 from datetime import date, datetime
-from typing import Any
 
 import pyarrow as pa
 
-from engagement_platform.engagement.mutation.reduction.model import (
-    EngagementAction,
-    OwnerAction,
-    OwnerFate,
-    Reduction,
-    ReductionStats,
-)
-from engagement_platform.engagement.mutation.requests import DELETE, MutationRequest
+from engagement_platform.engagement.mutation.reduction.model import Reduction
 
 OWNER_ACTION_COLUMNS = (
     "org_id",
@@ -71,34 +63,6 @@ REDUCED_ARROW_SCHEMA = pa.schema(
         *((name, _LONG) for name in STAT_COLUMNS),
     ]
 )
-_DDL = {_STRING: "string", _DATE: "date", _LONG: "long"}
-REDUCED_SCHEMA = ", ".join(f"{f.name} {_DDL[f.type]}" for f in REDUCED_ARROW_SCHEMA)
-
-
-def requests_from_arrow(table: pa.Table) -> list[MutationRequest]:
-    # Column-wise to_pylist is several times faster than row-wise; micros compare like timestamps.
-    times = table.column("request_time").cast(pa.int64()).to_pylist()
-    names = ("request_id", "org_id", "op", "field", "owner_id", "from_ids", "to_field", "to_id", "engagement_id")
-    columns = [table.column(name).to_pylist() for name in names]
-    records = [None if text is None else record_from_json(text) for text in table.column("record").to_pylist()]
-    dates = zip(table.column("date_from").to_pylist(), table.column("date_to").to_pylist())
-    requests = []
-    for time, record, (date_from, date_to), (rid, org, op, field, owner_id, from_ids, to_field, to_id, eid) in zip(
-        times, records, dates, zip(*columns)
-    ):
-        merged_ids = tuple(from_ids) if from_ids else ()
-        request = MutationRequest(
-            rid, org, time, op, field, owner_id, merged_ids, to_field, to_id, eid, record, date_from, date_to
-        )
-        requests.append(request)
-    return requests
-
-
-def record_from_json(text: str) -> dict[str, Any]:
-    record = json.loads(text)
-    if isinstance(record.get("engagement_date"), str):
-        record["engagement_date"] = date.fromisoformat(record["engagement_date"])
-    return record
 
 
 def record_to_json(record) -> str:
@@ -173,41 +137,3 @@ def reduction_table(org_id: str | None, reduction: Reduction, with_external_targ
             column.extend(value if isinstance(value, list) else [value] * size)
         columns[name] = column
     return pa.Table.from_pydict(columns, schema=REDUCED_ARROW_SCHEMA)
-
-
-def reduction_from_rows(owner_rows, engagement_rows) -> Reduction:
-    """Rebuild one org's Reduction from its action rows (dicts), e.g. to apply it with row_outcome.apply_reduction."""
-    owner_actions = sorted(
-        (
-            OwnerAction(
-                r["field"],
-                r["id"],
-                r["date_from"],
-                r["date_to"],
-                OwnerFate(
-                    r["deleted_at"],
-                    r["new_field"],
-                    r["new_id"],
-                    tuple(tuple(m) for m in json.loads(r["moves"] or "[]")),
-                ),
-            )
-            for r in owner_rows
-        ),
-        key=lambda a: (a.field, a.id, a.date_from or date.min),
-    )
-    engagement_actions = sorted(
-        (
-            EngagementAction(
-                r["engagement_id"],
-                r["seq"],
-                r["date_from"],
-                r["date_to"],
-                r["action"],
-                None if r["action"] == DELETE else record_from_json(r["record"]),
-            )
-            for r in engagement_rows
-        ),
-        key=lambda a: (a.engagement_id, a.seq),
-    )
-    stats = ReductionStats(0, len(owner_actions), len(engagement_actions))
-    return Reduction(tuple(owner_actions), tuple(engagement_actions), (), (), stats)
