@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from engagement_platform.spark.session import shared_session_id
 
 RUN = """
@@ -63,6 +65,7 @@ except Exception as e:
 """
 
 
+@pytest.mark.stack  # waits out the clients' give-up on a server that is away: the stack tier, not the unit tier
 def test_a_call_to_a_spark_server_that_is_away_gives_up_within_seconds_as_spark_unavailable():
     # pyspark's default retries a call for 10 minutes or more: a run sits silent in one call (155 s measured) after
     # its server restarts, and is taken for an orphan. Its ride-out can only try again once the call gives up.

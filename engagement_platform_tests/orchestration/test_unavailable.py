@@ -91,6 +91,7 @@ def closed_port() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket is closed
 
 
+@pytest.mark.stack  # waits out the clients' give-up on a server that is away: the stack tier, not the unit tier
 def test_sensors_skip_their_tick_while_the_broker_is_unreachable(tmp_path):
     """The real sensors against a broker address where nothing listens: a Kafka stream's sensor (the profile
     erasure stream) and the profile lag sensor skip with the reason instead of failing."""
