@@ -30,6 +30,7 @@ from __future__ import annotations
 import inspect
 import os
 import subprocess
+import tempfile
 import time
 import types
 import uuid
@@ -47,10 +48,29 @@ from engagement_platform_tests.support.secrets_scan import RUN_SECRETS, files_ho
 from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV, STATE
 
 RUN_STARTED = time.time()
+SHARED_STACK_ENV = "EP_TEST_STACK_SHARED"  # set by the controller of a spread run: its workers share its stack
+
+
+def runs_workers(config) -> bool:
+    """Whether this process is the controller of a run spread over worker processes (pytest-xdist's -n N)."""
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
 
 
 def pytest_configure(config) -> None:
     os.environ.update(RUN_SECRETS)  # before any server or fixture starts: every process of the run inherits them
+    if runs_workers(config):
+        # The workers share one stack: the controller starts it before they start (they inherit its environment)
+        # and stops it after they are gone; the workers' basetemps live under its basetemp, which the leak check
+        # searches.
+        config.option.basetemp = config.option.basetemp or tempfile.mkdtemp(prefix="engagement-platform-tests-")
+        RUN_FOLDERS.extend([Path(config.option.basetemp), STATE])
+        os.environ.update({**STACK_ENV, SHARED_STACK_ENV: "1"})
+        _stack("start")
+
+
+def pytest_unconfigure(config) -> None:
+    if runs_workers(config) and os.environ.get("EP_KEEP_STACK") != "1":
+        _stack("stop")
 
 
 RUN_FOLDERS: list = []  # the run's temporary folder (pytest's basetemp) and, once the stack started, its state folder
@@ -64,7 +84,7 @@ def run_folder(tmp_path_factory):
 @pytest.hookimpl(trylast=True)  # after the session fixtures' teardown: the servers' shutdown logs are searched too
 def pytest_sessionfinish(session, exitstatus) -> None:
     """Search every file the run left behind for the run's secrets; a hit fails the run."""
-    if getattr(session.config, "workerinput", None) is not None or not session.items:
+    if hasattr(session.config, "workerinput") or not session.testscollected:
         return
     # and the state folders of soaks the run started (their own stack, daemon and Dagster instance)
     roots = [*RUN_FOLDERS, *(p for p in (REPO / ".state").glob("soak-*") if p.stat().st_mtime >= RUN_STARTED)]
@@ -153,15 +173,18 @@ def _stack(action: str) -> None:
 
 @pytest.fixture(scope="session")
 def stack():
-    """Start the servers once; stop them at the end unless EP_KEEP_STACK=1 (faster local re-runs)."""
+    """Start the servers once; stop them at the end unless EP_KEEP_STACK=1 (faster local re-runs). A worker of a
+    spread run uses the stack its controller started."""
+    shared = os.environ.get(SHARED_STACK_ENV) == "1"
     os.environ.update(STACK_ENV)
     RUN_FOLDERS.append(STATE)  # its server logs are searched for the run's secrets at the end
-    _stack("start")
+    if not shared:
+        _stack("start")
     yield STACK_ENV
     from engagement_platform.spark.session import close_shared_clients
 
     close_shared_clients()  # Dagster resources' clients of the shared session: closed while the server is up
-    if os.environ.get("EP_KEEP_STACK") != "1":
+    if not shared and os.environ.get("EP_KEEP_STACK") != "1":
         _stack("stop")
 
 

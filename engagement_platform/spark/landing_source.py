@@ -189,9 +189,20 @@ class LandingDocumentReader(LandingLinesReader):
 def options(
     path: str, skip_lines: int = 0, split_bytes: int | None = None, storage_options: dict | None = None
 ) -> dict[str, str]:
-    opts = {"path": path, "skip_lines": str(skip_lines)}
+    opts = {"path": path, "skip_lines": str(skip_lines), "file_version": file_version(path, storage_options)}
     if storage_options and "://" in path:  # executors do not share the driver's environment
         opts["storage_options"] = json.dumps(storage_options)
     if split_bytes:
         opts["split_bytes"] = str(split_bytes)
     return opts
+
+
+def file_version(path: str, storage_options: dict | None = None) -> str:
+    """The file's size and modification time, as a read option: a Spark Connect server caches what it made of a
+    read with the same options (its plan cache keeps a data source's partitions, and with them the old byte
+    ranges), so a file rewritten at the same path must be read with other options to be read whole."""
+    from engagement_platform.lake.file_writes import filesystem
+
+    fs, where = filesystem(path, storage_options)
+    info = fs.get_file_info(where)
+    return f"{info.size}:{info.mtime_ns}"

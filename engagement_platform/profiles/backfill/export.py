@@ -27,6 +27,7 @@ from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.ingest.sources import INPUT, read_lines_file
 from engagement_platform.lake.file_writes import filesystem, join, read_parquet
 from engagement_platform.settings import load_settings
+from engagement_platform.spark.landing_source import file_version
 from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
 
 SUFFIXES = {".jsonl", ".ndjson", ".json", ".parquet"}
@@ -89,7 +90,8 @@ def _parquet_rows(spark: SparkSession, path: str) -> tuple[DataFrame, Column, li
     file on an object store through pyarrow in a Spark task, since Spark's reader would need Hadoop's
     connectors (not installed here)."""
     if "://" not in path or path.startswith("file://"):
-        df = spark.read.parquet(path)
+        # the file's version as an option: a Connect server's plan cache would otherwise keep an older listing
+        df = spark.read.option("file_version", file_version(path)).parquet(path)
         return df, F.col("_metadata.row_index"), df.columns
     storage_options = load_settings().storage_options
     fs, where = filesystem(path, storage_options)
