@@ -164,6 +164,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         for name in sorted(tiers_of(item)):
             item.add_marker(name)
+    # The longest tests first: in a run spread over workers (one file per worker at a time), the soak and the
+    # host crashes start at once beside the rest instead of running alone at the end.
+    items.sort(
+        key=lambda item: 0 if item.get_closest_marker("soak") else 1 if item.path.name == "test_host_crash.py" else 2
+    )
 
 
 def _stack(action: str) -> None:

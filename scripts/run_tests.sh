@@ -2,7 +2,7 @@
 # The README's test command, and CI's (.ci/run): install, the lint and type gate (scripts/lint.sh), then pytest.
 #
 #   bash scripts/run_tests.sh          the default tier: every test not marked `matrix` (-m "not matrix"), the
-#                                      short soak and one host-crash case among them
+#                                      short soak and one host-crash case among them, on two workers (pytest-xdist)
 #   bash scripts/run_tests.sh ARGS...  pytest with ARGS instead of the default tier's filter, for example
 #                                      -m "not stack" (the unit tier: no stack server) or a test file or node id
 #   bash scripts/run_full_matrix.sh    the full matrix: every test (the long soak, every host-crash case, every store)
@@ -21,6 +21,8 @@ if [ -f scripts/lint.sh ]; then
     bash scripts/lint.sh # a finding fails the run before any test starts
 fi
 if [ "$#" -eq 0 ]; then
-    set -- -m "not matrix"
+    # Two workers share one stack (the machine's CPU is half idle in a serial run: tests wait on servers and
+    # timeouts); a file stays on one worker; the longest files start first (conftest orders them).
+    set -- -m "not matrix" -n 2 --dist loadfile --no-loadscope-reorder
 fi
 exec .venv/bin/python -m pytest --durations=20 "$@"
