@@ -256,6 +256,10 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(
         expected, stored = produce_cdc(kafka, cdc_topic, 2000), staged
     checkpoints = CheckpointStore(DeltaLake(lake_root))
     first = second = None
+    # The instance's storage is created once, as run_platform.sh does: `dagster dev`'s processes would otherwise
+    # create it at the same moment, and on a busy machine one of them finds the schema half stamped.
+    with DagsterInstance.from_config(str(home)):
+        pass
     try:
         first = start_dagster(home, first_env, log)
         with DagsterInstance.from_config(str(home)) as instance:

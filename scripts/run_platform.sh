@@ -26,6 +26,9 @@ LOG_DIR="$EP_STATE_DIR/logs"
 PID_DIR="$EP_STATE_DIR/pids"
 mkdir -p "$DAGSTER_HOME" "$LOG_DIR" "$PID_DIR"
 if [ -f "$REPO/dagster.yaml" ]; then cp "$REPO/dagster.yaml" "$DAGSTER_HOME/dagster.yaml"; fi
+# The instance's storage is created (or migrated after a Dagster upgrade) once, before `dagster dev` starts its
+# processes: on a fresh DAGSTER_HOME they would create it at the same moment, and one can find it half stamped.
+.venv/bin/dagster instance migrate >/dev/null
 # The platform's settings (engagement_platform/settings.py) follow the local stack's ports unless
 # the caller points them elsewhere.
 export KAFKA_BOOTSTRAP_SERVERS="${KAFKA_BOOTSTRAP_SERVERS:-127.0.0.1:${EP_KAFKA_PORT:-19092}}"
