@@ -35,7 +35,7 @@ SHORT = {
     "--fault-minutes": "0.67",
     "--max-concurrent-faults": "4",
     "--pending-max-age-seconds": "60",
-    "--catch-up-minutes": "2",
+    "--catch-up-minutes": "4",  # beside the default tier's other worker, catching up took over 2 minutes once
     "--settle-seconds": "10",
 }
 LONG = {
