@@ -9,7 +9,7 @@ adds its landing folder, pipeline asset (with checks), tables, job and landing s
 from collections.abc import Sequence
 from typing import Any
 
-from dagster import Definitions
+from dagster import Definitions, in_process_executor
 
 from engagement_platform.engagement.assets import ENGAGEMENT_TABLES
 from engagement_platform.engagement.metrics.assets import METRICS
@@ -25,8 +25,13 @@ PLATFORM = (ENGAGEMENT_TABLES, UPKEEP, METRICS, LANDING_UPKEEP, PROFILE_TABLES)
 
 
 def definitions_for(streams: Sequence[RegistryEntry] = STREAMS, platform: Sequence[Any] = PLATFORM) -> Definitions:
-    """The Definitions of these streams (a registry with a stream of one's own added, in a test) and parts."""
-    return Definitions(**assemble(expand(streams), platform), resources=platform_resources())
+    """The Definitions of these streams (a registry with a stream of one's own added, in a test) and parts.
+
+    Every job runs its steps in the run's own process: a step in a subprocess of its own (Dagster's default
+    executor) would start another interpreter and import the platform again, for no parallelism a batch needs."""
+    return Definitions(
+        **assemble(expand(streams), platform), resources=platform_resources(), executor=in_process_executor
+    )
 
 
 defs = definitions_for()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +36,7 @@ from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_R
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.orchestration.launcher import WORKER_TAG
 from engagement_platform.orchestration.orphans import ORPHANED_TAG, STRANDED_METADATA
 from engagement_platform.profiles.staging.apply import STREAM as PROFILE_CDC
 from engagement_platform.profiles.staging.assets import PROFILE_CDC as PROFILE_CDC_DEFS
@@ -179,32 +179,43 @@ def ingested(lake_root: str) -> Counter:
 
 
 @pytest.mark.parametrize(
-    "stream, pause_after, killed",
+    "stream, pause_after, killed, preload",
     [
         pytest.param(
-            INGESTION, None, "host", marks=pytest.mark.matrix
+            INGESTION, None, "host", True, marks=pytest.mark.matrix
         ),  # killed once its run is STARTED: while it reads and computes
         pytest.param(
             INGESTION,
             f"{INGESTION}:after:{ENGAGEMENT_ACTIVITY.name}",
             "host",
+            True,
             marks=pytest.mark.matrix,
         ),  # killed after its data commit, before quarantine and notifications
         pytest.param(
             PROFILE_CDC,
             f"{PROFILE_CDC}:after:{PROFILE_CDC_STAGING.name}",
             "host",
+            True,
             marks=pytest.mark.matrix,
         ),  # a profile stream, killed after its staging commit
         (
             MUTATION,
             f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
             "host",
+            True,
         ),  # the default tier's case: paused after a commit, holding its pool slot, tagged orphaned, stranded time
         pytest.param(
             MUTATION,
             f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
+            "host",
+            False,
+            marks=pytest.mark.matrix,
+        ),  # the same with every run started by the code server (the launcher's `preload: false`)
+        pytest.param(
+            MUTATION,
+            f"{MUTATION}:after:{ENGAGEMENT_MUTATION_REQUESTS.name}",
             "run",
+            True,
             marks=pytest.mark.matrix,
         ),  # the same, but only the run worker dies
     ],
@@ -213,15 +224,18 @@ def ingested(lake_root: str) -> Counter:
         "ingestion-committing",
         "profile-cdc-committing",
         "mutation-holding-its-pool-slot",
+        "mutation-holding-its-pool-slot-code-server-launcher",
         "mutation-run-killed-daemon-alive",
     ],
 )
 def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(
-    stack, kafka, topic, lake_root, tmp_path, stream, pause_after, killed
+    stack, kafka, topic, lake_root, tmp_path, stream, pause_after, killed, preload
 ):
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
+    instance_config = (REPO / "dagster.yaml").read_text()
+    assert "preload: true" in instance_config, "the platform's instance forks its runs from the run pool"
+    (home / "dagster.yaml").write_text(instance_config.replace("preload: true", f"preload: {str(preload).lower()}"))
     cdc_topic = f"{topic}.cdc"
     # Killing only the run leaves its end to Dagster's run monitoring (the daemon is up): the sensor's orphan
     # bound is pushed past the test so that it cannot free the slot first.
@@ -285,6 +299,7 @@ def test_a_run_orphaned_by_a_host_crash_is_failed_and_its_batch_committed_once(
             assert crashed.status == DagsterRunStatus.STARTED, (
                 f"the crash came too late to strand the run: {crashed.status}"
             )
+            assert (WORKER_TAG in crashed.tags) == preload, "the run was started the way the launcher is configured"
 
             restarted_at = time.monotonic()
             if killed == "host":

@@ -1,0 +1,194 @@
+"""What the platform's control plane costs on its own: CPU and wall time per run of a batch that does nothing.
+
+    .venv/bin/python benchmarks/control_plane.py [--runs 20]
+
+Per-run overhead is everything a run pays besides its stream's code: starting the worker process, loading the
+definitions, Dagster's run start and end events, teardown. The run here is the platform's code location with one
+step that does nothing (benchmarks/control_plane_location.py), launched on a real Dagster instance (SQLite in a
+temporary DAGSTER_HOME), one run at a time, each measured from the launch until its worker process has exited:
+
+  pool      : the platform's launcher (ForkingRunLauncher, preload on): the worker is forked from a server that
+              imported the code location once (its own start is reported apart, paid once per code change).
+  baseline  : a new interpreter per run running the same command (`python -m dagster api execute_run`), which is
+              what a run started by a code server is (the server spawns one); the code server's own work is
+              not counted, so the ratio understates the saving.
+
+CPU of a worker is exact, not sampled: a forked worker's CPU is read from the pool server's reaped-children
+account (/proc/<pid>/stat cutime + cstime) once it has been reaped, a baseline worker's from this process's own
+(getrusage RUSAGE_CHILDREN). The launching side's CPU (this process: building the run's arguments, tags and an
+engine event) is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from record import invocation, record_result  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of a live process."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return (utime + stime) / CLOCK_TICKS, (cutime + cstime) / CLOCK_TICKS
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wait_reaped(pid: int, timeout_s: float = 300.0) -> None:
+    """Until the worker is gone from the process table (exited and reaped by the pool server)."""
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker {pid} still there after {timeout_s} s")
+        time.sleep(0.01)
+
+
+def make_instance(home: Path, preload: bool):
+    import yaml
+    from dagster import DagsterInstance
+
+    home.mkdir(parents=True, exist_ok=True)
+    launcher = {
+        "module": "engagement_platform.orchestration.launcher",
+        "class": "ForkingRunLauncher",
+        "config": {"preload": preload},
+    }
+    (home / "dagster.yaml").write_text(yaml.safe_dump({"telemetry": {"enabled": False}, "run_launcher": launcher}))
+    return DagsterInstance.from_config(str(home))
+
+
+def new_run(instance):
+    from dagster import reconstructable
+
+    from benchmarks.control_plane_location import control_plane_noop_job
+
+    recon = reconstructable(control_plane_noop_job)
+    return instance.create_run_for_job(job_def=control_plane_noop_job, job_code_origin=recon.get_python_origin())
+
+
+def check_succeeded(instance, run_id: str) -> None:
+    from dagster import DagsterRunStatus
+
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status != DagsterRunStatus.SUCCESS:
+        raise RuntimeError(f"run {run_id} ended {run.status if run else 'missing'}")
+
+
+def measure_pool(home: Path, runs: int) -> dict[str, float | list[float]]:
+    from dagster._core.launcher import LaunchRunContext
+
+    from engagement_platform.orchestration.launcher import WORKER_TAG
+
+    instance = make_instance(home, preload=True)
+    launcher = instance.run_launcher
+    cpu, wall, launching = [], [], []
+    server_start_s = server_cpu_s = 0.0
+    for index in range(runs + 1):  # the first run starts the pool server; it is reported apart
+        run = new_run(instance)
+        t0, c0 = time.perf_counter(), time.process_time()
+        servers = list(launcher._servers.values())  # noqa: SLF001 - the benchmark reads the pool's accounts
+        before = proc_cpu(servers[0].process.pid)[1] if servers else 0.0
+        launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
+        launched_c = time.process_time() - c0
+        pid = int(instance.get_run_by_id(run.run_id).tags[WORKER_TAG].split(":")[1])
+        (server,) = launcher._servers.values()  # noqa: SLF001
+        wait_reaped(pid)
+        elapsed = time.perf_counter() - t0
+        check_succeeded(instance, run.run_id)
+        own, reaped = proc_cpu(server.process.pid)
+        if index == 0:
+            server_start_s, server_cpu_s = elapsed, own
+            continue
+        cpu.append(reaped - before)
+        wall.append(elapsed)
+        launching.append(launched_c)
+    launcher.dispose()
+    instance.dispose()
+    return {
+        "cpu": cpu,
+        "wall": wall,
+        "launching": launching,
+        "server_start_s": server_start_s,
+        "server_cpu_s": server_cpu_s,
+    }
+
+
+def measure_baseline(home: Path, runs: int) -> dict[str, float | list[float]]:
+    from dagster import serialize_value
+    from dagster._grpc.types import ExecuteRunArgs
+
+    instance = make_instance(home, preload=False)
+    cpu, wall = [], []
+    for _ in range(runs):
+        run = new_run(instance)
+        args = ExecuteRunArgs(job_origin=run.job_code_origin, run_id=run.run_id, instance_ref=instance.get_ref())
+        env = {**os.environ, "DAGSTER_EXECUTE_RUN_ARGS": serialize_value(args)}
+        t0, c0 = time.perf_counter(), children_cpu()
+        subprocess.run(
+            [sys.executable, "-m", "dagster", "api", "execute_run"], env=env, cwd=REPO, check=True, capture_output=True
+        )
+        wall.append(time.perf_counter() - t0)
+        cpu.append(children_cpu() - c0)
+        check_succeeded(instance, run.run_id)
+    instance.dispose()
+    return {"cpu": cpu, "wall": wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=20, help="runs measured per mode (medians reported)")
+    args = parser.parse_args()
+    os.chdir(REPO)
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="ep-control-plane-") as folder:
+        baseline = measure_baseline(Path(folder) / "baseline", args.runs)
+        pool = measure_pool(Path(folder) / "pool", args.runs)
+    median = statistics.median
+    result = {
+        "pool_run_cpu_s": round(median(pool["cpu"]), 3),
+        "pool_run_wall_s": round(median(pool["wall"]), 3),
+        "pool_launch_side_cpu_s": round(median(pool["launching"]), 3),
+        "pool_server_start_s": round(pool["server_start_s"], 2),
+        "pool_server_own_cpu_s": round(pool["server_cpu_s"], 2),
+        "baseline_run_cpu_s": round(median(baseline["cpu"]), 3),
+        "baseline_run_wall_s": round(median(baseline["wall"]), 3),
+    }
+    result["cpu_ratio_baseline_over_pool"] = round(result["baseline_run_cpu_s"] / result["pool_run_cpu_s"], 1)
+    result["wall_ratio_baseline_over_pool"] = round(result["baseline_run_wall_s"] / result["pool_run_wall_s"], 1)
+    for key, value in result.items():
+        print(f"{key:34} {value}")
+    record_result(
+        "control_plane",
+        invocation(),
+        f"{args.runs} runs per mode, one at a time, of the platform's code location with a step that does nothing; "
+        "medians; SQLite instance",
+        result,
+        target={"pool_run_cpu_s": "<= 0.5", "pool_run_wall_s": "<= 2.0"},
+        baseline={
+            "what": "a new interpreter per run (the code server's way)",
+            "run_cpu_s": result["baseline_run_cpu_s"],
+        },
+        load_before=load_before,
+    )
+
+
+if __name__ == "__main__":
+    main()
