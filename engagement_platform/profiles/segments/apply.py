@@ -33,9 +33,11 @@ from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile, delete_uncommitted, writer_tag
 from engagement_platform.lake.row_erasure import live_files
+from engagement_platform.profiles.segments.array_warnings import array_warnings
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.segments.task import (
+    ARRAYS_SCHEMA,
     FILES_SCHEMA,
     PHASES,
     RESULT_SCHEMA,
@@ -176,6 +178,8 @@ class SegmentResult:
     by_segment: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     mode: str = "full"  # full | incremental
+    array_records: dict[str, int] = field(default_factory=dict)  # path -> records with an array a scalar op read
+    warnings: list[str] = field(default_factory=list)
 
     def metadata(self) -> dict:
         return {
@@ -190,6 +194,8 @@ class SegmentResult:
             **{f"size_{s}": n for s, n in sorted(self.by_segment.items())},
             **{f"{t}_version": v for t, v in self.versions.items()},
             **{f"seconds_{k}": round(v, 3) for k, v in self.seconds.items()},
+            **{f"array_records_{p}": n for p, n in sorted(self.array_records.items())},
+            **({"warnings": self.warnings} if self.warnings else {}),
         }
 
 
@@ -200,6 +206,7 @@ def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> 
     return {
         "result": handed.get("result", RESULT_SCHEMA.empty_table()),
         "sizes": handed.get("sizes", SIZES_SCHEMA.empty_table()),
+        "arrays": handed.get("arrays", ARRAYS_SCHEMA.empty_table()),
         "files": handed.get("files", FILES_SCHEMA.empty_table()),
     }
 
@@ -211,6 +218,7 @@ class Handed:
     counts: dict
     sizes: dict[str, int]
     written: dict[str, list[WrittenFile]]  # table name -> files
+    array_records: dict[str, int] = field(default_factory=dict)  # path -> records with an array a scalar op read
 
 
 def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
@@ -221,6 +229,8 @@ def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
     }
     for r in handed["sizes"].to_pylist():
         out[r["tenant"]].sizes[r["segment"]] = r["members"]
+    for r in handed["arrays"].to_pylist():
+        out[r["tenant"]].array_records[r["path"]] = r["records"]
     for r in handed["files"].to_pylist():
         out[r["tenant"]].written[r["table"]].append(WrittenFile.from_json(r["file"]))
     return out
@@ -289,6 +299,8 @@ def evaluate_tenants(
                 by_segment,
                 {**seconds, **{f"task_{k}": counts[f"seconds_{k}"] for k in PHASES}},
                 counts["mode"],
+                handed[p.work.tenant].array_records,
+                array_warnings(segments, handed[p.work.tenant].array_records),
             )
         )
     return results

@@ -2,8 +2,8 @@
 requests a tenant's evaluation once its raw table moved past the last evaluated version (the processor,
 backfill or an erasure committed) and no run of the tenant is in flight: the processor's run evaluates the
 segments itself right after its merge, so this sensor only follows the other writers. Each run reports identities evaluated, segments, entries, exits and
-every segment's size (plotted over runs); its check re-evaluates a sample of identities with the slow
-reference evaluator and compares with the committed membership.
+every segment's size (plotted over runs), and warns when a path a scalar op reads held arrays; its check
+re-evaluates a sample of identities with the slow reference evaluator and compares with the committed membership.
 
 The definitions (EP_SEGMENTS_DIR) are loaded when the code location loads: a file with a problem fails
 the load, one line per problem, and `dagster dev` shows it."""
@@ -84,6 +84,8 @@ def profile_segments(context: AssetExecutionContext, spark: SparkResource, lake:
             check_results=[AssetCheckResult(check_name=MATCHES_REFERENCE, passed=True, metadata={"sampled": 0})],
         )
     result = evaluate_tenant(spark.spark_session, lake.lake, lake.checkpoints, tenant, plan, segments)
+    for warning in result.warnings:  # in the run's log as well as in the metadata (`warnings`)
+        context.log.warning(warning)
     return MaterializeResult(
         metadata=result.metadata(), check_results=[sample_check(lake, tenant, plan, segments, result.plan.batch_id)]
     )

@@ -7,7 +7,9 @@ records. That is what lets thousands of segments share one pass over the rows.
 
 Values keep the comparison rules of definitions.py: a path's value has a kind (str, number, bool, time,
 or none for JSON lists and objects), and a comparison only holds between values of the literal's kind.
-Numbers compare as float64 (exact for integers up to 2**53).
+Numbers compare as float64 (exact for integers up to 2**53). A path that holds JSON arrays also gets their
+elements flattened into one column of their own (`Arrays`), built in the same walk over the parsed rows, so
+the array ops are the same vectorised comparisons over elements, then one scatter back to the records.
 """
 
 from __future__ import annotations
@@ -50,6 +52,23 @@ class Column:
     numbers: tuple[np.ndarray, np.ndarray] | None = None  # (float64 values, mask)
     bools: tuple[np.ndarray, np.ndarray] | None = None  # (bool values, mask)
     times: tuple[np.ndarray, np.ndarray] | None = None  # (int64 microseconds, mask)
+    arrays: Arrays | None = None  # JSON paths only
+
+
+@dataclass
+class Arrays:
+    """A JSON path's arrays over every record: which records hold one, its length, and every element."""
+
+    held: np.ndarray  # bool per record: the value is an array
+    lengths: np.ndarray  # int64 per record, 0 where it is not an array
+    owner: np.ndarray  # record index per element
+    elements: Column  # the elements, as a column of their own (arrays inside arrays have no kind)
+
+    def any_element(self, matched: np.ndarray) -> np.ndarray:
+        """Per record: does any element of its array satisfy `matched` (a bool per element)?"""
+        out = np.zeros(len(self.held), bool)
+        out[self.owner[matched]] = True
+        return out
 
 
 def _strings(values: list) -> pa.Array:
@@ -69,10 +88,18 @@ def _float(value) -> float:
         return float("inf") if value > 0 else float("-inf")
 
 
-def _json_column(values: list) -> Column:
-    """A column of Python values taken from JSON (MISSING as None)."""
+def _json_column(values: list, elements_of_arrays: bool = True) -> Column:
+    """A column of Python values taken from JSON (MISSING as None), with its arrays' elements when asked."""
     n = len(values)
     present = np.fromiter((v is not None for v in values), bool, n)
+    arrays = None
+    if elements_of_arrays:
+        held = np.fromiter((type(v) is list for v in values), bool, n)
+        lengths = np.zeros(n, np.int64)
+        owners = np.flatnonzero(held)
+        lengths[owners] = [len(values[i]) for i in owners]
+        flat = [e for i in owners for e in values[i]]
+        arrays = Arrays(held, lengths, np.repeat(np.arange(n), lengths), _json_column(flat, elements_of_arrays=False))
     strings = [v if type(v) is str else None for v in values]
     number_mask = np.fromiter((type(v) in (int, float) for v in values), bool, n)
     numbers = np.zeros(n, np.float64)
@@ -81,7 +108,7 @@ def _json_column(values: list) -> Column:
         numbers[idx] = [_float(values[i]) for i in idx]
     bool_mask = np.fromiter((type(v) is bool for v in values), bool, n)
     bools = np.fromiter((v is True for v in values), bool, n)
-    return Column(present, _strings(strings), (numbers, number_mask), (bools, bool_mask))
+    return Column(present, _strings(strings), (numbers, number_mask), (bools, bool_mask), arrays=arrays)
 
 
 def _parse(text):

@@ -19,6 +19,13 @@ Record conditions: `all`, `any`, `not`, and `{path, op, value}`. Paths: record_t
 the promoted columns (email, country, updated_at) and `fields.<a>.<b>` into the JSON payload. Ops: = != < <=
 > >= in contains exists. A comparison whose value is missing or of another type than the literal is false.
 
+Array ops, on `fields.` paths (the only ones a JSON array can be at), each false unless the value is an array:
+`has: v` (an element equals v), `has_any: [v, ...]`, `has_all: [v, ...]`, and `size= size!= size< size<=
+size> size>=: n` (the array's length, duplicates and nulls counted). Elements compare as `=` does: 1 and 1.0
+match, 1 and "1" or true do not; a null, list or object element matches nothing. They are ops of the same
+`{path, op, value}` shape rather than a new function, so they work wherever a comparison does (record
+conditions, `profile`), and the size ops reuse the six comparison symbols the language already uses.
+
 Every problem of a file is reported at load, one line each: `<file>: <path>: <problem>`.
 """
 
@@ -32,7 +39,12 @@ from typing import Any
 
 import yaml
 
-OPS = ("=", "!=", "<", "<=", ">", ">=", "in", "contains", "exists")
+COMPARISONS = ("=", "!=", "<", "<=", ">", ">=")
+SCALAR_OPS = (*COMPARISONS, "in", "contains")  # false on an array: evaluation warns when one reads an array
+ELEMENT_OPS = ("has", "has_any", "has_all")
+SIZE_OPS = tuple(f"size{c}" for c in COMPARISONS)
+ARRAY_OPS = (*ELEMENT_OPS, *SIZE_OPS)
+OPS = (*SCALAR_OPS, "exists", *ARRAY_OPS)
 AGGREGATES = ("count", "exists", "min", "max")
 TYPED_PATHS = {
     "record_type": str,
@@ -118,6 +130,8 @@ def _literal(path: str, op: str, value: Any) -> Any:
     """The comparison's literal, typed for its path (timestamps parsed); raises ValueError on a mismatch."""
     if op == "exists":
         return None
+    if op in ARRAY_OPS:
+        return _array_literal(op, value)
     if op == "in":
         if not isinstance(value, list) or not value:
             raise ValueError("'in' takes a non-empty list")
@@ -138,6 +152,29 @@ def _literal(path: str, op: str, value: Any) -> Any:
     if value is None or isinstance(value, (list, dict)):
         raise ValueError(f"compare with a string, a number or a boolean, not {value!r}")
     return value
+
+
+def _element(value: Any, op: str) -> Any:
+    """An element to look for: what a JSON array can hold and a literal can equal (a YAML date is no JSON value:
+    quote it)."""
+    if not isinstance(value, (str, int, float)):  # bool is an int
+        raise ValueError(f"'{op}' takes a string, a number or a boolean, not {value!r}")
+    return value
+
+
+def _array_literal(op: str, value: Any) -> Any:
+    """An array op's literal: an element for has, a non-empty list of them for has_any / has_all, a length."""
+    if op in SIZE_OPS:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"'{op}' compares an array's length with a whole number >= 0, not {value!r}")
+        return value
+    if op == "has":
+        if isinstance(value, list):
+            raise ValueError("'has' takes one element: for a list of them use has_any or has_all")
+        return _element(value, op)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"'{op}' takes a non-empty list of elements")
+    return tuple(_element(v, op) for v in value)
 
 
 class _Parser:
@@ -167,6 +204,9 @@ class _Parser:
             return None
         if op not in OPS:
             self.problem(f"{at}.op", f"unknown operator '{op}' (known: {' '.join(OPS)})")
+            return None
+        if op in ARRAY_OPS and not path.startswith("fields."):
+            self.problem(f"{at}.op", f"'{op}' reads an array and {path} never holds one (array ops take fields.<key>)")
             return None
         if op != "exists" and "value" not in node:
             self.problem(at, f"'{op}' needs a value")
@@ -221,7 +261,7 @@ class _Parser:
             if not isinstance(body, dict) or set(body) != {"op", "value"}:
                 self.problem(here, "ids is {op, value}")
                 return None
-            if body["op"] not in ("=", "!=", "<", "<=", ">", ">="):
+            if body["op"] not in COMPARISONS:
                 self.problem(f"{here}.op", f"unknown operator '{body['op']}' (ids takes = != < <= > >=)")
                 return None
             if not isinstance(body["value"], int) or isinstance(body["value"], bool):
@@ -254,7 +294,7 @@ class _Parser:
         if kind in ("min", "max") and not path:
             self.problem(at, f"{kind} needs the path it takes the {kind} of")
             return None
-        if op is None or op not in ("=", "!=", "<", "<=", ">", ">="):
+        if op is None or op not in COMPARISONS:
             self.problem(f"{at}.op", f"{kind} needs a comparison operator (= != < <= > >=), not {op!r}")
             return None
         if kind == "count":  # compares a number of records, not a path's value

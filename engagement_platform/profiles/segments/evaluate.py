@@ -9,7 +9,8 @@ segment alone, identity by identity, over plain dicts, and the tests hold the tw
 
 Comparison rules (definitions.py): a missing value, or one of another kind than the literal, makes a
 comparison false (`exists` is true for any present value); numbers compare with numbers, booleans with
-booleans (= and != only), strings with strings, timestamps with timestamps.
+booleans (= and != only), strings with strings, timestamps with timestamps. The array ops are false on
+anything but an array; their elements compare as `=` does.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import pyarrow.compute as pc
 
 from engagement_platform.profiles.segments.columns import Column, Profiles, constant, time_us
 from engagement_platform.profiles.segments.definitions import (
+    ARRAY_OPS,
+    SIZE_OPS,
     Aggregate,
     AllOf,
     AnyOf,
@@ -60,6 +63,8 @@ def compare(column: Column, op: str, literal) -> np.ndarray:
     n = len(column.present)
     if op == "exists":
         return column.present
+    if op in ARRAY_OPS:
+        return compare_arrays(column, op, literal) if column.arrays is not None else np.zeros(n, bool)
     if op == "in":
         return np.logical_or.reduce([compare(column, "=", item) for item in literal]) if literal else np.zeros(n, bool)
     if op == "contains":
@@ -73,6 +78,17 @@ def compare(column: Column, op: str, literal) -> np.ndarray:
     values, mask = typed
     target = time_us(literal) if kind == "time" else literal
     return mask & _ORDER[op](values, target)
+
+
+def compare_arrays(column: Column, op: str, literal) -> np.ndarray:
+    """Per record: does the column's value, an array, satisfy the array op?"""
+    arrays = column.arrays
+    assert arrays is not None
+    if op in SIZE_OPS:
+        return arrays.held & _ORDER[op[len("size") :]](arrays.lengths, literal)
+    wanted = [literal] if op == "has" else list(literal)
+    found = [arrays.any_element(compare(arrays.elements, "=", item)) for item in wanted]
+    return (np.logical_and if op == "has_all" else np.logical_or).reduce(found)
 
 
 class Plan:

@@ -60,6 +60,8 @@ def holds(value, op: str, literal) -> bool:
         return False
     if op == "exists":
         return True
+    if op in ("has", "has_any", "has_all") or op.startswith("size"):
+        return isinstance(value, list) and array_holds(value, op, literal)
     if op == "in":
         return any(holds(value, "=", x) for x in literal)
     if op == "contains":
@@ -79,6 +81,14 @@ def holds(value, op: str, literal) -> bool:
     if op == ">":
         return value > literal
     return value >= literal
+
+
+def array_holds(elements: list, op: str, literal) -> bool:
+    if op.startswith("size"):
+        return holds(len(elements), op[len("size") :], literal)
+    wanted = [literal] if op == "has" else list(literal)
+    found = [any(holds(e, "=", w) for e in elements if e is not None) for w in wanted]
+    return all(found) if op == "has_all" else any(found)
 
 
 def record_holds(node, row: dict) -> bool:

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.lake.file_writes import WrittenFile, filesystem, read_parquet, write_files
+from engagement_platform.profiles.segments.array_warnings import array_rows
 from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, constant, profiles_of
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.evaluate import evaluate, paths_of, time_affected, windows_of
@@ -52,6 +53,8 @@ RESULT_SCHEMA = pa.schema(
     ]
 )
 SIZES_SCHEMA = pa.schema([("tenant", pa.string()), ("segment", pa.string()), ("members", pa.int64())])
+# Records evaluated whose JSON path held an array where a scalar op reads it (array_warnings.py).
+ARRAYS_SCHEMA = pa.schema([("tenant", pa.string()), ("path", pa.string()), ("records", pa.int64())])
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,11 @@ def changed_components(work: TenantWork, storage_options) -> pa.Array:
     return pc.unique(pa.concat_arrays([t["component"].combine_chunks() for t in differ]).drop_null())
 
 
-def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, list[WrittenFile], list[WrittenFile]]:
-    """(counts, sizes per segment, membership files, change files) of one tenant's batch."""
+def evaluate_work(
+    work: TenantWork, storage_options
+) -> tuple[dict, pa.Table, pa.Table, list[WrittenFile], list[WrittenFile]]:
+    """(counts, sizes per segment, arrays under scalar ops, membership files, change files) of one tenant's
+    batch."""
     segments, clock = list(work.segments), [time.perf_counter()]
     raw = _read(work.raw_files, READ_COLUMNS, storage_options)
     raw = (
@@ -140,6 +146,7 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
     clock.append(time.perf_counter())
     profiles = profiles_of(raw, paths_of(segments))
     results = evaluate(profiles, segments, work.now)
+    arrays = array_rows(profiles, segments)
     clock.append(time.perf_counter())
 
     previous = _read(work.previous_files, PREVIOUS_COLUMNS, storage_options)
@@ -187,7 +194,14 @@ def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, li
             "members": pa.array(list(diff.sizes.values()), pa.int64()),
         }
     )
-    return counts, sizes, member_files, change_files
+    held = pa.table(
+        {
+            "tenant": constant(work.tenant, pa.string(), len(arrays)),
+            "path": pa.array(list(arrays), pa.string()),
+            "records": pa.array(list(arrays.values()), pa.int64()),
+        }
+    )
+    return counts, sizes, held, member_files, change_files
 
 
 def _changes(work: TenantWork, pairs: pa.Table, kind: str) -> pa.Table:
@@ -215,9 +229,10 @@ def evaluation_task(works: list[TenantWork], storage_options):
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 work = works[index]
-                counts, sizes, member_files, change_files = evaluate_work(work, storage_options)
+                counts, sizes, held, member_files, change_files = evaluate_work(work, storage_options)
                 yield from handoff("result", pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
                 yield from handoff("sizes", sizes)
+                yield from handoff("arrays", held.cast(ARRAYS_SCHEMA))
                 files = [
                     {"tenant": work.tenant, "table": PROFILE_SEGMENTS.name, "file": f.to_json()} for f in member_files
                 ] + [

@@ -203,6 +203,57 @@ def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_
         )
 
 
+def test_a_string_op_on_a_path_holding_arrays_is_a_warning_in_the_run_s_metadata(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, stack, tmp_path, monkeypatch
+):
+    """`contains` on tags that are lists selects nobody: the run says so (metadata and log), with the count of
+    records whose tags held an array; `has` selects them, and the sample check agrees with the reference."""
+    (tmp_path / "all").mkdir()
+    (tmp_path / "all" / "gold_text.yaml").write_text(
+        "name: gold_text\nwhere: {exists: {where: {path: fields.tags, op: contains, value: gold}}}\n"
+    )
+    (tmp_path / "all" / "gold.yaml").write_text(
+        "name: gold\nwhere: {exists: {where: {path: fields.tags, op: has, value: gold}}}\n"
+    )
+    monkeypatch.setenv("EP_SEGMENTS_DIR", str(tmp_path))
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [
+            record("acme", "p1", 1, {"tags": ["gold", "vip"]}),
+            record("acme", "p2", 1, {"tags": "gold"}),
+            record("acme", "p3", 1, {"tags": ["silver"]}),
+        ],
+        "acme",
+    )
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
+        out = materialize(
+            [profile_segments],
+            partition_key="acme",
+            instance=instance,
+            resources={
+                "lake": LakeResource(root=lake_root),
+                "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+            },
+        )
+        assert out.success
+        meta = out.asset_materializations_for_node("profile_segments")[0].metadata
+        assert (meta["size_gold"].value, meta["size_gold_text"].value, meta["array_records_fields.tags"].value) == (
+            1,
+            1,
+            2,
+        )
+        (warning,) = meta["warnings"].value
+        assert warning.startswith("fields.tags held an array in 2 of the records evaluated, and segments gold_text")
+        (check,) = out.get_asset_check_evaluations()
+        assert check.passed and check.metadata["sampled"].value == 3
+    assert membership(lake) == {("gold", "p1"), ("gold_text", "p2")}
+
+
 def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str, str]]:
     """What a full evaluation gives at the batch's pinned time over the raw table it read (the slow reference)."""
     plan = checkpoints.plan(segments_stream("acme"), batch_id)

@@ -1,5 +1,6 @@
 """Segments: definitions load or fail with one line per problem; the one-pass evaluator gives exactly the
-membership of the slow reference that evaluates each segment alone over plain dicts (hypothesis)."""
+membership of the slow reference that evaluates each segment alone over plain dicts (hypothesis), over
+payloads whose paths hold scalars, arrays (of mixed elements), JSON nulls or nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engagement_platform.profiles.segments.columns import profiles_of
+from engagement_platform.profiles.segments.columns import Profiles, profiles_of
 from engagement_platform.profiles.segments.definitions import (
+    SIZE_OPS,
     Aggregate,
     AllOf,
     AnyOf,
@@ -34,12 +36,25 @@ TYPES = ["person", "trial", "cart_add", "purchase"]
 PRODUCTS = ["X", "Y", "Z"]
 
 values = st.one_of(st.sampled_from(PRODUCTS), st.integers(-3, 3), st.booleans(), st.sampled_from([1.5, -0.5]))
+# Elements an array op looks for, chosen to collide across kinds: 1, 1.0, "1" and true.
+elements = st.one_of(st.sampled_from(["gold", "silver", "1", "X"]), st.integers(0, 2), st.just(1.0), st.booleans())
+ARRAY_PATHS = ["fields.tags", "fields.product", "fields.cart", "fields.cart.product"]
+array_cmps = st.one_of(
+    st.builds(Cmp, st.sampled_from(ARRAY_PATHS), st.just("has"), elements),
+    st.builds(
+        Cmp,
+        st.sampled_from(ARRAY_PATHS),
+        st.sampled_from(["has_any", "has_all"]),
+        st.lists(elements, min_size=1, max_size=3).map(tuple),
+    ),
+    st.builds(Cmp, st.sampled_from(ARRAY_PATHS), st.sampled_from(SIZE_OPS), st.integers(0, 3)),
+)
 record_cmps = st.one_of(
     st.builds(Cmp, st.just("record_type"), st.sampled_from(["=", "!="]), st.sampled_from(TYPES)),
     st.builds(Cmp, st.just("country"), st.sampled_from(["=", "<", ">=", "exists"]), st.sampled_from(["DE", "FR"])),
     st.builds(
         Cmp,
-        st.sampled_from(["fields.product", "fields.n", "fields.cart.product"]),
+        st.sampled_from(["fields.product", "fields.n", "fields.cart.product", "fields.tags"]),
         st.sampled_from(["=", "!=", "<", ">", "exists"]),
         values,
     ),
@@ -49,7 +64,8 @@ record_cmps = st.one_of(
         st.just("in"),
         st.lists(st.sampled_from(PRODUCTS), min_size=1, max_size=2).map(tuple),
     ),
-    st.builds(Cmp, st.just("fields.note"), st.just("contains"), st.sampled_from(["a", "bc"])),
+    st.builds(Cmp, st.sampled_from(["fields.note", "fields.tags"]), st.just("contains"), st.sampled_from(["a", "bc"])),
+    array_cmps,
 )
 record_conds = st.recursive(
     record_cmps,
@@ -100,13 +116,21 @@ identity_conds = st.recursive(
     max_leaves=5,
 )
 
+# What an array in a payload holds: elements of every kind, duplicates, nulls, and arrays / objects (which
+# match no element).
+array_items = st.one_of(elements, st.none(), st.just(["gold"]), st.just({"gold": 1}))
 payloads = st.fixed_dictionaries(
     {},
     optional={
-        "product": st.sampled_from(PRODUCTS),
-        "n": st.one_of(st.integers(-3, 3), st.just(1.5)),
-        "note": st.sampled_from(["abc", "x"]),
-        "cart": st.fixed_dictionaries({"product": st.sampled_from(PRODUCTS)}),
+        "product": st.one_of(st.sampled_from(PRODUCTS), st.lists(st.sampled_from(PRODUCTS), max_size=3)),
+        "n": st.one_of(st.integers(-3, 3), st.just(1.5), st.lists(st.integers(-3, 3), max_size=2)),
+        "note": st.one_of(st.sampled_from(["abc", "x"]), st.lists(st.sampled_from(["abc", "x"]), max_size=2)),
+        "tags": st.one_of(st.none(), elements, st.lists(array_items, max_size=4)),
+        "cart": st.one_of(
+            st.fixed_dictionaries({"product": st.one_of(st.sampled_from(PRODUCTS), st.lists(elements, max_size=3))}),
+            st.lists(st.fixed_dictionaries({"product": st.sampled_from(PRODUCTS)}), max_size=2),
+            st.lists(st.sampled_from(PRODUCTS), max_size=3),
+        ),
     },
 )
 rows = st.builds(
@@ -141,10 +165,15 @@ RAW = pa.schema(
 )
 
 
+def profiles_for(identities: dict[str, list[dict]], segments: list[Segment]) -> Profiles:
+    """The identities' rows as the evaluator's columns of the paths the segments read."""
+    rows = [{**{c: None for c in RAW.names}, **r, "component_id": key} for key, rs in identities.items() for r in rs]
+    return profiles_of(pa.Table.from_pylist(rows, schema=RAW), paths_of(segments))
+
+
 def one_pass(identities: dict[str, list[dict]], segments: list[Segment]) -> list[tuple[str, str]]:
     """The columnar evaluator over the identities' rows, as (identity, segment) pairs."""
-    rows = [{**{c: None for c in RAW.names}, **r, "component_id": key} for key, rs in identities.items() for r in rs]
-    profiles = profiles_of(pa.Table.from_pylist(rows, schema=RAW), paths_of(segments))
+    profiles = profiles_for(identities, segments)
     pairs = member_pairs(profiles, evaluate(profiles, segments, NOW))
     return list(zip(pairs["identity"].to_pylist(), pairs["segment"].to_pylist()))
 
