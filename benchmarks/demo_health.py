@@ -62,6 +62,8 @@ def platform_rss(state_dir: str) -> dict[int, float]:
 CLK = os.sysconf("SC_CLK_TCK")
 # Process classes by command line, first match wins: where the machine's CPU goes.
 CLASSES = (
+    ("ep-run-worker", "dagster runs"),  # a run forked from the run pool: named so, its command line is the pool's
+    ("ep-run-pool", "dagster run pool"),
     ("noida-db", "broker (local noida-db)"),
     ("zookeeper", "zookeeper"),
     ("pyspark.daemon", "spark python workers"),
@@ -80,7 +82,8 @@ def process_cpu(pids) -> dict[int, tuple[str, float]]:
     out = {}
     for pid in pids:
         try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            command = Path(f"/proc/{pid}/comm").read_text().strip() + " "
+            command += Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue

@@ -18,15 +18,18 @@ Spaced (`spaced`): one at a time instead, each once the platform is back to comm
 each recovery is a single fault's; planned moments are ignored.
 
 A process belongs to the soak when its environment names the soak's EP_STATE_DIR (as benchmarks/demo_health.py's
-platform_rss finds them). A run worker is a `dagster api execute_run` process, or, with the default run launcher,
-a multiprocessing child (`spawn_main`) of a code server (`dagster api grpc`).
+platform_rss finds them). A run worker is a process named `ep-run-worker` (forked from the platform's run pool), a
+`dagster api execute_run` process, or, with the code server launching runs, a multiprocessing child (`spawn_main`)
+of a code server (`dagster api grpc`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import socket
 import statistics
 import subprocess
 import threading
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks._stack import REPO, processes_of
+from engagement_platform.orchestration.run_pool import WORKER_NAME
 
 CONTROL = "no_fault"  # control moments (control_moments): the same measure where nothing was injected
 KINDS = (
@@ -55,6 +59,7 @@ TARGETS = {
 # CoordinatorResource.session_timeout_s (resources.py), the kazoo session of streams/coordinator.py: a run stopped
 # longer than this has lost its ephemeral lock and liveness nodes.
 ZK_SESSION_TIMEOUT_S = 10.0
+LOCATION = "engagement_platform.definitions"  # the code location (module) the soak's code server serves
 
 
 @dataclass
@@ -109,7 +114,11 @@ def run_workers(state_dir: str) -> list[int]:
     processes = soak_processes(state_dir)
     workers = []
     for pid, cmd in processes.items():
-        if b"dagster" in cmd and b"execute_run" in cmd:
+        try:
+            forked_worker = Path(f"/proc/{pid}/comm").read_text().strip() == WORKER_NAME
+        except OSError:
+            continue
+        if forked_worker or (b"dagster" in cmd and b"execute_run" in cmd):
             workers.append(pid)
         elif b"spawn_main" in cmd:
             try:
@@ -128,17 +137,47 @@ def stack(action: str, servers: list[str], env: dict[str, str], check: bool = Tr
 
 
 class Daemon:
-    """`dagster-daemon run` with the soak's environment, in a process group of its own (its code servers and run
-    workers start there too); every group it ever had is swept at the end."""
+    """`dagster-daemon run` with the soak's environment, in a process group of its own (the run pool and its run
+    workers start there too), against a persistent code server of its own (`dagster code-server start`, another
+    group), as a deployment runs them: a `python_module` workspace would have the daemon start a new code server
+    every minute, each importing the definitions again. Every group it ever had is swept at the end."""
 
     def __init__(self, env: dict[str, str], log: Path):
         self.env, self.log, self.process, self.groups = env, log, None, []
         self.down = False  # killed on purpose (a fault): nobody else restarts it meanwhile
+        self.code_server: subprocess.Popen | None = None
+        self.workspace = log.parent / "workspace.yaml"
+
+    def start_code_server(self, timeout_s: float = 240.0) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        dagster = str(REPO / ".venv" / "bin" / "dagster")
+        with open(self.log.parent / "code-server.log", "a") as out:
+            self.code_server = subprocess.Popen(
+                [dagster, "code-server", "start", "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.groups.append(self.code_server.pid)
+        deadline = time.monotonic() + timeout_s
+        health = [dagster, "api", "grpc-health-check", "-p", str(port), "-h", "127.0.0.1"]
+        while subprocess.run(health, env=self.env, capture_output=True, check=False).returncode != 0:
+            if self.code_server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the soak's code server did not come up; see {self.log.parent / 'code-server.log'}")
+            time.sleep(1)
+        entry = {"grpc_server": {"host": "127.0.0.1", "port": port, "location_name": LOCATION}}
+        self.workspace.write_text(json.dumps({"load_from": [entry]}))  # YAML is a superset of JSON
 
     def start(self) -> None:
+        if self.code_server is None or self.code_server.poll() is not None:
+            self.start_code_server()
         with open(self.log, "a") as out:
             self.process = subprocess.Popen(
-                [str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                [str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", str(self.workspace)],
                 cwd=REPO,
                 env=self.env,
                 stdout=out,
@@ -165,6 +204,12 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        if self.code_server is not None and self.code_server.poll() is None:
+            self.code_server.terminate()
+            try:
+                self.code_server.wait(30)
+            except subprocess.TimeoutExpired:
+                self.code_server.kill()
         for group in self.groups:  # code servers and run workers left in the groups we created
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 try:

@@ -1,20 +1,21 @@
 """A pool that starts Dagster run workers by forking a process that has already imported the code location.
 
 A run worker started the usual way (a code server spawns `dagster api execute_run`) is a new interpreter that
-imports Dagster, PySpark and the definitions before the stream's first line runs: about 4.7 CPU-s on this
-platform's 2-core machine, most of a small batch's cost. The pool server imports the code location once, then
+imports Dagster, PySpark and the definitions before the stream's first line runs: 2.5 CPU-s for a run of a step
+that does nothing on a 2-core machine (benchmarks/control_plane.py), most of a small batch's cost. The pool server imports the code location once, then
 forks one child per run. The child is a plain run worker, one process per run as before: it executes the run
 through Dagster's own `dagster api execute_run` command, so it can be killed, it writes its events and status
 itself, and the platform's ZooKeeper liveness node (orphans.py) judges it like any other run.
 
 Fork safety: the server holds no network client, lock, Spark session or gRPC channel when it forks; it only
-imports modules, listens on a Unix socket and reaps its children. Native libraries that start threads at import
-(OpenBLAS, jemalloc in pyarrow and deltalake) register fork handlers for this case; `_threads_at_fork` is
-recorded so a report can show what was running.
+imports modules, listens on a Unix socket and reaps its children; it refuses to serve if a Python thread is
+running. Native libraries that start threads at import (OpenBLAS, jemalloc in pyarrow and deltalake) register
+fork handlers for this case.
 
-Freshness: the server reports every source file of the code location it imported, with its modification time;
-the client starts a new server when one of them changed (a developer edited the code), so a run never executes
-older code than the code server shows. The old server exits once its own children are reaped; runs in flight
+Freshness: the server reports every source file of the code location it imported, and every file and folder
+outside the Python installation that loading the code location read (a landing pipeline's YAML, the folder of
+them), each with its modification time; the client starts a new server when one of them changed (a developer
+edited the code, a pipeline was added), so a run never executes older code than the code server shows. The old server exits once its own children are reaped; runs in flight
 carry on.
 
 Protocol (one JSON line each way per connection): `{"hello": true}` -> `{"files": {...}, "pid": N}`;
@@ -42,11 +43,58 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+SERVER_NAME = "ep-run-pool"  # the processes' names (/proc/<pid>/comm, `ps -o comm`, top): who is who at a glance
+WORKER_NAME = "ep-run-worker"
 READY_TIMEOUT_S = 120.0  # importing the definitions on a loaded 2-core machine can take tens of seconds
 REQUEST_TIMEOUT_S = 30.0
 
 
 # ----------------------------------------------------------------------------------------------- the server side
+
+
+def name_this_process(name: str) -> None:
+    """Set the process's name as tools show it (Linux prctl PR_SET_NAME); a forked worker's command line stays
+    the server's, so its name is what tells a run worker apart (the soak's run faults pick workers by it)."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # 15: PR_SET_NAME
+
+
+class FilesRead:
+    """The files and folders opened or listed while it records (a Python audit hook: hooks cannot be removed, so
+    this one stops recording instead), outside the Python installation and the system's own folders."""
+
+    IGNORED = tuple({sys.prefix, sys.base_prefix, sys.exec_prefix, "/proc", "/sys", "/dev", "/etc", "/usr"})
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self.recording = True
+        sys.addaudithook(self._hook)
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.recording or event not in ("open", "os.listdir", "os.scandir"):
+            return
+        path = args[0] if args else None
+        if not isinstance(path, (str, Path)) or str(path).startswith(self.IGNORED) or "__pycache__" in str(path):
+            return
+        mode, flags = (args[1], args[2]) if event == "open" and len(args) >= 3 else (None, 0)
+        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+        ):
+            return  # written, not read: the code location's own output is not its input
+        self.paths.add(os.path.abspath(path))
+
+    def stop(self) -> dict[str, int]:
+        """Stop recording; each path read, with its modification time (ns) now."""
+        self.recording = False
+        stamps: dict[str, int] = {}
+        for path in self.paths:
+            with contextlib.suppress(OSError):
+                stamps[path] = os.stat(path).st_mtime_ns
+        return stamps
 
 
 def loaded_sources(root: Path) -> dict[str, int]:
@@ -138,7 +186,7 @@ def _fork_run(execute_run_args: str, listener: socket.socket, conn: socket.socke
         signal.set_wakeup_fd(-1)
         for fd in server_fds:
             os.close(fd)
-        os.environ.pop("EP_RUN_POOL_SERVER", None)
+        name_this_process(WORKER_NAME)
         gc.unfreeze()
         code = _run_worker(execute_run_args)
     finally:
@@ -186,14 +234,17 @@ def _answer(
 
 def serve(socket_path: str, module_name: str, working_directory: str | None) -> None:
     """Import the code location, then fork a run worker per request until stdin closes (the client is gone)."""
+    name_this_process(SERVER_NAME)
     if working_directory:
         os.chdir(working_directory)
         sys.path.insert(0, working_directory)
+    files_read = FilesRead()
     importlib.import_module(module_name)
+    read_while_loading = files_read.stop()
     # The command line the children run (`python -m dagster`'s own module): imported once here, not per run.
     importlib.import_module("dagster._cli")
     root = Path(working_directory or Path(sys.modules[module_name.split(".")[0]].__file__ or ".").parent).resolve()
-    sources = loaded_sources(root)
+    sources = {**read_while_loading, **loaded_sources(root)}
     _warm_up()
     if threading.active_count() != 1:
         raise RuntimeError(f"run pool: {threading.active_count()} Python threads after import; forking is unsafe")
@@ -265,9 +316,8 @@ class PoolServer:
     def start(cls, module_name: str, working_directory: str | None, executable: str) -> PoolServer:
         folder = tempfile.mkdtemp(prefix="ep-run-pool-")  # private (0700): only this user may ask for a run
         socket_path = os.path.join(folder, "pool.sock")
-        env = {**os.environ, "EP_RUN_POOL_SERVER": "1"}
         args = [executable, "-m", __name__, socket_path, module_name, working_directory or ""]
-        process = subprocess.Popen(args, stdin=subprocess.PIPE, env=env, cwd=working_directory or None)
+        process = subprocess.Popen(args, stdin=subprocess.PIPE, cwd=working_directory or None)
         server = cls(process, socket_path)
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:

@@ -8,6 +8,10 @@ from pathlib import Path
 
 from dagster import Config, Definitions, OpExecutionContext, in_process_executor, job, op
 
+# Read while the code location loads, as the platform reads its landing pipelines' YAML: a change to it must reach
+# the runs as a change to the code does.
+GREETING = json.loads(Path(__file__).with_name("pool_location.json").read_text())["greeting"]
+
 
 class WorkerReport(Config):
     report_path: str
@@ -22,8 +26,10 @@ def report_worker(context: OpExecutionContext, config: WorkerReport) -> None:
             {
                 "pid": os.getpid(),
                 "ppid": os.getppid(),
+                "name": Path("/proc/self/comm").read_text().strip(),
                 "python_threads": threading.active_count(),
                 "run_id": context.run_id,
+                "greeting": GREETING,
             }
         )
     )

@@ -15,6 +15,7 @@ from dagster import DagsterInstance, DagsterRunStatus, reconstructable
 from dagster._core.launcher import LaunchRunContext
 
 from engagement_platform.orchestration.launcher import WORKER_TAG, ForkingRunLauncher, live_worker_pid
+from engagement_platform.orchestration.run_pool import WORKER_NAME
 from engagement_platform_tests.orchestration import pool_location
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +73,7 @@ def test_runs_are_forked_from_one_preloaded_server_and_succeed(instance: Dagster
     assert len(servers) == 1, "three runs of one code location share one pool server"
     assert {worker["ppid"] for worker in seen} == servers, "each worker is a child of the pool server"
     assert len({worker["pid"] for worker in seen}) == 3, "one process per run"
+    assert {worker["name"] for worker in seen} == {WORKER_NAME}, "a worker is named so (ps, top, the soak's faults)"
     assert [worker["run_id"] for worker in seen] == [run.run_id for run in runs]
     for run in runs:
         tag = instance.get_run_by_id(run.run_id).tags[WORKER_TAG]
@@ -111,6 +113,23 @@ def test_a_changed_source_file_starts_a_new_pool_server(instance: DagsterInstanc
     assert new_server.process.pid != old_server.process.pid
     assert json.loads((tmp_path / "b.json").read_text())["ppid"] == new_server.process.pid
     old_server.process.wait(timeout=30)  # the retired server exits once it has no run left
+
+
+def test_a_changed_file_the_code_location_read_while_loading_starts_a_new_pool_server(
+    instance: DagsterInstance, tmp_path: Path
+) -> None:
+    data = Path(pool_location.__file__).with_name("pool_location.json")
+    first = _launch(instance, tmp_path / "a.json")
+    _wait_for(instance, first.run_id, {DagsterRunStatus.SUCCESS})
+    assert json.loads((tmp_path / "a.json").read_text())["greeting"] == "hello"
+    original = data.read_text()
+    try:
+        data.write_text('{"greeting": "hello again"}\n')
+        second = _launch(instance, tmp_path / "b.json")
+        _wait_for(instance, second.run_id, {DagsterRunStatus.SUCCESS})
+    finally:
+        data.write_text(original)
+    assert json.loads((tmp_path / "b.json").read_text())["greeting"] == "hello again"
 
 
 def test_preload_off_is_the_default_launcher(tmp_path: Path) -> None:
