@@ -1,6 +1,10 @@
-"""What the platform's control plane costs on its own: CPU and wall time per run of a batch that does nothing.
+"""What the platform's control plane costs on its own: per run, per idle sensor tick, and idle.
 
-    .venv/bin/python benchmarks/control_plane.py [--runs 20]
+    .venv/bin/python benchmarks/control_plane.py [--runs 20] [--ticks 10] [--idle-minutes 10]
+
+Three measures, in one run (the last two with the stack up: ZooKeeper, the broker, Spark Connect, topics made):
+
+1. Runs (no stack needed).
 
 Per-run overhead is everything a run pays besides its stream's code: starting the worker process, loading the
 definitions, Dagster's run start and end events, teardown. The run here is the platform's code location with one
@@ -17,6 +21,16 @@ CPU of a worker is exact, not sampled: a forked worker's CPU is read from the po
 account (/proc/<pid>/stat cutime + cstime) once it has been reaped, a baseline worker's from this process's own
 (getrusage RUSAGE_CHILDREN). The launching side's CPU (this process: building the run's arguments, tags and an
 engine event) is reported apart.
+
+2. Idle sensor ticks: every sensor of the platform evaluated in this process on a fresh instance, against an empty
+lake and empty topics, `--ticks` times after a first one; CPU ms of a tick (median, this process's CPU: it
+includes the threads delta-rs and librdkafka run for it) and the asset events it returns (each one a write to
+the event log by the daemon). The baseline, in the same run: the same ticks with the process's table cache
+cleared before each one, as a tick read its tables before the cache.
+
+3. The idle platform: a persistent code server and `dagster-daemon run` (the platform's dagster.yaml) beside the
+stack, no traffic, for `--idle-minutes`: cores busy by process class (sampled /proc of every process that holds the
+stack's EP_STATE_DIR, started after a 60 s settle).
 """
 
 from __future__ import annotations
@@ -32,6 +46,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _stack import bench_stack  # noqa: E402
 from record import invocation, record_result  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -152,15 +167,90 @@ def measure_baseline(home: Path, runs: int) -> dict[str, float | list[float]]:
     return {"cpu": cpu, "wall": wall}
 
 
+def evaluate_ticks(instance, defs, ticks: int, cold: bool) -> dict[str, dict[str, float]]:
+    """sensor -> {cpu_ms: median CPU of a tick after the first, events: asset events per such tick}."""
+    from dagster import build_sensor_context
+
+    from engagement_platform.lake.table_cache import TABLES
+
+    out: dict[str, dict[str, float]] = {}
+    for sensor in defs.get_repository_def().sensor_defs:
+        cursor = None
+        cpu, events = [], []
+        for index in range(ticks + 1):
+            if cold:
+                TABLES.clear()
+            context = build_sensor_context(instance=instance, cursor=cursor, definitions=defs, sensor_name=sensor.name)
+            c0 = time.process_time()
+            try:
+                data = sensor.evaluate_tick(context)
+            except Exception as error:  # noqa: BLE001 - a sensor that cannot tick here is reported, not fatal
+                out[sensor.name] = {"error": str(error)[:200]}  # type: ignore[dict-item]
+                break
+            spent = time.process_time() - c0
+            cursor = data.cursor if data.cursor is not None else cursor
+            if index > 0:  # the first tick of a process fills its caches and clients
+                cpu.append(spent * 1000)
+                events.append(len(data.asset_events or []) + len(getattr(data, "asset_check_evaluations", None) or []))
+        else:
+            out[sensor.name] = {"cpu_ms": round(statistics.median(cpu), 1), "events": statistics.mean(events)}
+    return out
+
+
+def measure_ticks(home: Path, ticks: int) -> dict[str, dict[str, dict[str, float]]]:
+    from engagement_platform.definitions import defs
+
+    subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], cwd=REPO, check=True)
+    instance = make_instance(home, preload=True)
+    warm = evaluate_ticks(instance, defs, ticks, cold=False)
+    cold = evaluate_ticks(instance, defs, ticks, cold=True)
+    instance.dispose()
+    return {"warm": warm, "cold": cold}
+
+
+def measure_idle(state_dir: str, minutes: float) -> dict[str, float]:
+    """Cores busy by process class while the stack and Dagster's daemon and code server idle."""
+    from benchmarks._stack import processes_of
+    from benchmarks.demo_health import process_cpu
+    from benchmarks.soak.faults import Daemon
+
+    home = Path(state_dir) / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text((REPO / "dagster.yaml").read_text())
+    logs = Path(state_dir) / "logs"
+    logs.mkdir(exist_ok=True)
+    daemon = Daemon({**os.environ, "DAGSTER_HOME": str(home)}, logs / "dagster-daemon.log")
+    daemon.start()
+    try:
+        time.sleep(60)  # the daemon's first ticks, the code server's first snapshot
+        first = process_cpu(processes_of(state_dir))
+        t0 = time.monotonic()
+        time.sleep(minutes * 60)
+        elapsed = time.monotonic() - t0
+        last = process_cpu(processes_of(state_dir))
+    finally:
+        daemon.stop()
+    cores: dict[str, float] = {}
+    for pid, (kind, seconds) in last.items():
+        before = first.get(pid, (kind, 0.0))[1]
+        cores[kind] = cores.get(kind, 0.0) + (seconds - before) / elapsed
+    return {kind: round(value, 3) for kind, value in sorted(cores.items(), key=lambda kv: -kv[1])}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="runs measured per mode (medians reported)")
+    parser.add_argument("--ticks", type=int, default=10, help="idle ticks measured per sensor and mode")
+    parser.add_argument("--idle-minutes", type=float, default=10.0, help="how long the idle platform is sampled")
     args = parser.parse_args()
     os.chdir(REPO)
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="ep-control-plane-") as folder:
         baseline = measure_baseline(Path(folder) / "baseline", args.runs)
         pool = measure_pool(Path(folder) / "pool", args.runs)
+        with bench_stack("control-plane", servers=("zookeeper", "kafka", "spark")) as stack_env:
+            ticks = measure_ticks(Path(folder) / "ticks", args.ticks)
+            idle = measure_idle(stack_env["EP_STATE_DIR"], args.idle_minutes) if args.idle_minutes > 0 else {}
     median = statistics.median
     result = {
         "pool_run_cpu_s": round(median(pool["cpu"]), 3),
@@ -173,15 +263,35 @@ def main() -> None:
     }
     result["cpu_ratio_baseline_over_pool"] = round(result["baseline_run_cpu_s"] / result["pool_run_cpu_s"], 1)
     result["wall_ratio_baseline_over_pool"] = round(result["baseline_run_wall_s"] / result["pool_run_wall_s"], 1)
+    ticked = [name for name, figures in ticks["warm"].items() if "cpu_ms" in figures]
+    if ticked:
+        result["idle_tick_cpu_ms_max"] = max(ticks["warm"][name]["cpu_ms"] for name in ticked)
+        result["idle_tick_cpu_ms_median"] = median(ticks["warm"][name]["cpu_ms"] for name in ticked)
+        result["idle_tick_events_max"] = max(ticks["warm"][name]["events"] for name in ticked)
+        cold = [ticks["cold"][name]["cpu_ms"] for name in ticked if "cpu_ms" in ticks["cold"].get(name, {})]
+        result["idle_tick_cpu_ms_median_cache_cleared"] = median(cold) if cold else None
+    if idle:
+        result["idle_cores"] = round(sum(idle.values()), 3)
+        result["idle_cores_dagster"] = round(sum(v for k, v in idle.items() if k.startswith("dagster")), 3)
     for key, value in result.items():
-        print(f"{key:34} {value}")
+        print(f"{key:40} {value}")
+    for name in sorted(ticks["warm"]):
+        print(f"  tick {name:40} warm {ticks['warm'][name]}  cache cleared {ticks['cold'].get(name)}")
+    for kind, value in idle.items():
+        print(f"  idle {kind:30} {value} cores")
     record_result(
         "control_plane",
         invocation(),
         f"{args.runs} runs per mode, one at a time, of the platform's code location with a step that does nothing; "
-        "medians; SQLite instance",
+        f"{args.ticks} idle ticks per sensor and mode; {args.idle_minutes:g} idle minutes; medians; SQLite instance",
         result,
-        target={"pool_run_cpu_s": "<= 0.5", "pool_run_wall_s": "<= 2.0"},
+        target={
+            "pool_run_cpu_s": "<= 0.5",
+            "pool_run_wall_s": "<= 2.0",
+            "idle_tick_cpu_ms_max": "<= 50",
+            "idle_tick_events_max": "== 0",
+            "idle_cores": "<= 0.1",
+        },
         baseline={
             "what": "a new interpreter per run (the code server's way)",
             "run_cpu_s": result["baseline_run_cpu_s"],

@@ -41,6 +41,7 @@ from engagement_platform.streams.coordinator import (
     wait_ends,
 )
 from engagement_platform.streams.kafka import KafkaClient
+from engagement_platform.streams.shared_kafka import shared_kafka_client
 
 
 class SparkResource(LazyPySparkResource):
@@ -93,7 +94,9 @@ class KafkaResource(ConfigurableResource):
 
     @property
     def client(self) -> KafkaClient:
-        return KafkaClient(self.servers)
+        """The process's client for these servers: a sensor tick asks its watermarks of one long-lived consumer
+        instead of starting two librdkafka instances each time (streams/shared_kafka.py)."""
+        return shared_kafka_client(self.servers)
 
 
 ACTIVITY_LOCK = "engagement_activity"
@@ -128,7 +131,8 @@ class CoordinatorResource(ConfigurableResource):
     for its batch lifecycle (plan lookup, acquire, fenced commits, checkpoint states, release).
 
     The kazoo session is opened in setup_for_execution (one per run; a ZooKeeper that is down then
-    is not an error: the run gives up at acquire) and closed in teardown, which deletes any lock
+    is not an error: the run gives up at acquire; a sensor's evaluation opens it at its first question
+    instead, so a tick that asks nothing costs no session) and closed in teardown, which deletes any lock
     znode left behind. `enabled` None means EP_COORDINATOR (default on); off = unfenced commits, as
     without a coordinator. Default predecessor sets (the lifecycle order ingestion -> mutation ->
     retention, each stream allowed to follow itself so a backlog drains at its own cadence):
@@ -170,6 +174,7 @@ class CoordinatorResource(ConfigurableResource):
     retention: JobConfig = JobConfig(job_name="retention", predecessors=["ingestion", "mutation", "retention"])
 
     _coordinator: Coordinator | None = PrivateAttr(default=None)
+    _session_at_first_question: bool = PrivateAttr(default=False)  # set up for a sensor: teardown closes it
     _unreachable: tuple[float, str] | None = PrivateAttr(
         default=None
     )  # (monotonic time, why) a session could not be opened
@@ -215,6 +220,9 @@ class CoordinatorResource(ConfigurableResource):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         if not self.is_enabled:
+            return
+        if context.dagster_run is None:  # a sensor: its session opens at its first question; an idle tick asks none
+            self._session_at_first_question = True
             return
         try:
             self.coordinator().start(self.connect_timeout_s)
@@ -268,8 +276,9 @@ class CoordinatorResource(ConfigurableResource):
 
     @contextmanager
     def _asking(self) -> Iterator[Coordinator]:
-        """The session a sensor's questions (live_runs, lock_wait, predecessor_wait) are asked on: the one setup
-        opened for this evaluation while it is connected, else one of their own, closed after. For ASK_AGAIN_AFTER_S
+        """The session a sensor's questions (live_runs, lock_wait, predecessor_wait) are asked on: the
+        evaluation's own, opened at its first question and kept until teardown, while it is connected; else one of
+        their own, closed after. For ASK_AGAIN_AFTER_S
         after a session could not be opened, questions give up at once (CoordinationGaveUp) instead of each waiting
         `connect_timeout_s` again (three such waits make a tick take 16-20 s while ZooKeeper restarts), and a tick
         on a healthy ZooKeeper opens one session, not one per question."""
@@ -277,6 +286,15 @@ class CoordinatorResource(ConfigurableResource):
             raise CoordinationGaveUp(self._unreachable[1])
         if self._coordinator is not None and self._coordinator.client.connected:
             yield self._coordinator
+            return
+        if self._coordinator is None and self._session_at_first_question:  # the evaluation's, closed at teardown
+            try:
+                self.coordinator().start(self.connect_timeout_s)
+            except CoordinationGaveUp as e:
+                self._unreachable = (time.monotonic(), str(e))
+                self.close()
+                raise
+            yield self.coordinator()
             return
         settings = load_settings()
         probe = Coordinator(

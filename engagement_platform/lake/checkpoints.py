@@ -13,17 +13,21 @@ stream that runs many batches at once (the profile processor, a batch per tenant
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake.exceptions import TableNotFoundError
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+from engagement_platform.lake.table_cache import TABLES, PartitionScope
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import from_columns, to_columns
 
+T = TypeVar("T")
 PLAN = "plan"
 BATCH = "batch"  # the whole batch: state "done" once every table is committed
 COMPACT_EVERY = 200  # batches between compactions of a stream's checkpoint partition
@@ -49,6 +53,10 @@ CHECKPOINTS = TableSpec(
 )
 
 Outcomes = dict[str, int | None]  # table -> version the batch committed (None: it was already there)
+# The order rows_of returns rows in, the same for a fresh read and a kept one: Delta promises no order, and a kept
+# answer outlives commits to other streams (one of which may write a log checkpoint that lists files differently).
+# Stream first, so the rows of several streams come grouped; then the columns that tell one row from another.
+ROW_ORDER = ("stream", "batch_id", "process", "state", "recorded_at", "topic", "ranges", "table_version", "detail")
 
 
 @dataclass(frozen=True)
@@ -163,15 +171,30 @@ class CheckpointStore:
         return self.rows_of([stream])
 
     def rows_of(self, streams: list[str]) -> pa.Table:
-        """The rows of every stream in `streams`, from one read."""
-        if not self.lake.exists(CHECKPOINTS.name):
+        """The rows of every stream in `streams`, from one read, in ROW_ORDER."""
+        wanted = sorted(set(streams))
+        return self._kept("rows", wanted, lambda: self._read_rows(wanted))
+
+    def _kept(self, question: str, streams: list[str], compute: Callable[[], T]) -> T:
+        """`compute()`'s answer about these streams, kept (table_cache) until a commit adds or removes files of
+        their partitions: every sensor tick asks where its stream stands, and a tick of a stream nobody committed
+        to since then costs one stat call on the log instead of a read of the table."""
+        scope = PartitionScope("stream", frozenset(streams))
+        return TABLES.answer(self.lake, CHECKPOINTS.name, (question, tuple(streams)), compute, scope)
+
+    def _read_rows(self, streams: list[str]) -> pa.Table:
+        try:
+            if len(streams) == 1:
+                rows = self.lake.read(CHECKPOINTS.name, filters=[("stream", "=", streams[0])])
+            else:
+                rows = self.lake.read(CHECKPOINTS.name, filters=[("stream", "in", streams)])
+        except TableNotFoundError:
             return CHECKPOINTS.schema.empty_table()
-        if len(streams) == 1:
-            return self.lake.read(CHECKPOINTS.name, filters=[("stream", "=", streams[0])])
-        return self.lake.read(CHECKPOINTS.name, filters=[("stream", "in", streams)])
+        return rows.sort_by([(column, "ascending") for column in ROW_ORDER if column in rows.column_names])
 
     def plans(self, stream: str) -> list[BatchPlan]:
-        return plans_from_rows(stream, self.rows(stream))
+        """The stream's plans by batch id (a new list each call: the kept one is shared)."""
+        return list(self._kept("plans", [stream], lambda: tuple(plans_from_rows(stream, self.rows(stream)))))
 
     def plans_and_done(self, stream: str) -> list[tuple[BatchPlan, bool]]:
         """Every plan of the stream by batch id, with whether its batch is done, from one read."""
@@ -200,6 +223,11 @@ class CheckpointStore:
 
     def latest_batches(self, streams: list[str]) -> dict[str, LatestBatch]:
         """Each stream's latest plan, whether it is done and when it was planned, from one read."""
+        wanted = sorted(set(streams))
+        latest = self._kept("latest batches", wanted, lambda: self._latest_batches(wanted))
+        return {stream: latest[stream] for stream in streams}
+
+    def _latest_batches(self, streams: list[str]) -> dict[str, LatestBatch]:
         by_stream = _split_by(self.rows_of(streams), "stream")
         out = {}
         for stream in streams:

@@ -4,7 +4,8 @@ max_files_per_batch / max_bytes_per_batch), one batch in flight at a time, so a 
 A file is identified by path and size; files must be complete when they appear in the landing
 folder (write elsewhere, then rename in). The checkpoint store, not the cursor, says which files
 are already planned, so a lost cursor cannot ingest a file twice; the cursor is read only to catch a
-lake that is not the one it planned in (runs.cursor_ahead_of_store). A run in flight whose process is
+lake that is not the one it planned in (runs.cursor_ahead_of_store), and to report the landing folder's
+counts only when they changed (orchestration/reported.py). A run in flight whose process is
 gone (no liveness node in ZooKeeper) is marked failed and its file requested again (orchestration/orphans.py).
 """
 
@@ -17,6 +18,7 @@ from engagement_platform.landing.apply import files_plan, landing_files, planned
 from engagement_platform.landing.assets import landing_key
 from engagement_platform.landing.files import next_batch_files
 from engagement_platform.landing.partitions import pipeline_batches
+from engagement_platform.orchestration.reported import unreported
 from engagement_platform.orchestration.runs import cursor_ahead_of_store, resume_unfinished, run_request
 from engagement_platform.resources import CoordinatorResource
 from engagement_platform.settings import load_settings
@@ -66,13 +68,20 @@ def landing_sensor(config: PipelineConfig, job):
         files = landing_files(load_settings().landing_root, config)
         planned = {(f.path, f.size) for p in store.plans(stream) for f in planned_files(p)}
         waiting = [f for f in files if (f.path, f.size) not in planned]
-        observation = AssetObservation(
-            asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)}
+        # Reported when a count changed since the report the cursor records: an idle tick writes nothing.
+        observed, reported_cursor = unreported(
+            context.cursor,
+            [
+                AssetObservation(
+                    asset_key=landing_key(config), metadata={"files": len(files), "files_waiting": len(waiting)}
+                )
+            ],
         )
         if not waiting:
             return SensorResult(
                 skip_reason=f"no new files for {config.name} ({len(files)} already ingested)",
-                asset_events=[observation],
+                asset_events=observed,
+                cursor=reported_cursor,
             )
         landed = next_batch_files(waiting, config.source.max_files_per_batch, config.source.max_bytes_per_batch)
         batch_id = (latest.batch_id + 1) if latest else 1
@@ -80,13 +89,15 @@ def landing_sensor(config: PipelineConfig, job):
         busy = coordinator.lock_wait(stream, batch_id, config.target.table)
         if busy:
             return SensorResult(
-                skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}", asset_events=[observation]
+                skip_reason=f"{config.name} batch {batch_id} waits for its turn: {busy}",
+                asset_events=observed,
+                cursor=reported_cursor,
             )
         plan = files_plan(config, batch_id, [(f.path, f.size) for f in landed])
         store.record_plan(plan)
         return SensorResult(
             run_requests=[run_request(plan, 1, _tags(plan))],
-            asset_events=[observation],
+            asset_events=observed,
             dynamic_partitions_requests=[partitions.build_add_request([plan.partition_key])],
             cursor=_cursor(plan),
         )

@@ -39,6 +39,7 @@ from dagster import (
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.orchestration.checks import BatchChecks, check_specs, evaluate_checks, offset_ranges_contiguous
 from engagement_platform.orchestration.orphans import liveness_probe, run_liveness, stranded_metadata
+from engagement_platform.orchestration.reported import unreported
 from engagement_platform.orchestration.ride_out import run_riding_out_faults, spark_reconnect
 from engagement_platform.orchestration.runs import (
     STREAM_TAG,
@@ -270,7 +271,8 @@ def _tags(plan: BatchPlan) -> dict[str, str]:
 
 
 def batch_cursor(plan: BatchPlan) -> str:
-    """The sensor's JSON cursor: the batch it planned last and where the next slice starts."""
+    """The sensor's JSON cursor after it planned a batch: the batch and where the next slice starts (ticks that
+    plan nothing add what they reported, orchestration/reported.py)."""
     return json.dumps({"batch_id": plan.batch_id, "next_offsets": {str(p): e for p, e in plan.ends().items()}})
 
 
@@ -313,9 +315,12 @@ def kafka_stream_tick(
     topic = definition.topic()
     watermarks = kafka.client.watermarks(topic)
     extra = definition.observation_metadata(store, watermarks) if definition.observation_metadata is not None else {}
-    # Records produced but not committed by this stream: plotted on the topic asset from every tick.
+    # Records produced but not committed by this stream: plotted on the topic asset. The observation is reported
+    # only when one of its figures changed since the report the cursor records: an idle tick writes nothing.
     extra = {f"{stream}_uncommitted_records": uncommitted_records(latest, done, watermarks), **extra}
-    observed = [topic_observation(watermarks, definition.topic_asset_key, extra)]
+    observed, reported_cursor = unreported(
+        context.cursor, [topic_observation(watermarks, definition.topic_asset_key, extra)]
+    )
     settings = load_settings()
     plan = plan_next_batch(stream, topic, latest, watermarks, settings.max_records_per_partition)
     idle = (
@@ -326,16 +331,19 @@ def kafka_stream_tick(
         return SensorResult(
             skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
             asset_events=observed,
+            cursor=reported_cursor,
         )
     if idle is None:
         not_due = cadence_wait(settings.cadence(stream), plan, state.planned_at, settings.max_records_per_partition)
         if not_due:
-            return SensorResult(skip_reason=not_due, asset_events=observed)
+            return SensorResult(skip_reason=not_due, asset_events=observed, cursor=reported_cursor)
     # A new batch's run is launched only when it would get in: the lock free and the predecessor rule
     # satisfied (or its bounded wait over), so waiting one's turn is a skipped tick, not a red run.
     reason = turn_wait(plan, True) if turn_wait is not None else None
     if reason:
-        return SensorResult(skip_reason=waits_for_its_turn(plan, reason), asset_events=observed)
+        return SensorResult(skip_reason=waits_for_its_turn(plan, reason), asset_events=observed, cursor=reported_cursor)
+    # A planning tick's cursor is the batch's alone, what was reported forgotten: once the batch is done its records
+    # count as committed, so a report is due then anyway (after an empty retry slice, the same figures once more).
     store.record_plan(plan)
     request = run_request(plan, 1, {**_tags(plan), **(idle.tags if idle is not None else {})})
     if idle is not None and idle.run_key_suffix:

@@ -22,7 +22,7 @@ def watermark_metadata(watermarks: Watermarks) -> dict:
 
 
 def topic_observation(watermarks: Watermarks, key: AssetKey, extra: dict | None = None) -> AssetObservation:
-    """What a stream's sensor reports on every tick that reads the watermarks."""
+    """What a stream's sensor reports after it read the watermarks (when a figure changed: orchestration/reported.py)."""
     return AssetObservation(asset_key=key, metadata={**watermark_metadata(watermarks), **(extra or {})})
 
 

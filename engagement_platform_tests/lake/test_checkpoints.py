@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 
-from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN
-from engagement_platform.lake.delta import BatchTxn
+from engagement_platform.lake.checkpoints import BATCH, CHECKPOINTS, PLAN, ROW_ORDER
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import (
     BatchPlan,
@@ -295,3 +295,33 @@ def test_finished_batches_compact_their_streams(checkpoints, lake, monkeypatch):
         checkpoints.finish_batches([(p, {"t": batch}) for p in plans])
     assert len(lake.file_stats(CHECKPOINTS.name)) == 2  # one file per stream's partition
     assert all(checkpoints.is_done(f"tenant/{t}", b) for t in "ab" for b in (1, 2))
+
+
+def test_a_stream_nobody_committed_to_is_not_read_again_and_reads_stay_exact(checkpoints, lake, monkeypatch):
+    """What sensor ticks ask (rows, plans, latest) is kept until a commit touches the stream's partition; a commit
+    of another stream leaves it as it was; every answer equals a fresh read of the table (in ROW_ORDER)."""
+    reads = []
+    read = DeltaLake.read
+    monkeypatch.setattr(DeltaLake, "read", lambda self, *a, **k: reads.append(a) or read(self, *a, **k))
+
+    def fresh(stream: str) -> list[dict]:
+        rows = read(lake, CHECKPOINTS.name, filters=[("stream", "=", stream)])
+        return rows.sort_by([(c, "ascending") for c in ROW_ORDER]).to_pylist()
+
+    a1, b1 = make_plan("a", 1), make_plan("b", 1)
+    checkpoints.record_plan(a1)
+    checkpoints.record_plan(b1)
+    assert checkpoints.latest("a") == (a1, False) and checkpoints.rows("a").to_pylist() == fresh("a")
+    asked = len(reads)
+    assert checkpoints.latest("a") == (a1, False) and checkpoints.plans("a") == [a1]
+    assert checkpoints.latest_batches(["a"])["a"].plan == a1 and len(reads) == asked, "nothing moved: no read"
+
+    checkpoints.mark_done(b1)  # another stream's partition
+    checkpoints.record_plan(make_plan("b", 2))
+    assert checkpoints.latest("a") == (a1, False) and len(reads) == asked
+    assert checkpoints.rows("a").to_pylist() == fresh("a")
+
+    checkpoints.mark_done(a1)  # its own
+    assert checkpoints.latest("a") == (a1, True) and checkpoints.is_done("a", 1)
+    assert checkpoints.rows("a").to_pylist() == fresh("a") and len(reads) > asked
+    assert checkpoints.latest_of(["a", "b"]) == {"a": (a1, True), "b": (make_plan("b", 2), False)}

@@ -1,8 +1,10 @@
 """The Kafka stream factory without servers: a fourth stream is one call (asset, job, sensor, common
 checks, loadable Definitions), its run goes plan -> run_batch -> table reports -> checks, the sensor's
-gates skip with a reason before Kafka is read, and a batch whose run would wait its turn is not requested."""
+gates skip with a reason before Kafka is read, a batch whose run would wait its turn is not requested, and an
+idle tick reads no table and reports only what changed."""
 
 import json
+from types import SimpleNamespace
 
 from dagster import AssetKey, DagsterInstance, Definitions, SkipReason, build_sensor_context, materialize
 
@@ -16,6 +18,7 @@ from engagement_platform.orchestration.checks import (
 )
 from engagement_platform.orchestration.kafka_stream import kafka_stream_tick
 from engagement_platform.orchestration.parts import combine
+from engagement_platform.orchestration.reported import REPORTED
 from engagement_platform.orchestration.runs import STREAM_TAG, cursor_ahead_of_store
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.streams.kafka import OffsetRange
@@ -173,7 +176,7 @@ def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_request
             and held.skip_reason.skip_message
             == "clicks batch 1 waits for its turn: lock demo_clicks_table held by backfill/1"
         )
-        assert held.cursor is None and store.latest_plan("clicks") is None
+        assert "batch_id" not in json.loads(held.cursor) and store.latest_plan("clicks") is None
         assert held.asset_events, "the topic is still observed"
 
         answer["reason"] = None
@@ -191,3 +194,49 @@ def test_a_batch_whose_run_would_wait_its_turn_is_neither_planned_nor_re_request
             (1, True),
             (1, False),
         ]  # a new batch: the lock and the predecessor rule; a re-request: the lock
+
+
+class Marks(KafkaResource):
+    """Kafka whose one partition has the (low, high) watermarks in MARKS (no broker needed)."""
+
+    @property
+    def client(self):
+        return SimpleNamespace(watermarks=lambda topic: {0: MARKS["now"]})
+
+
+MARKS = {"now": (0, 5)}
+
+
+def test_an_idle_tick_reads_no_table_and_reports_only_what_changed(tmp_path, monkeypatch):
+    """Nothing new on the topic, the last batch done: the first tick reports the topic (and records that in its
+    cursor), the next ones report nothing and leave the cursor as it is, without reading the checkpoint table; a
+    figure that changed (the topic's retention moved the low watermark) is reported once."""
+    stream = clicks_stream()
+    store = LakeResource(root=str(tmp_path / "lake")).checkpoints
+    plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
+    store.record_plan(plan)
+    store.mark_done(plan)
+    reads = []
+    read = DeltaLake.read
+    monkeypatch.setattr(DeltaLake, "read", lambda self, *a, **k: reads.append(a) or read(self, *a, **k))
+    MARKS["now"] = (0, 5)
+
+    with DagsterInstance.ephemeral() as instance:
+
+        def tick(cursor):
+            with build_sensor_context(instance=instance, cursor=cursor) as ctx:
+                return kafka_stream_tick(ctx, stream.definition, stream.partitions, Marks(), store, None)
+
+        first = tick(None)
+        assert "no new messages" in first.skip_reason.skip_message and len(first.asset_events) == 1
+        assert json.loads(first.cursor)[REPORTED]
+        read_by_first = len(reads)
+        second = tick(first.cursor)
+        assert "no new messages" in second.skip_reason.skip_message
+        assert second.asset_events == [] and second.cursor is None, "nothing written: no event, the cursor stays"
+        assert len(reads) == read_by_first, "the checkpoint table did not move: not read again"
+
+        MARKS["now"] = (2, 5)
+        moved = tick(first.cursor)
+        assert [e.metadata["partition_0_low"].value for e in moved.asset_events] == [2] and moved.cursor
+        assert tick(moved.cursor).asset_events == []

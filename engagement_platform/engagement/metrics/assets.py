@@ -35,6 +35,7 @@ from engagement_platform.engagement.metrics.apply import (
 )
 from engagement_platform.engagement.metrics.recompute import recomputed_metrics
 from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY, ENGAGEMENT_NOTIFICATIONS
+from engagement_platform.lake.table_cache import TABLES
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import STREAM_TAG, UNFINISHED
 from engagement_platform.resources import LakeResource, SparkResource
@@ -104,12 +105,13 @@ engagement_daily_metrics_job = define_asset_job(
 
 @sensor(job=engagement_daily_metrics_job, minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def engagement_daily_metrics_sensor(context: SensorEvaluationContext, lake: LakeResource):
-    """Requests a refresh when engagement_notifications has a version the metrics have not read."""
+    """Requests a refresh when engagement_notifications has a version the metrics have not read. Both versions
+    come from lake/table_cache.py: an idle tick costs a stat call on each table's log, not a load of either."""
     store = lake.lake
-    if not store.exists(ENGAGEMENT_NOTIFICATIONS.name):
+    latest = TABLES.version(store, ENGAGEMENT_NOTIFICATIONS.name)
+    if latest is None:
         return SkipReason("no notifications yet")
-    latest = store.table(ENGAGEMENT_NOTIFICATIONS.name).version()
-    read_up_to = checkpoint_of(store)
+    read_up_to = TABLES.memo(store, [DAILY_METRICS.name], "daily metrics: checkpoint", lambda: checkpoint_of(store))
     if latest <= read_up_to:
         return SkipReason(f"the metrics have read every notification (version {read_up_to})")
     if context.instance.get_run_records(

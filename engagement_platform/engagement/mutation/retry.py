@@ -14,14 +14,29 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.engagement.ingestion.apply import STREAM as INGESTION_STREAM
 from engagement_platform.engagement.mutation.pending import pending_max_age_hours
 from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATIONS_PENDING
 from engagement_platform.lake.checkpoints import BATCH, PLAN, CheckpointStore, planned_at_in
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.table_cache import TABLES
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
+
+
+def pending_first_seen(lake: DeltaLake) -> pa.Array | None:
+    """When each pending request was first held back (one per row; None: no pending table). The mutation sensor asks
+    on its idle ticks: the answer is kept (lake/table_cache.py) until the pending table moves."""
+
+    def read() -> pa.Array | None:
+        if not lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name):
+            return None
+        return lake.read(ENGAGEMENT_MUTATIONS_PENDING.name, columns=["first_seen_at"])["first_seen_at"].combine_chunks()
+
+    return TABLES.memo(lake, [ENGAGEMENT_MUTATIONS_PENDING.name], "mutation: pending first seen", read)
 
 
 def ingestion_done_after_plan(store: CheckpointStore, plan: BatchPlan | None) -> int | None:
@@ -45,15 +60,15 @@ def horizon_ran_out(
     (None: no such request). A batch planned after that moment expires the request, so it is asked once."""
     if latest is None:
         return None
-    lake = store.lake
-    if not lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name):
+    first_seen = pending_first_seen(store.lake)
+    if first_seen is None:
         return None
-    first_seen = lake.read(ENGAGEMENT_MUTATIONS_PENDING.name, columns=["first_seen_at"])["first_seen_at"].drop_null()
     planned = planned_at_in(store.rows(latest.stream), latest.batch_id)
-    if len(first_seen) == 0 or planned is None:
+    seen_at = first_seen.drop_null()
+    if len(seen_at) == 0 or planned is None:
         return None
     now, max_age = now or datetime.now(UTC), timedelta(hours=max_age_hours)
-    due = sorted(seen + max_age for seen in first_seen.to_pylist())
+    due = sorted(seen + max_age for seen in seen_at.to_pylist())
     return next((d for d in due if planned < d <= now), None)
 
 
@@ -75,11 +90,8 @@ def pending_retry(
     ingested = ingestion_done_after_plan(store, latest)
     if ingested is None or latest is None:
         return None
-    lake = store.lake
-    if (
-        not lake.exists(ENGAGEMENT_MUTATIONS_PENDING.name)
-        or lake.table(ENGAGEMENT_MUTATIONS_PENDING.name).to_pyarrow_dataset().count_rows() == 0
-    ):
+    first_seen = pending_first_seen(store.lake)
+    if first_seen is None or len(first_seen) == 0:
         return None
     return empty_slice_after(latest, watermarks), ingested
 

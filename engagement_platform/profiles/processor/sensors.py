@@ -2,7 +2,10 @@
 monitor (the replication lag of every tenant as one check, and the topic's CDC lag, every minute).
 
 A tenant's run in flight whose process is gone (no liveness node in ZooKeeper: a crash of the Dagster
-host) is marked failed and the tenant requested again; such attempts do not count towards the pause."""
+host) is marked failed and the tenant requested again; such attempts do not count towards the pause.
+
+Both sensors' questions of the staging and progress tables are kept (lake/table_cache.py) until either table
+moves, so a tick of an idle lake costs a stat call on each table's log; the lag monitor reports what changed."""
 
 import json
 from itertools import takewhile
@@ -18,8 +21,11 @@ from dagster import (
     sensor,
 )
 
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.table_cache import TABLES
 from engagement_platform.orchestration.orphans import reap_orphans, retry_tags
 from engagement_platform.orchestration.parts import Parts
+from engagement_platform.orchestration.reported import unreported
 from engagement_platform.orchestration.runs import (
     FAILED,
     MAX_ATTEMPTS,
@@ -42,11 +48,12 @@ from engagement_platform.profiles.processor.apply import processor_stream
 from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
 from engagement_platform.profiles.processor.checks import every_tenant_lag_check, every_tenant_lag_evaluation
 from engagement_platform.profiles.processor.progress import latest_progress, unprocessed_tenants
-from engagement_platform.profiles.tables import PROFILE_CDC_STAGING
+from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource
 from engagement_platform.settings import load_settings
 
 STAGING_RANGE_TAG = "profile/staging_versions"  # "<after>-<up to>" as the sensor saw them
+STAGING_AND_PROGRESS = (PROFILE_CDC_STAGING.name, PROFILE_PROGRESS.name)  # what the processor's questions read
 RECENT_RUNS = (
     100  # a tenant's latest runs searched for deaths since its last success (enough to reach the longest backoff)
 )
@@ -58,15 +65,25 @@ def processor_run_key(tenant: str, after: int, up_to: int, attempt: int) -> str:
     return key if attempt == 1 else f"{key}#attempt{attempt}"
 
 
+def _unprocessed(store: DeltaLake) -> tuple[list[str], int, dict[str, int]]:
+    """(tenants with unmerged staged changes, the staging version, each tenant's merged staging version). Kept
+    (table_cache) until staging or progress moves: an idle tick costs a stat call on each table's log."""
+    tenants = unprocessed_tenants(store)
+    if not tenants:
+        return [], -1, {}
+    current = store.table(PROFILE_CDC_STAGING.name).version()
+    return tenants, current, {t: r["staging_version"] for t, r in latest_progress(store).items()}
+
+
 @sensor(job=profile_processor_job, minimum_interval_seconds=10, default_status=DefaultSensorStatus.RUNNING)
 def profile_processor_sensor(context: SensorEvaluationContext, coordinator: CoordinatorResource):
     """Requests one processor run per tenant whose staged changes are not all merged into its raw table."""
     store = coordinator.lake.lake
-    tenants = unprocessed_tenants(store)
+    tenants, current, progress = TABLES.memo(
+        store, STAGING_AND_PROGRESS, "profile processor: unprocessed tenants", lambda: _unprocessed(store)
+    )
     if not tenants:
         return SkipReason("every tenant's staged changes are merged")
-    current = store.table(PROFILE_CDC_STAGING.name).version()
-    progress = {t: r["staging_version"] for t, r in latest_progress(store).items()}
     instance = context.instance
     running = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(UNFINISHED)))
     running, note = reap_orphans(instance, running, coordinator)  # runs whose process is gone are failed here
@@ -130,11 +147,21 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
 @sensor(minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
 def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, lake: LakeResource):
     """Every minute: the replication lag of every tenant as the `every_tenant_replication_lag_under_threshold`
-    check of profile_progress (freshness-style: it fails even while no run happens), and the topic's CDC lag."""
+    check of profile_progress (freshness-style: it is evaluated while no run happens too), and the topic's CDC lag;
+    each reported when its figures changed since the last report."""
     tenants = sorted(context.instance.get_dynamic_partitions(profile_tenants.name))
 
-    # The lag check comes from the lake alone: it is reported while the broker is away too (lag grows then).
-    evaluations = [every_tenant_lag_evaluation(tenant_lags(lake.lake, tenants))] if tenants else []
+    # The lag check comes from the lake alone: it is reported while the broker is away too (lag grows then). The
+    # lags are kept (table_cache) until staging or progress moves; the threshold is read on every tick.
+    evaluations = []
+    if tenants:
+        lags = TABLES.memo(
+            lake.lake,
+            STAGING_AND_PROGRESS,
+            ("profile lag: tenant lags", tuple(tenants)),
+            lambda: tenant_lags(lake.lake, tenants),
+        )
+        evaluations = [every_tenant_lag_evaluation(lags)]
 
     def observe():
         marks = kafka.client.watermarks(load_settings().profiles.cdc_topic)
@@ -142,9 +169,12 @@ def profile_lag_sensor(context: SensorEvaluationContext, kafka: KafkaResource, l
 
     observed = unless_unavailable(observe)
     if isinstance(observed, SkipReason):
-        return SensorResult(asset_events=evaluations, skip_reason=observed.skip_message)
+        changed, cursor = unreported(context.cursor, evaluations)
+        return SensorResult(asset_events=changed, skip_reason=observed.skip_message, cursor=cursor)
+    changed, cursor = unreported(context.cursor, [observed, *evaluations])
+    reason = None if changed else "nothing changed since the last report"
     return SensorResult(
-        asset_events=[observed, *evaluations], skip_reason=None if tenants else "no tenant partitions yet"
+        asset_events=changed, skip_reason=reason if tenants else "no tenant partitions yet", cursor=cursor
     )
 
 
