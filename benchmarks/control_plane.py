@@ -22,8 +22,8 @@ account (/proc/<pid>/stat cutime + cstime) once it has been reaped, a baseline w
 (getrusage RUSAGE_CHILDREN). The launching side's CPU (this process: building the run's arguments, tags and an
 engine event) is reported apart.
 
-2. Idle sensor ticks: every sensor of the platform evaluated in this process on a fresh instance, against an empty
-lake and empty topics, `--ticks` times after a first one; CPU ms of a tick (median, this process's CPU: it
+2. Idle sensor ticks: every sensor of the platform evaluated in this process on a fresh instance, against a lake
+whose checkpoint table holds `--seed-batches` done batches of each Kafka stream (empty topics: nothing to do), `--ticks` times after a first one; CPU ms of a tick (median, this process's CPU: it
 includes the threads delta-rs and librdkafka run for it) and the asset events it returns (each one a write to
 the event log by the daemon). The baseline, in the same run: the same ticks with the process's table cache
 cleared before each one, as a tick read its tables before the cache.
@@ -172,6 +172,9 @@ def evaluate_ticks(instance, defs, ticks: int, cold: bool) -> dict[str, dict[str
     from dagster import build_sensor_context
 
     from engagement_platform.lake.table_cache import TABLES
+    from engagement_platform.resources import platform_resources
+
+    resources = platform_resources()
 
     out: dict[str, dict[str, float]] = {}
     for sensor in defs.get_repository_def().sensor_defs:
@@ -180,10 +183,12 @@ def evaluate_ticks(instance, defs, ticks: int, cold: bool) -> dict[str, dict[str
         for index in range(ticks + 1):
             if cold:
                 TABLES.clear()
-            context = build_sensor_context(instance=instance, cursor=cursor, definitions=defs, sensor_name=sensor.name)
             c0 = time.process_time()
-            try:
-                data = sensor.evaluate_tick(context)
+            try:  # resources set up and torn down around the evaluation, as the daemon's tick does
+                with build_sensor_context(
+                    instance=instance, cursor=cursor, definitions=defs, sensor_name=sensor.name, resources=resources
+                ) as context:
+                    data = sensor.evaluate_tick(context)
             except Exception as error:  # noqa: BLE001 - a sensor that cannot tick here is reported, not fatal
                 out[sensor.name] = {"error": str(error)[:200]}  # type: ignore[dict-item]
                 break
@@ -197,10 +202,39 @@ def evaluate_ticks(instance, defs, ticks: int, cold: bool) -> dict[str, dict[str
     return out
 
 
-def measure_ticks(home: Path, ticks: int) -> dict[str, dict[str, dict[str, float]]]:
+# The Kafka streams, their topics and partitions (the topics `create-topics` makes).
+SEEDED_STREAMS = (
+    ("ingestion", "engagement.activities", 3),
+    ("mutation", "engagement.mutations", 3),
+    ("retention", "engagement.gdpr", 1),
+    ("profile_cdc", "profile.cdc", 3),
+    ("profile_erasure", "profile.erasure", 1),
+)
+
+
+def seed_checkpoints(batches: int) -> None:
+    """A checkpoint table with a history: `batches` done batches per Kafka stream, each a commit of its plan and one
+    of its done state, ending at the (empty) topics' watermarks, so that a tick finds nothing to do."""
+    from engagement_platform.lake.checkpoints import CheckpointStore
+    from engagement_platform.lake.delta import DeltaLake
+    from engagement_platform.settings import load_settings
+    from engagement_platform.streams.kafka import OffsetRange
+    from engagement_platform.streams.planning import BatchPlan
+    from engagement_platform.streams.slices import KafkaSlice
+
+    store = CheckpointStore(DeltaLake(load_settings().lake_root))
+    for batch in range(1, batches + 1):
+        for stream, topic, partitions in SEEDED_STREAMS:
+            plan = BatchPlan(stream, batch, KafkaSlice(topic, tuple(OffsetRange(p, 0, 0) for p in range(partitions))))
+            store.record_plan(plan)
+            store.mark_done(plan)
+
+
+def measure_ticks(home: Path, ticks: int, seed_batches: int) -> dict[str, dict[str, dict[str, float]]]:
     from engagement_platform.definitions import defs
 
     subprocess.run([sys.executable, "-m", "engagement_platform.cli", "create-topics"], cwd=REPO, check=True)
+    seed_checkpoints(seed_batches)
     instance = make_instance(home, preload=True)
     warm = evaluate_ticks(instance, defs, ticks, cold=False)
     cold = evaluate_ticks(instance, defs, ticks, cold=True)
@@ -241,6 +275,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20, help="runs measured per mode (medians reported)")
     parser.add_argument("--ticks", type=int, default=10, help="idle ticks measured per sensor and mode")
+    parser.add_argument("--seed-batches", type=int, default=100, help="done batches per Kafka stream in the lake")
     parser.add_argument("--idle-minutes", type=float, default=10.0, help="how long the idle platform is sampled")
     args = parser.parse_args()
     os.chdir(REPO)
@@ -249,7 +284,7 @@ def main() -> None:
         baseline = measure_baseline(Path(folder) / "baseline", args.runs)
         pool = measure_pool(Path(folder) / "pool", args.runs)
         with bench_stack("control-plane", servers=("zookeeper", "kafka", "spark")) as stack_env:
-            ticks = measure_ticks(Path(folder) / "ticks", args.ticks)
+            ticks = measure_ticks(Path(folder) / "ticks", args.ticks, args.seed_batches)
             idle = measure_idle(stack_env["EP_STATE_DIR"], args.idle_minutes) if args.idle_minutes > 0 else {}
     median = statistics.median
     result = {
@@ -283,7 +318,8 @@ def main() -> None:
         "control_plane",
         invocation(),
         f"{args.runs} runs per mode, one at a time, of the platform's code location with a step that does nothing; "
-        f"{args.ticks} idle ticks per sensor and mode; {args.idle_minutes:g} idle minutes; medians; SQLite instance",
+        f"{args.ticks} idle ticks per sensor and mode over {args.seed_batches} done batches per Kafka stream; "
+        f"{args.idle_minutes:g} idle minutes; medians; SQLite instance",
         result,
         target={
             "pool_run_cpu_s": "<= 0.5",

@@ -71,6 +71,8 @@ CLASSES = (
     ("spawn_main", "dagster runs"),
     ("execute_run", "dagster runs"),
     ("api grpc", "dagster code server"),
+    ("code-server start", "dagster code server"),  # the persistent code server's proxy (its server: api grpc)
+    ("dagster-daemon", "dagster daemon"),
     ("_daemon", "dagster daemon"),
     ("webserver", "dagster webserver"),
     ("demo-", "demo producers"),

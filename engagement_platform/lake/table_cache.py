@@ -4,10 +4,10 @@ questions sensor ticks ask every few seconds (no Dagster).
 A tick that finds nothing to do still asks the checkpoint table where its stream stands; loading the table's log
 and scanning its files costs tens to hundreds of milliseconds of CPU, every tick, for an answer that changes only
 when somebody commits. Here each table (by URI and storage options) keeps a `LogMark`: the newest version seen and
-the size and modification time of that version's commit file. Whether the table moved is then one stat call on
-the log for two files (`TableCache.mark`; microseconds on local disk, a few HEAD requests on an object store):
-that commit file is still the one seen (a lake reset, or a log cleanup past it, replaces or deletes it) and the
-next version's commit file does not exist (Delta writes version n + 1 only as a new file, after n). While both
+a digest of that version's commit file. Whether the table moved is then two small reads on the log
+(`TableCache.mark`; microseconds on local disk, two GET requests on an object store): that commit file still has
+the content seen (a lake reset, or a log cleanup past it, replaces or deletes it) and the next version's commit
+file does not exist (Delta writes version n + 1 only as a new file, after n). While both
 hold, the table is at the marked version, and an answer computed at it is what a fresh read would return now.
 
 Three kinds of answer, each exact:
@@ -31,6 +31,7 @@ the file systems its parent opened.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import threading
@@ -56,11 +57,12 @@ TableKey = tuple[str, tuple[tuple[str, str], ...]]  # (table URI, storage option
 
 @dataclass(frozen=True)
 class LogMark:
-    """The newest version of a table seen, and the identity of its commit file."""
+    """The newest version of a table seen, and the identity of its commit file: a digest of its content (an object
+    store's modification times have whole seconds, and a table reset within one second can write a commit file of
+    the same version and size)."""
 
     version: int
-    size: int
-    mtime_ns: int
+    digest: bytes
 
 
 @dataclass(frozen=True)
@@ -215,22 +217,22 @@ class TableCache:
 
     def _moved(self, table: _Table, mark: LogMark) -> tuple[LogMark, Touched] | None:
         """(the newest mark, what the commits after `mark` changed), or None when the log cannot be followed from
-        `mark` (its commit file replaced or gone, too many commits, one unreadable)."""
-        seen, following = table.fs.get_file_info([table.commit_file(mark.version), table.commit_file(mark.version + 1)])
-        if not _same(seen, mark):
-            return None
+        `mark` (its commit file replaced or gone, too many commits, one unreadable or not understood)."""
         touched, newest, version = Touched(), mark, mark.version
         try:
-            while following.type == pafs.FileType.File:
-                if version - mark.version >= MAX_FORWARD or following.mtime_ns is None:
+            if _digest(_read(table, mark.version)) != mark.digest:
+                return None
+            while (commit := _read_if_there(table, version + 1)) is not None:
+                if version - mark.version >= MAX_FORWARD:
                     return None
                 version += 1
                 if table.answers and not touched.everything:
-                    with table.fs.open_input_stream(table.commit_file(version)) as commit:
-                        commit_touches(commit.readall(), touched)
-                newest = LogMark(version, following.size, following.mtime_ns)
-                following = table.fs.get_file_info(table.commit_file(version + 1))
-        except (OSError, ValueError):  # a commit deleted or unreadable while read: start over
+                    commit_touches(commit, touched)
+                newest = LogMark(version, _digest(commit))
+            # The marked commit once more: a table reset while the newer ones were read would have replaced it.
+            if version > mark.version and _digest(_read(table, mark.version)) != mark.digest:
+                return None
+        except Exception:  # noqa: BLE001 - a commit deleted, unreadable or not understood: a fresh read is exact
             return None
         if version > mark.version and not table.answers:
             touched.everything = True
@@ -240,20 +242,31 @@ class TableCache:
     def _fresh_mark(table: _Table, lake: DeltaLake, name: str) -> LogMark | None:
         try:
             version = lake.table(name).version()
-        except TableNotFoundError:
+            return LogMark(version, _digest(_read(table, version)))
+        except (TableNotFoundError, OSError):
             return None
-        info = table.fs.get_file_info(table.commit_file(version))
-        if info.type != pafs.FileType.File or info.size is None or info.mtime_ns is None:
-            return None
-        return LogMark(version, info.size, info.mtime_ns)
 
 
 def table_key(lake: DeltaLake, name: str) -> TableKey:
     return lake.uri(name), tuple(sorted((lake.storage_options or {}).items()))
 
 
-def _same(info: pafs.FileInfo, mark: LogMark) -> bool:
-    return info.type == pafs.FileType.File and info.size == mark.size and info.mtime_ns == mark.mtime_ns
+def _read(table: _Table, version: int) -> bytes:
+    with table.fs.open_input_stream(table.commit_file(version)) as commit:
+        return bytes(commit.readall())
+
+
+def _read_if_there(table: _Table, version: int) -> bytes | None:
+    """The commit's content, None when it does not exist: one GET on an object store (a missing object's stat is
+    a HEAD and a listing)."""
+    try:
+        return _read(table, version)
+    except FileNotFoundError:
+        return None
+
+
+def _digest(commit: bytes) -> bytes:
+    return hashlib.blake2b(commit, digest_size=16).digest()
 
 
 def _bound(entries: dict) -> None:
