@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, RemoveAction
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, batches_commit_properties
+from engagement_platform.lake.partition_commits import commit_over_other_partitions
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 MAX_STAT_CHARS = 256  # longer string bounds are left out of the stats (the column is then not skipped on)
@@ -271,12 +272,16 @@ def commit_files(
     if lake.already_committed(spec.name, txn):
         return None
     actions = [f.add_action() for f in adds] + [f.remove_action() for f in removes]
-    table.create_write_transaction(
+    fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
+    commit_over_other_partitions(
+        table,
+        fs,
+        f"{root}/_delta_log",
         actions,
-        mode="append",
         schema=spec.schema,
-        partition_by=list(spec.partition_by) or None,
+        partition_by=spec.partition_by,
         commit_properties=txn.commit_properties(dict(metadata or {})),
+        committed=lambda: lake.already_committed(spec.name, txn),
     )
     # The commit's own version, found by its txn: another writer may have committed right after it.
     return lake.find_batch_commit(spec.name, txn.app_id, txn.version)
@@ -299,12 +304,16 @@ def commit_files_of_batches(
     actions = [f.add_action() for _, adds, _ in todo for f in adds] + [
         f.remove_action() for _, _, removes in todo for f in removes
     ]
-    table.create_write_transaction(
+    fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
+    commit_over_other_partitions(
+        table,
+        fs,
+        f"{root}/_delta_log",
         actions,
-        mode="append",
         schema=spec.schema,
-        partition_by=list(spec.partition_by) or None,
+        partition_by=spec.partition_by,
         commit_properties=batches_commit_properties([txn for txn, _, _ in todo], dict(metadata or {})),
+        committed=lambda: lake.already_committed(spec.name, todo[0][0]),
     )
     return lake.find_batch_commit(spec.name, todo[0][0].app_id, todo[0][0].version), fresh
 
