@@ -63,6 +63,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         ".venv/bin/python benchmarks/spark_run_overhead.py",
         "what a fresh run process pays for Spark: a classic local session against a Spark Connect client.",
     ),
+    "control_plane": (
+        ".venv/bin/python benchmarks/control_plane.py",
+        "the platform's fixed costs: CPU and wall time per run of a step that does nothing, forked from the run pool "
+        "against a new interpreter per run; every sensor's idle tick against the same tick with the table cache "
+        "cleared; the cores an idle platform keeps busy.",
+    ),
     "demo_health": (
         ".venv/bin/python -u benchmarks/demo_health.py --minutes 30 --warmup-minutes 5",
         "the demo (scripts/run_platform.sh) on this machine: load average, RSS growth, failed runs and sensor ticks.",
