@@ -119,12 +119,12 @@ def measure_pool(home: Path, runs: int) -> dict[str, float | list[float]]:
     for index in range(runs + 1):  # the first run starts the pool server; it is reported apart
         run = new_run(instance)
         t0, c0 = time.perf_counter(), time.process_time()
-        servers = list(launcher._servers.values())  # noqa: SLF001 - the benchmark reads the pool's accounts
+        servers = launcher.pool_servers()
         before = proc_cpu(servers[0].process.pid)[1] if servers else 0.0
         launcher.launch_run(LaunchRunContext(dagster_run=run, workspace=None))
         launched_c = time.process_time() - c0
         pid = int(instance.get_run_by_id(run.run_id).tags[WORKER_TAG].split(":")[1])
-        (server,) = launcher._servers.values()  # noqa: SLF001
+        (server,) = launcher.pool_servers()
         wait_reaped(pid)
         elapsed = time.perf_counter() - t0
         check_succeeded(instance, run.run_id)

@@ -153,16 +153,10 @@ class Daemon:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         dagster = str(REPO / ".venv" / "bin" / "dagster")
-        with open(self.log.parent / "code-server.log", "a") as out:
-            self.code_server = subprocess.Popen(
-                [dagster, "code-server", "start", "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)],
-                cwd=REPO,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.groups.append(self.code_server.pid)
+        self.code_server = self.spawn(
+            [dagster, "code-server", "start", "-m", LOCATION, "-h", "127.0.0.1", "-p", str(port)],
+            self.log.parent / "code-server.log",
+        )
         deadline = time.monotonic() + timeout_s
         health = [dagster, "api", "grpc-health-check", "-p", str(port), "-h", "127.0.0.1"]
         while subprocess.run(health, env=self.env, capture_output=True, check=False).returncode != 0:
@@ -175,17 +169,19 @@ class Daemon:
     def start(self) -> None:
         if self.code_server is None or self.code_server.poll() is not None:
             self.start_code_server()
-        with open(self.log, "a") as out:
-            self.process = subprocess.Popen(
-                [str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", str(self.workspace)],
-                cwd=REPO,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.groups.append(self.process.pid)
+        self.process = self.spawn(
+            [str(REPO / ".venv" / "bin" / "dagster-daemon"), "run", "-w", str(self.workspace)], self.log
+        )
         self.down = False
+
+    def spawn(self, command: list[str], log: Path) -> subprocess.Popen:
+        """`command` with the soak's environment, appending to `log`, in a process group of its own (swept at stop)."""
+        with open(log, "a") as out:
+            process = subprocess.Popen(
+                command, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.groups.append(process.pid)
+        return process
 
     def exited_by_itself(self) -> bool:
         return self.process is not None and not self.down and self.process.poll() is not None

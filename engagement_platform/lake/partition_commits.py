@@ -15,7 +15,6 @@ this commit removes are still there and nothing it read from its partitions chan
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -27,25 +26,20 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
+from engagement_platform.lake.delta_log import Touched, commit_touches, partition_values_touched
+
 CONFLICT_RETRIES = 8  # commits again this often at most: each time another writer won the race
-NO_FILE_CHANGE = frozenset({"commitInfo", "txn", "cdc", "domainMetadata"})
 
 
 def partitions_touched(commit: bytes, column: str) -> set[str | None] | None:
     """The values of `column` of every file the commit added or removed; None when it did more than add and remove
     files of partitions (metadata, protocol, an unknown action, a file without that partition value)."""
-    touched: set[str | None] = set()
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        for kind, body in json.loads(line).items():
-            if kind in NO_FILE_CHANGE:
-                continue
-            values = body.get("partitionValues") if kind in ("add", "remove") and isinstance(body, dict) else None
-            if not isinstance(values, dict) or column not in values:
-                return None
-            touched.add(values[column])
-    return touched
+    touched = Touched()
+    try:
+        commit_touches(commit, touched)
+    except (ValueError, TypeError, AttributeError):  # a commit not understood is not known to spare our partitions
+        return None
+    return partition_values_touched(touched, column)
 
 
 def commit_over_other_partitions(

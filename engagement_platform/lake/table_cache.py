@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -43,14 +42,12 @@ import pyarrow.fs as pafs
 from deltalake.exceptions import TableNotFoundError
 
 from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.delta_log import PartitionScope, Touched, commit_touches
 from engagement_platform.lake.file_writes import filesystem
 
 T = TypeVar("T")
 MAX_FORWARD = 32  # commits read to carry partition answers forward; past that, a fresh read is cheaper
 MAX_ANSWERS = 256  # answers kept per table, and memos in all (the oldest go first)
-# Actions that add or remove no data file and change neither the schema nor the protocol.
-NO_FILE_CHANGE = frozenset({"commitInfo", "txn", "cdc", "domainMetadata"})
-FILE_ACTIONS = ("add", "remove")
 
 TableKey = tuple[str, tuple[tuple[str, str], ...]]  # (table URI, storage options)
 
@@ -63,46 +60,6 @@ class LogMark:
 
     version: int
     digest: bytes
-
-
-@dataclass(frozen=True)
-class PartitionScope:
-    """The partitions an answer was computed from: `column` holds one of `values`."""
-
-    column: str
-    values: frozenset[str]
-
-
-@dataclass
-class Touched:
-    """What a run of commits changed: everything (`everything`), else the partition values of each file they
-    added or removed."""
-
-    everything: bool = False
-    files: list[dict[str, str | None]] = field(default_factory=list)
-
-    def reaches(self, scope: PartitionScope) -> bool:
-        """Whether the commits may have changed what was read from `scope`'s partitions."""
-        if self.everything:
-            return True
-        missing = object()
-        return any(f.get(scope.column, missing) is missing or f[scope.column] in scope.values for f in self.files)
-
-
-def commit_touches(commit: bytes, touched: Touched) -> None:
-    """Add one commit file's actions (newline-delimited JSON, one action per line) to `touched`."""
-    for line in commit.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        for kind, body in action.items():
-            if kind in NO_FILE_CHANGE:
-                continue
-            values = body.get("partitionValues") if kind in FILE_ACTIONS and isinstance(body, dict) else None
-            if values is None:  # metadata, protocol, an unknown action, or a file without its partition values
-                touched.everything = True
-            else:
-                touched.files.append(dict(values))
 
 
 @dataclass

@@ -80,6 +80,11 @@ class ForkingRunLauncher(DefaultRunLauncher):
     def from_config_value(cls, inst_data: ConfigurableClassData, config_value: Mapping[str, Any]) -> Self:
         return cls(inst_data=inst_data, preload=bool(config_value.get("preload", True)))
 
+    def pool_servers(self) -> list[PoolServer]:
+        """The pool servers this launcher runs now, one per code location it launched runs of."""
+        with self._servers_lock:
+            return list(self._servers.values())
+
     def _server_for(self, executable: str, module: str, working_directory: str | None) -> PoolServer:
         key = (executable, module, working_directory)
         with self._servers_lock:

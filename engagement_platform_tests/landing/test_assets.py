@@ -28,14 +28,6 @@ def config():
     return load_pipeline(REPO_ROOT / "pipelines" / "rewards_members.yaml")
 
 
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    root = tmp_path / "landing"
-    (root / "rewards_members").mkdir(parents=True)
-    monkeypatch.setenv("EP_LANDING_ROOT", str(root))
-    return root / "rewards_members"
-
-
 def test_a_landed_file_is_planned_once_run_and_checked(config, landing, lake_root, checkpoints, spark, stack):
     sensor = landing_sensor(config, pipeline_job(config))
     resources = {

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from dagster import DagsterInstance, build_sensor_context
 
 from engagement_platform.ingest.config import load_pipeline
@@ -15,14 +14,6 @@ from engagement_platform.landing.sensors import landing_sensor
 from engagement_platform.orchestration.reported import REPORTED
 from engagement_platform.resources import CoordinatorResource, LakeResource
 from engagement_platform.settings import REPO_ROOT
-
-
-@pytest.fixture
-def landing(tmp_path, monkeypatch):
-    root = tmp_path / "landing"
-    (root / "rewards_members").mkdir(parents=True)
-    monkeypatch.setenv("EP_LANDING_ROOT", str(root))
-    return root / "rewards_members"
 
 
 def test_idle_ticks_report_the_folder_once_and_a_landed_file_is_planned(landing, tmp_path, monkeypatch):

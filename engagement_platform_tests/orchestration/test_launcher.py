@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from dagster import DagsterInstance, DagsterRunStatus, reconstructable
+from dagster import DagsterInstance, DagsterInvariantViolationError, DagsterRunStatus, reconstructable
 from dagster._core.launcher import LaunchRunContext
 
 from engagement_platform.orchestration.launcher import WORKER_TAG, ForkingRunLauncher, live_worker_pid
@@ -69,7 +69,7 @@ def test_runs_are_forked_from_one_preloaded_server_and_succeed(instance: Dagster
             DagsterRunStatus.SUCCESS
         )
     seen = [json.loads(report.read_text()) for report in reports]
-    servers = {server.process.pid for server in launcher._servers.values()}  # noqa: SLF001 - the test looks inside
+    servers = {server.process.pid for server in launcher.pool_servers()}
     assert len(servers) == 1, "three runs of one code location share one pool server"
     assert {worker["ppid"] for worker in seen} == servers, "each worker is a child of the pool server"
     assert len({worker["pid"] for worker in seen}) == 3, "one process per run"
@@ -100,7 +100,7 @@ def test_a_changed_source_file_starts_a_new_pool_server(instance: DagsterInstanc
     launcher = instance.run_launcher
     first = _launch(instance, tmp_path / "a.json")
     _wait_for(instance, first.run_id, {DagsterRunStatus.SUCCESS})
-    (old_server,) = launcher._servers.values()  # noqa: SLF001
+    (old_server,) = launcher.pool_servers()
     source = Path(pool_location.__file__)
     stat = source.stat()
     os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
@@ -109,7 +109,7 @@ def test_a_changed_source_file_starts_a_new_pool_server(instance: DagsterInstanc
         _wait_for(instance, second.run_id, {DagsterRunStatus.SUCCESS})
     finally:
         os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    (new_server,) = launcher._servers.values()  # noqa: SLF001
+    (new_server,) = launcher.pool_servers()
     assert new_server.process.pid != old_server.process.pid
     assert json.loads((tmp_path / "b.json").read_text())["ppid"] == new_server.process.pid
     old_server.process.wait(timeout=30)  # the retired server exits once it has no run left
@@ -132,6 +132,15 @@ def test_a_changed_file_the_code_location_read_while_loading_starts_a_new_pool_s
     assert json.loads((tmp_path / "b.json").read_text())["greeting"] == "hello again"
 
 
-def test_preload_off_is_the_default_launcher(tmp_path: Path) -> None:
-    launcher = ForkingRunLauncher(preload=False)
-    assert not launcher._preload  # noqa: SLF001
+def test_preload_off_launches_through_the_code_server(tmp_path: Path) -> None:
+    """With `preload: false` a run goes the default launcher's way, through the code server of a workspace (there is
+    none here, so the launch fails saying so) and no pool server starts."""
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    launcher = {"module": "engagement_platform.orchestration.launcher", "class": "ForkingRunLauncher"}
+    config = {"telemetry": {"enabled": False}, "run_launcher": {**launcher, "config": {"preload": False}}}
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    with DagsterInstance.from_config(str(home)) as instance:
+        with pytest.raises(DagsterInvariantViolationError, match="requires a workspace"):
+            _launch(instance, tmp_path / "report.json")
+        assert instance.run_launcher.pool_servers() == []

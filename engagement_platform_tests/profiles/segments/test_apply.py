@@ -148,17 +148,7 @@ def test_the_asset_evaluates_a_tenant_reports_sizes_and_checks_a_sample_against_
         "acme",
     )
     with DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
-        out = materialize(
-            [profile_segments],
-            partition_key="acme",
-            instance=instance,
-            resources={
-                "lake": LakeResource(root=lake_root),
-                "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
-            },
-        )
-        assert out.success
+        out = materialize_segments(instance, lake_root, stack)
         meta = out.asset_materializations_for_node("profile_segments")[0].metadata
         assert (
             meta["segments"].value,
@@ -230,17 +220,7 @@ def test_a_string_op_on_a_path_holding_arrays_is_a_warning_in_the_run_s_metadata
         "acme",
     )
     with DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions(profile_tenants.name, ["acme"])
-        out = materialize(
-            [profile_segments],
-            partition_key="acme",
-            instance=instance,
-            resources={
-                "lake": LakeResource(root=lake_root),
-                "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
-            },
-        )
-        assert out.success
+        out = materialize_segments(instance, lake_root, stack)
         meta = out.asset_materializations_for_node("profile_segments")[0].metadata
         assert (meta["size_gold"].value, meta["size_gold_text"].value, meta["array_records_fields.tags"].value) == (
             1,
@@ -252,6 +232,22 @@ def test_a_string_op_on_a_path_holding_arrays_is_a_warning_in_the_run_s_metadata
         (check,) = out.get_asset_check_evaluations()
         assert check.passed and check.metadata["sampled"].value == 3
     assert membership(lake) == {("gold", "p1"), ("gold_text", "p2")}
+
+
+def materialize_segments(instance, lake_root: str, stack, tenant: str = "acme"):
+    """profile_segments of the tenant's partition on this instance, with the stack's lake and Spark; it succeeded."""
+    instance.add_dynamic_partitions(profile_tenants.name, [tenant])
+    out = materialize(
+        [profile_segments],
+        partition_key=tenant,
+        instance=instance,
+        resources={
+            "lake": LakeResource(root=lake_root),
+            "spark": SparkResource(spark_config={"spark.remote": stack["SPARK_REMOTE"]}),
+        },
+    )
+    assert out.success
+    return out
 
 
 def full_membership(lake, checkpoints, segments, batch_id: int) -> set[tuple[str, str]]:
