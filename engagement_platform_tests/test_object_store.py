@@ -299,7 +299,9 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     from engagement_platform.profiles.erasure.apply import erase_profiles_batch
     from engagement_platform.profiles.processor.apply import read_profiles
     from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation
+    from engagement_platform.profiles.segments.compaction import compact_tenants
     from engagement_platform.profiles.segments.definitions import parse_segment
+    from engagement_platform.profiles.segments.read import segment_members
     from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
     from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_ERASED_SUBJECTS
     from engagement_platform.settings import load_settings
@@ -326,6 +328,11 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     )[0]
     first = evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [germans])
     assert (first.members, first.entered) == (2, 2)
+    (compacted,) = compact_tenants(spark, lake, ["acme"])  # the base written through the store too
+    assert compacted.log_rows == 2 and set(segment_members(lake, "acme", "germans")["identity"].to_pylist()) == {
+        "u1",
+        "u3",
+    }
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u1", "u3"}
 
     topic = f"test.profile.erasure.{uuid.uuid4().hex[:10]}"
@@ -347,6 +354,7 @@ def test_segments_and_profile_erasure_on_an_object_store(spark, kafka, s3):
     assert (erased.requests_applied, erased.ids_erased) == (1, 1)
     assert {r["primary_id"] for r in read_profiles(lake, "acme", include_deleted=True).to_pylist()} == {"u2", "u3"}
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {"u3"}
+    assert set(segment_members(lake, "acme")["identity"].to_pylist()) == {"u3"}
     assert "u1" not in {r["primary_id"] for r in lake.read(PROFILE_CDC_STAGING.name).to_pylist()}
     secret = load_settings().erasure.secret
     assert load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret).pairs() == {

@@ -8,7 +8,7 @@ what makes a retried batch a no-op on the tables it already reached (kafka-delta
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,19 +241,31 @@ class DeltaLake:
         and reads the whole history only if it is not there; not at all when the table's txn for
         `app_id` is below `version` (a batch's first attempt).
         """
+        return self.batch_commits(name, [(app_id, version)], recent)[(app_id, version)]
+
+    def batch_commits(
+        self, name: str, batches: Sequence[tuple[str, int]], recent: int = 200
+    ) -> dict[tuple[str, int], dict[str, Any] | None]:
+        """batch_commit of several (app_id, batch) pairs from one table load and one read of its history."""
+        found: dict[tuple[str, int], dict[str, Any] | None] = {b: None for b in batches}
         if not self.exists(name):
-            return None
+            return found
         table = self.table(name)
-        if (table.transaction_version(app_id) or -1) < version:
-            return None  # every batch commit carries its txn: not committed yet, no history to read
-        return self.newest_commit(
-            name,
-            lambda c: (
-                (c.get("app_id") == app_id and c.get("batch_id") == str(version))
-                or c.get(batch_key(app_id)) == str(version)
-            ),
-            recent,
-        )
+        wanted = {(app, v) for app, v in batches if (table.transaction_version(app) or -1) >= v}
+        for limit in (recent, None):
+            missing = {b for b in wanted if found[b] is None}
+            if not missing:
+                break
+            for commit in self.history(name, limit=limit):  # newest first: the first match is the newest
+                for app, v in list(missing):
+                    if (commit.get("app_id") == app and commit.get("batch_id") == str(v)) or commit.get(
+                        batch_key(app)
+                    ) == str(v):
+                        found[(app, v)] = commit
+                        missing.discard((app, v))
+                if not missing:
+                    break
+        return found
 
     def newest_commit(
         self, name: str, matches: Callable[[dict[str, Any]], bool], recent: int = 200

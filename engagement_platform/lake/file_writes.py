@@ -225,10 +225,17 @@ def _partition_dir(values: Mapping[str, str | None]) -> str:
 
 
 def write_files(
-    table_uri: str, spec: TableSpec, rows: pa.Table, tag: str, storage_options: Mapping[str, str] | None = None
+    table_uri: str,
+    spec: TableSpec,
+    rows: pa.Table,
+    tag: str,
+    storage_options: Mapping[str, str] | None = None,
+    row_group_size: int | None = None,
 ) -> list[WrittenFile]:
     """Write `rows` (the table's columns) into the table's folder: one Parquet file per partition value,
-    named after `tag` (writer_tag), without the partition columns (Delta keeps them in the log)."""
+    named after `tag` (writer_tag), without the partition columns (Delta keeps them in the log).
+    `row_group_size`: rows per row group, so that a reader filtering on a column the rows are sorted by
+    skips the groups outside its range (default: pyarrow's, one group for most files)."""
     fs, root = filesystem(table_uri, storage_options)
     rows = rows.select(spec.schema.names).cast(spec.schema)
     columns = stats_columns(spec)
@@ -242,7 +249,7 @@ def write_files(
             else f"part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
         )
         sink = pa.BufferOutputStream()
-        pq.write_table(data, sink, compression="snappy")
+        pq.write_table(data, sink, compression="snappy", row_group_size=row_group_size)
         payload = sink.getvalue()
         if folder and isinstance(
             fs, pafs.LocalFileSystem
@@ -318,25 +325,42 @@ def commit_files_of_batches(
     return lake.find_batch_commit(spec.name, todo[0][0].app_id, todo[0][0].version), fresh
 
 
-def delete_uncommitted(lake: DeltaLake, spec: TableSpec, tag: str) -> int:
+def delete_uncommitted(
+    lake: DeltaLake, spec: TableSpec, tag: str, partition: Mapping[str, str | None] | None = None
+) -> int:
     """Delete the files named with `tag` that the table's current version does not reference: what an
-    attempt of that writer's batch wrote before it died. Returns how many were deleted."""
+    attempt of that writer's batch wrote before it died (only in `partition`'s folder, when given: a writer
+    of one partition lists only its own). Returns how many were deleted. The table's live files are read only
+    when a file with the tag is there: a batch's first attempt costs one listing."""
     fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
-    stale = [path for path in unreferenced_files(lake, spec) if path.rsplit("/", 1)[-1].startswith(f"part-{tag}-")]
+    folder = f"{root}/{_partition_dir(partition)}" if partition else root
+    infos = fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+    tagged = [
+        i.path[len(root) + 1 :]
+        for i in infos
+        if i.is_file and i.base_name.startswith(f"part-{tag}-") and "/_delta_log/" not in i.path
+    ]
+    if not tagged:
+        return 0
+    live = {p.rsplit("/", 1)[-1] for p in lake.table(spec.name).file_uris()} if lake.exists(spec.name) else set()
+    stale = [path for path in tagged if path.rsplit("/", 1)[-1] not in live]
     for path in stale:
         fs.delete_file(f"{root}/{path}")
     return len(stale)
 
 
-def read_parquet(fs: pafs.FileSystem, path: str, columns: list[str] | None = None) -> pa.Table:
+def read_parquet(
+    fs: pafs.FileSystem, path: str, columns: list[str] | None = None, dictionary: list[str] | None = None
+) -> pa.Table:
     """A Parquet file's rows. On an object store the whole object comes in one GET (after the HEAD that opening
     it makes) instead of a footer read and then a read per column chunk: the files are a few MB, and each request
     costs a round trip. A random-access file, not an input stream: a stream reads a multi-MB object in several
-    GETs (measured on the local S3 endpoint)."""
+    GETs (measured on the local S3 endpoint). `dictionary`: string columns read dictionary-encoded (codes and
+    the distinct values, several times faster to read and to filter when values repeat)."""
     if isinstance(fs, pafs.LocalFileSystem):
-        return pq.read_table(path, columns=columns, filesystem=fs)
+        return pq.read_table(path, columns=columns, filesystem=fs, read_dictionary=dictionary)
     with fs.open_input_file(path) as source:
-        return pq.read_table(pa.BufferReader(source.read()), columns=columns)
+        return pq.read_table(pa.BufferReader(source.read()), columns=columns, read_dictionary=dictionary)
 
 
 def read_file(

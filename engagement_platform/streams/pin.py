@@ -50,3 +50,26 @@ def pin_batch(
         t: int(commit[version_key(t)]) if version_key(t) in commit else current_version(lake, t) for t in tables
     }
     return Pin(as_of, versions)
+
+
+def pin_batches(
+    lake: DeltaLake, anchor_table: str, batches: Iterable[tuple[str, int]], tables: Iterable[str], now: datetime
+) -> dict[tuple[str, int], Pin]:
+    """pin_batch of several (app_id, batch) pairs from one read of the anchor's history: the batches not
+    anchored yet share `now` and the tables' current versions."""
+    batches, tables = list(batches), list(tables)
+    commits = lake.batch_commits(anchor_table, batches)
+    current: dict[str, int] = {}
+    pins = {}
+    for key in batches:
+        commit = commits[key] or {}
+        versions = {}
+        for t in tables:
+            if version_key(t) in commit:
+                versions[t] = int(commit[version_key(t)])
+            else:
+                if t not in current:
+                    current[t] = current_version(lake, t)
+                versions[t] = current[t]
+        pins[key] = Pin(datetime.fromisoformat(commit[AS_OF]) if AS_OF in commit else now, versions)
+    return pins

@@ -1,16 +1,18 @@
 """Segment evaluation of one tenant, as a batch: every segment over every merged profile in one pass, in a
-Spark task that also writes the result's files, then membership and its change log committed exactly once.
+Spark task that also writes the result's files, then the entries and exits appended to the change log
+exactly once.
 
 plan     stream `profile_segments/<tenant>`, a TableVersionsSlice of the tenant's raw table: (versions
          evaluated last time, the current one]. The raw table is read at `up_to`.
-prepare  on the driver: the pin (evaluation time, the membership version the batch diffs against), the
-         raw files, and for an incremental run the files the slice's commits added and removed.
+prepare  on the driver: the pin (evaluation time, the versions of the base and the log the batch diffs
+         against), the raw files, for an incremental run the files the slice's commits added and removed,
+         and the tenant's base and log files at the pinned versions (membership_files.py).
 compute  one Spark task per tenant (task.py; several tenants' batches share one Spark job in
-         `evaluate_tenants`): read, evaluate, diff with the pinned membership, write the tenant's new
-         membership files and its entries / exits; only file actions and counts come back.
-commit   profile_segment_changes (the entries and exits, carries the pin), then profile_segments (the
-         tenant's files replaced in one commit), each with the txn (app id, batch id); then done. A step an
-         earlier attempt committed is not written again; what a dead attempt wrote is deleted first.
+         `evaluate_tenants`): read, evaluate, diff with the membership merged from the base and the log,
+         write the entries / exits; only file actions and counts come back.
+commit   profile_segment_changes (the entries and exits, carries the pin and the txn (app id, batch id)),
+         then done. A batch an earlier attempt committed is not written again; what a dead attempt wrote
+         is deleted first. The base (profile_segments) is rewritten only by a compaction (compaction.py).
 
 Incremental: with the previous evaluation's definitions unchanged (a digest in its commit metadata), only
 the identities whose rows changed in the slice, plus those whose windowed aggregates time alone may have
@@ -32,9 +34,9 @@ from pyspark.sql import SparkSession
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.file_writes import WrittenFile, delete_uncommitted, writer_tag
-from engagement_platform.lake.row_erasure import live_files
 from engagement_platform.profiles.segments.array_warnings import array_warnings
 from engagement_platform.profiles.segments.definitions import Segment
+from engagement_platform.profiles.segments.membership_files import MembershipFiles
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.segments.task import (
     ARRAYS_SCHEMA,
@@ -48,7 +50,7 @@ from engagement_platform.profiles.segments.task import (
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
 from engagement_platform.streams.batch import Batch, FilesStep, Outcomes, commit_batches
-from engagement_platform.streams.pin import AS_OF, Pin, pin_batch
+from engagement_platform.streams.pin import AS_OF, Pin, pin_batches
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import TableVersionsSlice
 
@@ -111,58 +113,80 @@ def fingerprint_key(tenant: str) -> str:
     return f"{FINGERPRINT}/{tenant}"
 
 
-def prepare(lake: DeltaLake, tenant: str, plan: BatchPlan, segments: list[Segment], now: datetime) -> Prepared:
-    """The batch pinned: its earlier attempt's pin, else `now` and the membership table's current version
-    (the same for every batch of one `evaluate_tenants` call, so their commits can share them)."""
+def prepare_all(lake: DeltaLake, batches: list[tuple[str, BatchPlan, list[Segment]]], now: datetime) -> list[Prepared]:
+    """Every batch pinned: its earlier attempt's pin, else `now` and the current versions of the base and the
+    log (shared by every batch not anchored yet, so their commits can share them). The anchor commits, the
+    previous evaluations' commits and each pinned version of the two tables are read once for all tenants."""
+    apps = [(segments_app_id(tenant), plan.batch_id) for tenant, plan, _ in batches]
+    tables = [PROFILE_SEGMENTS.name, PROFILE_SEGMENT_CHANGES.name]
+    pins = pin_batches(lake, PROFILE_SEGMENT_CHANGES.name, apps, tables, now)
+    previous = lake.batch_commits(
+        PROFILE_SEGMENT_CHANGES.name,
+        [
+            (app, batch - 1)
+            for (app, batch), (_, plan, _) in zip(apps, batches)
+            if plan.slice_as(TableVersionsSlice).after >= 0
+        ],
+    )
+    stored = MembershipFiles(lake)
+    return [
+        prepare(lake, stored, tenant, plan, segments, pins[key], previous.get((key[0], key[1] - 1)))
+        for key, (tenant, plan, segments) in zip(apps, batches)
+    ]
+
+
+def prepare(
+    lake: DeltaLake,
+    stored: MembershipFiles,
+    tenant: str,
+    plan: BatchPlan,
+    segments: list[Segment],
+    pin: Pin,
+    previous: dict | None,
+) -> Prepared:
+    """One tenant's work: its raw files (and for an incremental run the slice's added and removed ones), and
+    its membership files at the pinned versions."""
     raw = plan.slice_as(TableVersionsSlice)
     app = segments_app_id(tenant)
-    pin = pin_batch(lake, PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id, [PROFILE_SEGMENTS.name], now=now)
     fingerprint = segments_fingerprint(segments)
-    previous = lake.batch_commit(PROFILE_SEGMENT_CHANGES.name, app, plan.batch_id - 1) if raw.after >= 0 else None
     incremental = bool(previous) and previous.get(fingerprint_key(tenant)) == fingerprint and AS_OF in previous
     added, removed = (), ()
-    files = tuple(lake.table(raw.table, raw.up_to).file_uris())
+    table = lake.table(raw.table, raw.up_to)
+    files = tuple(table.file_uris())
     if incremental:
         try:
-            before, now = set(lake.table(raw.table, raw.after).file_uris()), set(files)
-            added, removed = tuple(sorted(now - before)), tuple(sorted(before - now))
+            table.load_as_version(raw.after)
+            before, current = set(table.file_uris()), set(files)
+            added, removed = tuple(sorted(current - before)), tuple(sorted(before - current))
         except OSError:  # the old version's log is gone (past the erasure window): evaluate every identity
             incremental = False
     tag = writer_tag(app.replace("/", "_"), plan.batch_id)
-    for spec in (PROFILE_SEGMENTS, PROFILE_SEGMENT_CHANGES):  # what a dead attempt of this batch wrote
-        if lake.exists(spec.name):
-            delete_uncommitted(lake, spec, tag)
     txn = BatchTxn(app, plan.batch_id)
+    write_changes = not (
+        lake.exists(PROFILE_SEGMENT_CHANGES.name) and lake.already_committed(PROFILE_SEGMENT_CHANGES.name, txn)
+    )
+    if write_changes:  # what a dead attempt of this batch wrote
+        delete_uncommitted(lake, PROFILE_SEGMENT_CHANGES, tag, {"tenant": tenant})
+    membership = stored.of(tenant, pin.versions[PROFILE_SEGMENTS.name], pin.versions[PROFILE_SEGMENT_CHANGES.name])
     work = TenantWork(
         tenant,
         plan.batch_id,
         tuple(segments),
         pin.as_of,
         files,
-        _partition_files(lake, tenant, pin.versions[PROFILE_SEGMENTS.name]),
-        lake.uri(PROFILE_SEGMENTS.name),
+        membership.base,
+        membership.log,
+        membership.through,
         lake.uri(PROFILE_SEGMENT_CHANGES.name),
         raw.up_to,
         tag,
-        not _committed(lake, PROFILE_SEGMENTS.name, txn),
-        not _committed(lake, PROFILE_SEGMENT_CHANGES.name, txn),
+        write_changes,
         incremental,
         datetime.fromisoformat(previous[AS_OF]) if incremental else None,
         added,
         removed,
     )
     return Prepared(plan, pin, fingerprint, work)
-
-
-def _committed(lake: DeltaLake, table: str, txn: BatchTxn) -> bool:
-    return lake.exists(table) and lake.already_committed(table, txn)
-
-
-def _partition_files(lake: DeltaLake, tenant: str, version: int) -> tuple[str, ...]:
-    """The tenant's membership files at `version` (-1: none yet)."""
-    if version < 0 or not lake.exists(PROFILE_SEGMENTS.name):
-        return ()
-    return tuple(lake.table(PROFILE_SEGMENTS.name, version).file_uris(partition_filters=[("tenant", "=", tenant)]))
 
 
 @dataclass
@@ -223,10 +247,7 @@ class Handed:
 
 def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
     """The tasks' hand-back split by tenant, in one pass over each kind."""
-    out = {
-        r["tenant"]: Handed(r, {}, {PROFILE_SEGMENTS.name: [], PROFILE_SEGMENT_CHANGES.name: []})
-        for r in handed["result"].to_pylist()
-    }
+    out = {r["tenant"]: Handed(r, {}, {PROFILE_SEGMENT_CHANGES.name: []}) for r in handed["result"].to_pylist()}
     for r in handed["sizes"].to_pylist():
         out[r["tenant"]].sizes[r["segment"]] = r["members"]
     for r in handed["arrays"].to_pylist():
@@ -236,18 +257,13 @@ def handed_by_tenant(handed: dict[str, pa.Table]) -> dict[str, Handed]:
     return out
 
 
-def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: Handed, live: list[WrittenFile]) -> Batch:
-    """One tenant's commits from what its task handed back: its entries and exits, then its membership files
-    replacing `live` (the tenant's current ones) when anything entered or left."""
+def tenant_batch(lake: DeltaLake, prepared: Prepared, handed: Handed) -> Batch:
+    """One tenant's commit from what its task handed back: its entries and exits appended to the log."""
     written = handed.written
-    moved = handed.counts["entered"] or handed.counts["exited"]
     return Batch(
         prepared.plan,
         segments_app_id(prepared.work.tenant),
-        [
-            FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], [])),
-            FilesStep(lake, PROFILE_SEGMENTS, lambda _: (written[PROFILE_SEGMENTS.name], live if moved else [])),
-        ],
+        [FilesStep(lake, PROFILE_SEGMENT_CHANGES, lambda _: (written[PROFILE_SEGMENT_CHANGES.name], []))],
     )
 
 
@@ -265,18 +281,15 @@ def evaluate_tenants(
     lake.ensure(PROFILE_SEGMENT_CHANGES)
     lake.ensure(PROFILE_SEGMENTS)
     now = datetime.now(UTC)
-    prepared = [prepare(lake, tenant, plan, segments, now) for tenant, plan, segments in batches]
+    prepared = prepare_all(lake, batches, now)
     t1 = time.perf_counter()
     handed = handed_by_tenant(run_tasks(spark, lake, [p.work for p in prepared]))
     t2 = time.perf_counter()
-    live: dict[str, list[WrittenFile]] = {}
-    for f in live_files(lake, PROFILE_SEGMENTS):
-        live.setdefault(f.partition_values.get("tenant"), []).append(f)
     fresh = next(
         (p.pin for p in prepared if p.pin.as_of == now), prepared[0].pin
     )  # the pin every batch not anchored yet shares
     committed = commit_batches(
-        [tenant_batch(lake, p, handed[p.work.tenant], live.get(p.work.tenant, [])) for p in prepared],
+        [tenant_batch(lake, p, handed[p.work.tenant]) for p in prepared],
         checkpoints,
         **fresh.metadata(),
         **{fingerprint_key(p.work.tenant): p.fingerprint for p in prepared},

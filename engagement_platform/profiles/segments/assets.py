@@ -45,8 +45,9 @@ from engagement_platform.profiles.segments.apply import (
     segments_stream,
 )
 from engagement_platform.profiles.segments.definitions import load_segments
+from engagement_platform.profiles.segments.read import segment_members
 from engagement_platform.profiles.segments.reference import members
-from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES
 from engagement_platform.profiles.tables import raw_table_name
 from engagement_platform.resources import LakeResource, SparkResource
 from engagement_platform.settings import load_settings
@@ -112,14 +113,7 @@ def sample_check(lake: LakeResource, tenant: str, plan, segments, batch_id: int)
     now = pin_batch(
         store, PROFILE_SEGMENT_CHANGES.name, segments_app_id(tenant), batch_id, []
     ).as_of  # the evaluation's pinned time
-    members_of_sample = (
-        store.table(PROFILE_SEGMENTS.name)
-        .to_pyarrow_dataset()
-        .to_table(
-            columns=["segment", "identity"],
-            filter=(pc.field("tenant") == tenant) & text_column("identity").isin(chosen),
-        )
-    )
+    members_of_sample = segment_members(store, tenant, as_of_batch=batch_id, identities=chosen)
     committed = set(zip(members_of_sample["segment"].to_pylist(), members_of_sample["identity"].to_pylist()))
     expected = {(s.name, key) for s in segments for key in members(s, sample, now)}
     return AssetCheckResult(

@@ -1,14 +1,16 @@
 """The executor side of a segment evaluation: one Spark task per tenant reads the tenant's raw files, finds
 the identities to evaluate, evaluates every segment in one pass (evaluate.py), diffs the result with the
-membership the batch started from, and writes the new membership and the entries / exits as Parquet files
-into the two tables' folders. Only file actions and counts go back to the driver, which commits them.
+membership the batch started from (the base with the log merged on read: current.py), and writes the
+entries and exits as Parquet files into the change log's folder. Only file actions and counts go back to the
+driver, which commits them. The base is not rewritten: a compaction folds the log into it (compaction.py).
 
 Incremental work (`TenantWork.incremental`): the identities whose rows changed between the raw versions of
 the slice are the components of the rows that differ between the files the slice's commits added and the
 files they removed (a file a MERGE copied unchanged rows into does not make those rows changed), plus the
 identities whose windowed aggregates time alone may have moved (evaluate.time_affected). Only their rows
-are parsed and evaluated; every other identity keeps its membership. When the removed files are gone (the
-erasure window), the task evaluates every identity and says so (`mode`).
+are parsed and evaluated, and only their stored membership is kept when the base and the log are read:
+every other identity keeps its membership without a row of it being decoded. When the removed files are
+gone (the erasure window), the task evaluates every identity and says so (`mode`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import pyarrow.compute as pc
 from engagement_platform.lake.file_writes import WrittenFile, filesystem, read_parquet, write_files
 from engagement_platform.profiles.segments.array_warnings import array_rows
 from engagement_platform.profiles.segments.columns import RECORD_COLUMNS, constant, profiles_of
+from engagement_platform.profiles.segments.current import current_membership
 from engagement_platform.profiles.segments.definitions import Segment
 from engagement_platform.profiles.segments.evaluate import evaluate, paths_of, time_affected, windows_of
-from engagement_platform.profiles.segments.membership import PREVIOUS_COLUMNS, membership_diff
-from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
+from engagement_platform.profiles.segments.membership import membership_diff
+from engagement_platform.profiles.segments.stored import read_stored
+from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES
 from engagement_platform.profiles.tables import RAW_SCHEMA
 from engagement_platform.spark.handoff import handoff
 
@@ -66,13 +70,13 @@ class TenantWork:
     segments: tuple[Segment, ...]
     now: datetime  # the batch's pinned evaluation time
     raw_files: tuple[str, ...]  # the raw table's files at the slice's version
-    previous_files: tuple[str, ...]  # the tenant's membership files at the pinned membership version
-    members_uri: str
+    base_files: tuple[str, ...]  # the tenant's base membership files at the pinned base version
+    log_files: tuple[str, ...]  # its change-log files holding batches after `through`, at the pinned log version
+    through: int  # the batch the base is compacted through (-1: none)
     changes_uri: str
     raw_version: int
     tag: str  # writer tag of the batch's files
-    write_members: bool  # False when an earlier attempt already committed that table
-    write_changes: bool
+    write_changes: bool  # False when an earlier attempt already committed the batch's changes
     incremental: bool = False
     since: datetime | None = None  # the previous evaluation's time
     added_files: tuple[str, ...] = ()  # raw files the slice's commits added
@@ -117,11 +121,8 @@ def changed_components(work: TenantWork, storage_options) -> pa.Array:
     return pc.unique(pa.concat_arrays([t["component"].combine_chunks() for t in differ]).drop_null())
 
 
-def evaluate_work(
-    work: TenantWork, storage_options
-) -> tuple[dict, pa.Table, pa.Table, list[WrittenFile], list[WrittenFile]]:
-    """(counts, sizes per segment, arrays under scalar ops, membership files, change files) of one tenant's
-    batch."""
+def evaluate_work(work: TenantWork, storage_options) -> tuple[dict, pa.Table, pa.Table, list[WrittenFile]]:
+    """(counts, sizes per segment, arrays under scalar ops, change files) of one tenant's batch."""
     segments, clock = list(work.segments), [time.perf_counter()]
     raw = _read(work.raw_files, READ_COLUMNS, storage_options)
     raw = (
@@ -149,29 +150,24 @@ def evaluate_work(
     arrays = array_rows(profiles, segments)
     clock.append(time.perf_counter())
 
-    previous = _read(work.previous_files, PREVIOUS_COLUMNS, storage_options)
-    if previous is None:
-        previous = PROFILE_SEGMENTS.schema.empty_table().select(PREVIOUS_COLUMNS)
-    kept_unless = (
-        changed if mode == "incremental" else None
-    )  # identities not evaluated keep their rows unless they changed (gone)
+    incremental = mode == "incremental"
+    wanted = pc.unique(pa.concat_arrays([profiles.keys.cast(pa.string()), changed])) if incremental else None
+    stored = read_stored(
+        work.base_files, work.log_files, storage_options, identities=wanted, after_batch=work.through, sizes=incremental
+    )
+    # identities not evaluated keep their rows unless they changed (gone); an incremental run only read the
+    # stored rows of the identities it evaluated or saw change, so every other one keeps its membership
     diff = membership_diff(
-        previous.cast(pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS])),
+        current_membership(stored.base, stored.log),
         profiles.keys,
         results,
         work.now,
         work.batch_id,
-        kept_unless,
+        changed if incremental else None,
     )
-    membership = diff.membership.append_column("tenant", constant(work.tenant, pa.string(), diff.membership.num_rows))
+    sizes_now = diff.sizes if not incremental else _moved_sizes(stored.sizes, diff, list(diff.sizes))
     changes = pa.concat_tables([_changes(work, diff.entered, "entered"), _changes(work, diff.exited, "exited")])
     clock.append(time.perf_counter())
-    moved = diff.entered.num_rows or diff.exited.num_rows  # else the membership files stay as they are
-    member_files = (
-        write_files(work.members_uri, PROFILE_SEGMENTS, membership, work.tag, storage_options)
-        if work.write_members and moved
-        else []
-    )
     change_files = (
         write_files(work.changes_uri, PROFILE_SEGMENT_CHANGES, changes, work.tag, storage_options)
         if work.write_changes and changes.num_rows
@@ -181,7 +177,7 @@ def evaluate_work(
         "tenant": work.tenant,
         "mode": mode,
         "identities": profiles.size,
-        "members": membership.num_rows,
+        "members": sum(sizes_now.values()),
         "entered": diff.entered.num_rows,
         "exited": diff.exited.num_rows,
     }
@@ -189,9 +185,9 @@ def evaluate_work(
     counts |= {f"seconds_{p}": b - a for p, a, b in zip(PHASES, clock, clock[1:])}
     sizes = pa.table(
         {
-            "tenant": pa.array([work.tenant] * len(diff.sizes), pa.string()),
-            "segment": pa.array(list(diff.sizes), pa.string()),
-            "members": pa.array(list(diff.sizes.values()), pa.int64()),
+            "tenant": pa.array([work.tenant] * len(sizes_now), pa.string()),
+            "segment": pa.array(list(sizes_now), pa.string()),
+            "members": pa.array(list(sizes_now.values()), pa.int64()),
         }
     )
     held = pa.table(
@@ -201,7 +197,16 @@ def evaluate_work(
             "records": pa.array(list(arrays.values()), pa.int64()),
         }
     )
-    return counts, sizes, held, member_files, change_files
+    return counts, sizes, held, change_files
+
+
+def _moved_sizes(before: dict[str, int], diff, names: list[str]) -> dict[str, int]:
+    """Members per segment after an incremental run: the stored sizes, plus its entries, minus its exits."""
+    sizes = {name: before.get(name, 0) for name in names}
+    for pairs, weight in ((diff.entered, 1), (diff.exited, -1)):
+        for name in pairs["segment"].to_pylist():
+            sizes[name] = sizes.get(name, 0) + weight
+    return sizes
 
 
 def _changes(work: TenantWork, pairs: pa.Table, kind: str) -> pa.Table:
@@ -229,13 +234,11 @@ def evaluation_task(works: list[TenantWork], storage_options):
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 work = works[index]
-                counts, sizes, held, member_files, change_files = evaluate_work(work, storage_options)
+                counts, sizes, held, change_files = evaluate_work(work, storage_options)
                 yield from handoff("result", pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
                 yield from handoff("sizes", sizes)
                 yield from handoff("arrays", held.cast(ARRAYS_SCHEMA))
                 files = [
-                    {"tenant": work.tenant, "table": PROFILE_SEGMENTS.name, "file": f.to_json()} for f in member_files
-                ] + [
                     {"tenant": work.tenant, "table": PROFILE_SEGMENT_CHANGES.name, "file": f.to_json()}
                     for f in change_files
                 ]

@@ -29,7 +29,9 @@ from engagement_platform.profiles.erasure.remaining import profile_rows_naming
 from engagement_platform.profiles.erasure.upkeep import expire_staging
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
 from engagement_platform.profiles.segments.apply import evaluate_tenant, plan_evaluation
+from engagement_platform.profiles.segments.compaction import compact_tenants
 from engagement_platform.profiles.segments.definitions import parse_segment
+from engagement_platform.profiles.segments.read import segment_members
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING,
@@ -162,6 +164,7 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
     assert lake.read(QUARANTINE_PROFILE_CDC.name).num_rows == 1
     everyone = parse_segment({"name": "everyone", "where": {"ids": {"op": ">=", "value": 1}}}, "test")[0]
     evaluate_tenant(spark, lake, checkpoints, "acme", plan_evaluation(lake, checkpoints, "acme"), [everyone])
+    compact_tenants(spark, lake, ["acme"])  # the membership in the base as well as in the log
     assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {SUBJECT, KEPT}, (
         "the identity's component id is an id"
     )
@@ -187,7 +190,8 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
         "the earlier refused request naming the subject went; the other stays"
     )
     assert ids_of(lake, "acme") == {KEPT} and ids_of(lake, "beta") == {ELSEWHERE}
-    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {KEPT}, "it left every segment"
+    assert {r["identity"] for r in lake.read(PROFILE_SEGMENTS.name).to_pylist()} == {KEPT}, "it left the base"
+    assert set(segment_members(lake, "acme")["identity"].to_pylist()) == {KEPT}, "and every segment"
     assert SUBJECT not in json.dumps(lake.read(PROFILE_SEGMENT_CHANGES.name).to_pylist(), default=str), (
         "and the entries log"
     )

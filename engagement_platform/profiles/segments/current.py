@@ -1,0 +1,89 @@
+"""Current segment membership, merged on read from the compacted base and the change log (pure: no Spark, no I/O).
+
+Membership is kept the way Hudi keeps a merge-on-read table: `profile_segments` is a base that only a
+compaction rewrites, `profile_segment_changes` an append-only log of entries and exits that every evaluation
+adds to. A (segment, identity) pair is a member when its newest row, by batch, is a base row or an entry.
+
+Why the newest row decides, without knowing which batch the base was compacted through: a base row carries
+the batch in which its pair entered, and the log holds every change of every batch, so the newest row of a
+pair is either that entry (the base and the log agree), a later change the base has not folded in yet, or,
+for a pair the base does not hold, the exit that took it out. A reader that knows the compaction point
+(`through`) only skips log files it does not need; the answer is the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+BASE_COLUMNS = ["segment", "identity", "entered_at", "batch_id"]
+LOG_COLUMNS = ["segment", "identity", "change", "evaluated_at", "batch_id"]
+ENTERED, EXITED = "entered", "exited"
+_TS = pa.timestamp("us", tz="UTC")
+
+
+def ranks(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Each value's position in the sorted distinct values (int64): equal values get equal codes, and codes
+    order as the strings do."""
+    encoded = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    order = np.asarray(pc.rank(encoded.dictionary, sort_keys="ascending").to_numpy(), np.int64) - 1
+    return order[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)]
+
+
+def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = None) -> pa.Table:
+    """The members (BASE_COLUMNS, sorted by segment then identity) given base rows (BASE_COLUMNS) and log rows
+    (LOG_COLUMNS) of one tenant. `as_of_batch`: the membership right after that batch (the base must then be
+    compacted through at most that batch, or be left out with the whole log given)."""
+    base = base.select(BASE_COLUMNS)
+    log = log.select(LOG_COLUMNS)
+    if as_of_batch is not None:
+        base = base.filter(pc.less_equal(base["batch_id"], as_of_batch))
+        log = log.filter(pc.less_equal(log["batch_id"], as_of_batch))
+    rows = pa.table(
+        {
+            "segment": pa.chunked_array(
+                [*base["segment"].cast(pa.string()).chunks, *log["segment"].cast(pa.string()).chunks], pa.string()
+            ),
+            "identity": pa.chunked_array(
+                [*base["identity"].cast(pa.string()).chunks, *log["identity"].cast(pa.string()).chunks], pa.string()
+            ),
+            "entered_at": pa.chunked_array(
+                [*base["entered_at"].cast(_TS).chunks, *log["evaluated_at"].cast(_TS).chunks], _TS
+            ),
+            "batch_id": pa.chunked_array(
+                [*base["batch_id"].cast(pa.int64()).chunks, *log["batch_id"].cast(pa.int64()).chunks], pa.int64()
+            ),
+        }
+    )
+    if not rows.num_rows:
+        return rows
+    member = np.concatenate(
+        [
+            np.ones(base.num_rows, bool),
+            np.asarray(pc.equal(log["change"], ENTERED).fill_null(False).to_numpy(zero_copy_only=False), bool),
+        ]
+    )
+    segment, identity = ranks(rows["segment"]), ranks(rows["identity"])
+    key = segment * (int(identity.max()) + 1) + identity
+    batch = np.asarray(rows["batch_id"].to_numpy(), np.int64)
+    order = np.lexsort((batch, key))  # by pair, then by batch: a pair's newest row is the last of its run
+    last = np.ones(len(order), bool)
+    last[:-1] = key[order][1:] != key[order][:-1]
+    newest = order[last]
+    return rows.take(pa.array(newest[member[newest]]))
+
+
+def net_sizes(base_segments: pa.ChunkedArray | pa.Array, log: pa.Table) -> dict[str, int]:
+    """Members per segment when the base holds exactly the state the log's rows change: base rows count one,
+    an entry one more, an exit one less (the log here is only the rows after the base's compaction point)."""
+    sizes: dict[str, int] = {}
+    for values, weight in (
+        (base_segments, 1),
+        (log["segment"].filter(pc.equal(log["change"], ENTERED)), 1),
+        (log["segment"].filter(pc.equal(log["change"], EXITED)), -1),
+    ):
+        counts = pc.value_counts(values.cast(pa.string()))
+        for name, n in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+            sizes[name] = sizes.get(name, 0) + weight * n
+    return sizes

@@ -1,0 +1,74 @@
+"""Reading segment membership: a segment's current members (or its members right after a batch), and the
+entries and exits since a checkpoint, for activation. Each reads only the files it needs: the tenant's
+partition of each table, the log files after the base's compaction point for current members, and the row
+groups of the wanted segment (the base is written sorted by segment).
+
+    from engagement_platform.profiles.segments.read import segment_members, membership_changes
+    members = segment_members(lake, "acme", "cart_abandoners")           # segment, identity, entered_at, batch_id
+    changes = membership_changes(lake, "acme", since_batch=41)            # the log rows of batches 42, 43, ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.profiles.segments.current import LOG_COLUMNS, current_membership
+from engagement_platform.profiles.segments.membership_files import MembershipFiles
+from engagement_platform.profiles.segments.stored import read_stored
+
+
+def segment_members(
+    lake: DeltaLake,
+    tenant: str,
+    segments: str | Sequence[str] | None = None,
+    as_of_batch: int | None = None,
+    files: MembershipFiles | None = None,
+    identities: Sequence[str] | None = None,
+) -> pa.Table:
+    """The tenant's members (segment, identity, entered_at, batch_id; sorted by segment then identity) of
+    `segments` (a name, names, or None: all), now or right after evaluation batch `as_of_batch`; only of
+    `identities` when given. `files`: a MembershipFiles to reuse, so that several reads load each table
+    version once."""
+    files = files or MembershipFiles(lake)
+    wanted = None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments))
+    who = None if identities is None else pa.array(list(identities), pa.string())
+    stored_files = files.of(tenant)
+    if as_of_batch is not None and as_of_batch < stored_files.through:
+        # the base already folds in later batches: the log from its start replays the state at that batch
+        log = files.all_log(tenant)
+        stored = read_stored((), log, lake.storage_options, identities=who, segments=wanted)
+    else:
+        stored = read_stored(
+            stored_files.base,
+            stored_files.log,
+            lake.storage_options,
+            identities=who,
+            segments=wanted,
+            after_batch=stored_files.through,
+        )
+    return current_membership(stored.base, stored.log, as_of_batch)
+
+
+def membership_changes(
+    lake: DeltaLake, tenant: str, since_batch: int, segments: str | Sequence[str] | None = None
+) -> pa.Table:
+    """The entries and exits (LOG_COLUMNS, by batch) of the tenant's evaluations after batch `since_batch`:
+    what an activation consumer that last read through `since_batch` has not seen. Only the log files with
+    later batches are read."""
+    files = MembershipFiles(lake)
+    wanted = None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments))
+    stored = read_stored(
+        (), files.log_after(tenant, since_batch), lake.storage_options, segments=wanted, after_batch=since_batch
+    )
+    return stored.log.select(LOG_COLUMNS).sort_by(
+        [("batch_id", "ascending"), ("segment", "ascending"), ("identity", "ascending")]
+    )
+
+
+def latest_batch(lake: DeltaLake, tenant: str) -> int:
+    """The newest evaluation batch in the tenant's log (-1: none): the checkpoint to keep after reading every
+    change so far."""
+    return MembershipFiles(lake).newest_logged(tenant)
