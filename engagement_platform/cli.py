@@ -10,6 +10,9 @@ engagement-platform run-batch --stream profile_processor/tenant01
 engagement-platform run-batch --stream ingest/rewards_members --batch-id 1
 engagement-platform demo-profile-cdc --rate 20 --snapshot-dir .state/exports/profiles
 engagement-platform profile-backfill --tenant tenant01 --path .state/exports/profiles --until 2026-01-05T12:00:00Z
+engagement-platform segment-members --tenant tenant01 --segment engaged_germans [--as-of-batch 41] [--json]
+engagement-platform segment-changes --tenant tenant01 --since-batch 41 [--json]
+engagement-platform segments-compact [--tenant tenant01 ...]
 engagement-platform status [--json] [--stream ingestion]
 """
 
@@ -57,6 +60,16 @@ def _spark():
 
     settings = load_settings()
     return build_session(session_config(settings.spark_remote, settings.spark_master))
+
+
+def _coordinator():
+    """The ZooKeeper coordinator the platform's runs lock with (None when EP_COORDINATOR=off); the caller closes it."""
+    from engagement_platform.streams.coordinator import Coordinator
+
+    settings = load_settings()
+    if not settings.coordinator_enabled:
+        return None
+    return Coordinator(settings.zookeeper_hosts, settings.zookeeper_root, auth=settings.zookeeper_auth)
 
 
 def create_topics(args) -> None:
@@ -225,16 +238,10 @@ def profile_backfill(args) -> None:
     from engagement_platform.lake.checkpoints import CheckpointStore
     from engagement_platform.profiles.backfill.apply import backfill_stream, backfill_tenant
     from engagement_platform.profiles.locks import tenant_lock
-    from engagement_platform.streams.coordinator import Coordinator
 
-    settings = load_settings()
     lake = _lake()
     spark = _spark()
-    zk = (
-        Coordinator(settings.zookeeper_hosts, settings.zookeeper_root, auth=settings.zookeeper_auth)
-        if settings.coordinator_enabled
-        else None
-    )
+    zk = _coordinator()
     try:
         with tenant_lock(zk, args.tenant, f"{backfill_stream(args.tenant)}/cli"):
             result = backfill_tenant(spark, lake, CheckpointStore(lake), args.tenant, args.path, args.until)
@@ -242,6 +249,81 @@ def profile_backfill(args) -> None:
         if zk is not None:
             zk.close()
     print(json.dumps(result.metadata(), default=str))
+
+
+def _print_rows(args, document: dict, rows: list[dict], columns: list[str]) -> None:
+    """`document` with the rows as JSON (--json), else the rows' `columns` as tab-separated lines under a header."""
+    if args.json:
+        json.dump(document, sys.stdout, default=str, indent=1)
+        print()
+        return
+    print("\t".join(columns))
+    for row in rows:
+        print("\t".join(v.isoformat() if hasattr(v, "isoformat") else str(v) for v in (row[c] for c in columns)))
+
+
+def segment_members(args) -> None:
+    """A tenant's members, merged from the compacted base and the change log."""
+    from engagement_platform.profiles.segments.read import segment_members as members_of
+
+    rows = members_of(_lake(), args.tenant, args.segment, args.as_of_batch).to_pylist()
+    document = {"tenant": args.tenant, "as_of_batch": args.as_of_batch, "member_count": len(rows), "members": rows}
+    _print_rows(args, document, rows, ["segment", "identity", "entered_at"])
+    print(f"{len(rows)} members", file=sys.stderr)
+
+
+def segment_changes(args) -> None:
+    """A tenant's entries and exits after a checkpoint, then the checkpoint to pass next."""
+    from engagement_platform.profiles.segments.read import latest_batch, membership_changes
+
+    lake = _lake()
+    # the checkpoint is read first and the changes kept up to it: a batch committed in between is left to
+    # the next call, not skipped by a checkpoint that already counts it
+    checkpoint = max(latest_batch(lake, args.tenant), args.since_batch)
+    rows = membership_changes(lake, args.tenant, args.since_batch, args.segment, up_to_batch=checkpoint).to_pylist()
+    document = {"tenant": args.tenant, "since_batch": args.since_batch, "change_count": len(rows), "changes": rows}
+    _print_rows(
+        args,
+        {**document, "checkpoint": checkpoint},
+        rows,
+        ["batch_id", "change", "segment", "identity", "evaluated_at"],
+    )
+    if not args.json:
+        print(f"checkpoint {checkpoint}")
+
+
+def compaction_tenants(lake) -> list[str]:
+    """Every tenant with a raw table or a partition in the segment change log."""
+    from engagement_platform.profiles.erasure.upkeep import raw_tenants
+    from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES
+
+    tenants = set(raw_tenants(lake))
+    if lake.exists(PROFILE_SEGMENT_CHANGES.name):  # its file list has the partition column even when empty
+        tenants.update(lake.file_stats(PROFILE_SEGMENT_CHANGES.name)["partition.tenant"].to_pylist())
+    return sorted(t for t in tenants if t)
+
+
+def segments_compact(args) -> None:
+    """Fold tenants' segment change logs into the base, under their tenant locks unless EP_COORDINATOR=off."""
+    from engagement_platform.profiles.segments.compaction import COMPACTION, compact_tenants
+
+    lake = _lake()
+    tenants = sorted(set(args.tenant)) if args.tenant else compaction_tenants(lake)
+    if not tenants:
+        print("segments-compact: no tenant has a raw table or a change log", file=sys.stderr)
+        return
+    spark = _spark()
+    zk = _coordinator()
+    try:
+        compacted = compact_tenants(spark, lake, tenants, zk, owner=f"{COMPACTION}/cli")
+    finally:
+        if zk is not None:
+            zk.close()
+    for result in compacted:
+        print(json.dumps(result.metadata(), default=str))
+    left = sorted(set(tenants) - {r.tenant for r in compacted})
+    if left:
+        print(f"segments-compact: nothing logged since the last compaction of {', '.join(left)}", file=sys.stderr)
 
 
 def status(args) -> None:
@@ -333,6 +415,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--path", required=True, help="folder of JSON lines / Parquet files, or one file")
     p.add_argument("--until", required=True, help="ISO time boundary: later rows are left to CDC")
     p.set_defaults(fn=profile_backfill)
+
+    p = sub.add_parser("segment-members", help="a tenant's segment members (the compacted base merged with the log)")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--segment", action="append", help="only this segment (repeat for several; default: all)")
+    p.add_argument("--as-of-batch", type=int, help="the members right after this evaluation batch (default: now)")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of tab-separated lines")
+    p.set_defaults(fn=segment_members)
+
+    p = sub.add_parser("segment-changes", help="a tenant's segment entries and exits since a checkpoint, the next one")
+    p.add_argument("--tenant", required=True)
+    p.add_argument("--since-batch", type=int, required=True, help="the checkpoint the last call printed (-1: all)")
+    p.add_argument("--segment", action="append", help="only this segment (repeat for several; default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON document instead of tab-separated lines")
+    p.set_defaults(fn=segment_changes)
+
+    p = sub.add_parser("segments-compact", help="fold segment change logs into the membership base (tenant locks)")
+    p.add_argument("--tenant", action="append", help="repeatable (default: every tenant with a raw table or a log)")
+    p.set_defaults(fn=segments_compact)
 
     p = sub.add_parser("status", help="per stream: latest batch and state, attempts, lock, lag, paused (runbook)")
     p.add_argument("--json", action="store_true", help="one JSON document instead of the table")

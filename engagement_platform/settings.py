@@ -180,6 +180,13 @@ SETTINGS: tuple[Setting, ...] = (
         "Segment definitions: `<dir>/all/*.yaml` for every tenant, `<dir>/<tenant>/*.yaml` for one.",
         "profiles",
     ),
+    Setting(
+        "EP_SEGMENTS_COMPACT_LOG_ROWS",
+        "100000",
+        "A tenant's segment change log is folded into its membership base once this many rows wait after the "
+        "base's compaction point (and once a day whatever the count).",
+        "profiles",
+    ),
     # object store: passed to every delta-rs call and to the Spark tasks' file systems (the executors do not
     # share the driver's environment); secrets among them never go into logs or metadata
     Setting("AWS_ENDPOINT_URL", None, "S3: the endpoint (another S3-compatible store).", "object store"),
@@ -290,6 +297,7 @@ class ProfileSettings:
     erasure_topic: str  # EP_PROFILE_ERASURE_TOPIC: profile erasure requests
     staging_retention_seconds: float  # EP_PROFILE_STAGING_RETENTION: merged staging buckets older than this are deleted
     segments_dir: str  # EP_SEGMENTS_DIR: segment definitions, <dir>/all/*.yaml and <dir>/<tenant>/*.yaml
+    segments_compact_log_rows: int  # EP_SEGMENTS_COMPACT_LOG_ROWS: log rows past the base that trigger a compaction
 
 
 @dataclass(frozen=True)
@@ -415,6 +423,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             erasure_topic=get("EP_PROFILE_ERASURE_TOPIC"),
             staging_retention_seconds=parse_duration(get("EP_PROFILE_STAGING_RETENTION")),
             segments_dir=get("EP_SEGMENTS_DIR"),
+            segments_compact_log_rows=int(get("EP_SEGMENTS_COMPACT_LOG_ROWS")),
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},

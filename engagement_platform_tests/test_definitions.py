@@ -53,6 +53,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "quarantine_profile_erasure",
         "profile_lake_upkeep",
         "profile_segments",
+        "profile_segments_compaction",
         "engagement_daily_metrics",  # the example consumer of changes_since
     }
     checks = {(c.asset_key.to_user_string(), c.name) for c in repo.asset_graph.asset_check_keys}
@@ -91,8 +92,8 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
     } | {
         ("profile_erasure", n) for n in ("identity_erased_everywhere", "requests_accounted", "offset_ranges_contiguous")
     } | {("profile_segments", "membership_matches_reference")} | {
-        ("engagement_daily_metrics", "daily_metrics_equal_full_recomputation")
-    }
+        ("profile_segments_compaction", "base_equals_merged_membership")
+    } | {("engagement_daily_metrics", "daily_metrics_equal_full_recomputation")}
     # Checks run after the batch's tables are committed: audits, so none is declared blocking.
     assert not [(a.key, c.name) for a in set(repo.assets_defs_by_key.values()) for c in a.check_specs if c.blocking]
     assert {s.name for s in repo.sensor_defs} == {
@@ -106,6 +107,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "profile_lag_sensor",
         "profile_erasure_sensor",
         "profile_segments_sensor",
+        "profile_segments_compaction_sensor",
         "engagement_daily_metrics_sensor",
     }
     assert {AssetKey("engagement_activity"), AssetKey("engagement_notifications")} == lineage_parents(
@@ -115,6 +117,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "layout_upkeep_schedule",
         "profile_upkeep_schedule",
         "landing_retention_schedule",
+        "profile_segments_compaction_schedule",
     }
     assert {
         "engagement_ingestion_job",
@@ -125,6 +128,7 @@ def test_definitions_load_and_list_every_asset_check_sensor_and_job():
         "profile_cdc_staging_job",
         "profile_processor_job",
         "profile_backfill_job",
+        "profile_segments_compaction_job",
     } <= set(repo.job_names)
     # a processor run merges a tenant's changes and evaluates its segments in one process
     assert repo.get_job("profile_processor_job").asset_layer.executable_asset_keys == {

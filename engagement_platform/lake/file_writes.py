@@ -326,19 +326,23 @@ def commit_files_of_batches(
 
 
 def delete_uncommitted(
-    lake: DeltaLake, spec: TableSpec, tag: str, partition: Mapping[str, str | None] | None = None
+    lake: DeltaLake,
+    spec: TableSpec,
+    tag: str,
+    partition: Mapping[str, str | None] | None = None,
+    written_by: Callable[[str], bool] | None = None,
 ) -> int:
     """Delete the files named with `tag` that the table's current version does not reference: what an
     attempt of that writer's batch wrote before it died (only in `partition`'s folder, when given: a writer
-    of one partition lists only its own). Returns how many were deleted. The table's live files are read only
-    when a file with the tag is there: a batch's first attempt costs one listing."""
+    of one partition lists only its own). `written_by(file name)`, when given, replaces the tag test (a writer
+    whose dead attempts may have had other batch numbers). Returns how many were deleted. The table's live
+    files are read only when such a file is there: a batch's first attempt costs one listing."""
     fs, root = filesystem(lake.uri(spec.name), lake.storage_options)
     folder = f"{root}/{_partition_dir(partition)}" if partition else root
     infos = fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True))
+    mine = written_by or (lambda name: name.startswith(f"part-{tag}-"))
     tagged = [
-        i.path[len(root) + 1 :]
-        for i in infos
-        if i.is_file and i.base_name.startswith(f"part-{tag}-") and "/_delta_log/" not in i.path
+        i.path[len(root) + 1 :] for i in infos if i.is_file and mine(i.base_name) and "/_delta_log/" not in i.path
     ]
     if not tagged:
         return 0
@@ -347,6 +351,12 @@ def delete_uncommitted(
     for path in stale:
         fs.delete_file(f"{root}/{path}")
     return len(stale)
+
+
+def tagged_batch(file_name: str, app_id: str) -> int | None:
+    """The batch in a data file's name when `app_id`'s writer wrote it (writer_tag), else None."""
+    match = re.match(rf"part-{re.escape(writer_tag(app_id, 0)[:-10])}(\d{{10}})-", file_name)
+    return int(match.group(1)) if match else None
 
 
 def read_parquet(

@@ -31,6 +31,7 @@ from engagement_platform.lake.file_writes import (
     WrittenFile,
     commit_files_of_batches,
     delete_uncommitted,
+    tagged_batch,
     write_files,
     writer_tag,
 )
@@ -41,7 +42,7 @@ from engagement_platform.profiles.segments.membership_files import MembershipFil
 from engagement_platform.profiles.segments.stored import read_stored
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
-from engagement_platform.streams.batch import failpoint
+from engagement_platform.streams.batch import active_lease, failpoint
 from engagement_platform.streams.coordinator import Coordinator
 
 COMPACTION = "profile_segments_compaction"  # lock owner, and the failpoints' stream name (crash tests)
@@ -129,6 +130,16 @@ def compaction_task(works: list[CompactionWork], storage_options: Mapping[str, s
     return run
 
 
+def dead_attempt(tenant: str, through: int):
+    """Whether a base file's name says a compaction past `through` wrote it: one that never committed."""
+
+    def written_by(name: str) -> bool:
+        batch = tagged_batch(name, compaction_app_id(tenant))
+        return batch is not None and batch > through
+
+    return written_by
+
+
 def plan_compactions(lake: DeltaLake, tenants: list[str]) -> tuple[list[CompactionWork], dict[str, list[WrittenFile]]]:
     """(the work of each tenant with log rows after its point, each tenant's live base files)."""
     stored = MembershipFiles(lake)
@@ -143,7 +154,9 @@ def plan_compactions(lake: DeltaLake, tenants: list[str]) -> tuple[list[Compacti
             continue
         up_to = stored.highest_batch(tenant)
         tag = writer_tag(compaction_app_id(tenant), up_to)
-        delete_uncommitted(lake, PROFILE_SEGMENTS, tag, {"tenant": tenant})  # what a dead attempt wrote
+        # what dead attempts wrote, whatever point they aimed at (more log may have come since): files of a
+        # point past the base's are never committed ones, and they would hold people an erasure never reaches
+        delete_uncommitted(lake, PROFILE_SEGMENTS, tag, {"tenant": tenant}, dead_attempt(tenant, files.through))
         works.append(
             CompactionWork(
                 tenant,
@@ -185,6 +198,9 @@ def compact_tenants(
         parts = [
             (BatchTxn(compaction_app_id(w.tenant), w.up_to), written[w.tenant], live.get(w.tenant, [])) for w in works
         ]
+        lease = active_lease()
+        if lease is not None:  # a lock lost while the tasks ran (a ZooKeeper session expired) stops the commit
+            lease.check()
         version, fresh = commit_files_of_batches(lake, PROFILE_SEGMENTS, parts, {"upkeep": "segments compaction"})
         failpoint(COMPACTION, PROFILE_SEGMENTS.name)
         seconds = {"plan": t1 - t0, "compact": t2 - t1, "commit": time.perf_counter() - t2}

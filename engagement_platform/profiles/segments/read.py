@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.profiles.segments.current import LOG_COLUMNS, current_membership
@@ -53,19 +54,26 @@ def segment_members(
 
 
 def membership_changes(
-    lake: DeltaLake, tenant: str, since_batch: int, segments: str | Sequence[str] | None = None
+    lake: DeltaLake,
+    tenant: str,
+    since_batch: int,
+    segments: str | Sequence[str] | None = None,
+    up_to_batch: int | None = None,
 ) -> pa.Table:
-    """The entries and exits (LOG_COLUMNS, by batch) of the tenant's evaluations after batch `since_batch`:
-    what an activation consumer that last read through `since_batch` has not seen. Only the log files with
-    later batches are read."""
+    """The entries and exits (LOG_COLUMNS, by batch) of the tenant's evaluations after batch `since_batch`
+    (and up to `up_to_batch`): what an activation consumer that last read through `since_batch` has not seen.
+    Only the log files with later batches are read. A consumer takes `latest_batch` first and passes it as
+    `up_to_batch`, then keeps it as its checkpoint: a batch committed in between is left for its next read
+    instead of being skipped."""
     files = MembershipFiles(lake)
     wanted = None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments))
     stored = read_stored(
         (), files.log_after(tenant, since_batch), lake.storage_options, segments=wanted, after_batch=since_batch
     )
-    return stored.log.select(LOG_COLUMNS).sort_by(
-        [("batch_id", "ascending"), ("segment", "ascending"), ("identity", "ascending")]
-    )
+    log = stored.log.select(LOG_COLUMNS)
+    if up_to_batch is not None:
+        log = log.filter(pc.less_equal(log["batch_id"], up_to_batch))
+    return log.sort_by([("batch_id", "ascending"), ("segment", "ascending"), ("identity", "ascending")])
 
 
 def latest_batch(lake: DeltaLake, tenant: str) -> int:

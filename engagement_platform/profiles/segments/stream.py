@@ -12,9 +12,11 @@ from engagement_platform.streams.spec import BatchContext, BatchResult
 
 
 def dagster_parts():
-    from engagement_platform.profiles.segments.assets import SEGMENTS  # Dagster: loaded with the Definitions
+    # Dagster: loaded with the Definitions
+    from engagement_platform.profiles.segments.assets import SEGMENTS
+    from engagement_platform.profiles.segments.upkeep.assets import with_compaction
 
-    return SEGMENTS
+    return with_compaction(SEGMENTS)
 
 
 def tenant_batch(request: BatchRequest) -> BatchRun:

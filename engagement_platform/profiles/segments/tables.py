@@ -1,4 +1,5 @@
-"""Delta table specs of segment membership: who is in which segment now, and who entered or left when."""
+"""Delta table specs of segment membership, kept merge-on-read: a compacted base and an append-only log of
+entries and exits (current.py says how the two make the current membership)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,15 @@ PROFILE_SEGMENTS = TableSpec(
             ("segment", pa.string()),
             ("identity", pa.string()),  # identity: the component id
             ("entered_at", _TS),
-            ("batch_id", pa.int64()),
+            ("batch_id", pa.int64()),  # the evaluation batch the pair entered in
         ]
     ),
     partition_by=("tenant",),
     change_data_feed=False,
     stats_columns=("segment", "identity", "entered_at", "batch_id"),
-    description="Segment membership: one row per tenant, segment and merged identity in it, with when it entered.",
+    description="Segment membership, compacted base: one row per tenant, segment and identity that was a member "
+    "at the batch the tenant's base is compacted through (txn `profile.segments.compaction/<tenant>`); rewritten "
+    "only by a compaction, sorted by segment; merged on read with profile_segment_changes.",
 )
 
 PROFILE_SEGMENT_CHANGES = TableSpec(
@@ -41,5 +44,6 @@ PROFILE_SEGMENT_CHANGES = TableSpec(
     partition_by=("tenant",),
     change_data_feed=False,
     stats_columns=("segment", "change", "evaluated_at", "batch_id"),
-    description="Segment entries and exits per evaluation: what downstream activation reads since its checkpoint.",
+    description="Segment membership, change log: every evaluation's entries and exits, appended a file per tenant "
+    "and batch; merged on read with the profile_segments base, and what activation reads since its checkpoint.",
 )

@@ -4,9 +4,13 @@ profile linked to another enters as its merged identity dictates; a deleted prof
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from dagster import (
@@ -28,16 +32,18 @@ from engagement_platform.profiles.segments.apply import (
     segments_stream,
 )
 from engagement_platform.profiles.segments.assets import profile_segments, profile_segments_sensor
-from engagement_platform.profiles.segments.compaction import compact_tenants
+from engagement_platform.profiles.segments.compaction import COMPACTION, compact_tenants
 from engagement_platform.profiles.segments.definitions import parse_segment
+from engagement_platform.profiles.segments.membership_files import compaction_app_id
 from engagement_platform.profiles.segments.read import segment_members
 from engagement_platform.profiles.segments.reference import members
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.resources import LakeResource, SparkResource
+from engagement_platform.streams.batch import FAILPOINT_ENV
 from engagement_platform.streams.pin import pin_batch
 from engagement_platform.streams.slices import TableVersionsSlice
 from engagement_platform_tests.support.cdc import new_topic, record, stage_and_process
-from engagement_platform_tests.support.crash import finished, killed_at
+from engagement_platform_tests.support.crash import KILLED, after_commit, finished, killed_at
 
 SEGMENTS = [
     parse_segment(d, "test")[0]
@@ -356,3 +362,45 @@ def test_killed_after_a_commit_then_rerun_evaluates_exactly_once(
     ]
     assert len(logged) == 1, "one commit of the batch's changes"
     assert base_rows(lake) == set(), "an evaluation appends to the log only: the base is a compaction's"
+
+
+def compact_in_a_child(lake_root: str, failpoint: str | None = None) -> subprocess.CompletedProcess:
+    """`engagement-platform segments-compact --tenant acme` in a child process, killed at `failpoint` if given."""
+    env = {**os.environ, "EP_LAKE_ROOT": lake_root}
+    env.pop(FAILPOINT_ENV, None)
+    if failpoint:
+        env[FAILPOINT_ENV] = failpoint
+    command = [sys.executable, "-m", "engagement_platform.cli", "segments-compact", "--tenant", "acme"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("crash_after", ["files", PROFILE_SEGMENTS.name])
+def test_a_compaction_killed_anywhere_then_rerun_folds_the_log_once_and_leaves_no_file_behind(
+    spark, kafka, lake, lake_root, checkpoints, cdc_topic, crash_after
+):
+    stage_and_process(
+        spark,
+        kafka,
+        lake,
+        checkpoints,
+        cdc_topic,
+        [record("acme", "p1", 1, {"country": "DE"}), record("acme", "p2", 1, {"country": "DE"})],
+        "acme",
+    )
+    evaluate(spark, lake, checkpoints)
+    killed = compact_in_a_child(lake_root, after_commit(COMPACTION, crash_after))
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    # more log comes before the re-run: it aims at a later point than the dead attempt did
+    stage_and_process(spark, kafka, lake, checkpoints, cdc_topic, [record("acme", "p3", 1, {"country": "DE"})], "acme")
+    second = evaluate(spark, lake, checkpoints)
+    rerun = compact_in_a_child(lake_root)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    expected = {("germans", "p1"), ("germans", "p2"), ("germans", "p3")}
+    assert base_rows(lake) == expected and membership(lake) == expected
+    assert lake.committed_version(PROFILE_SEGMENTS.name, compaction_app_id("acme")) == second.plan.batch_id
+    commits = [c for c in lake.history(PROFILE_SEGMENTS.name) if c.get("upkeep") == "segments compaction"]
+    assert len(commits) == (2 if crash_after == PROFILE_SEGMENTS.name else 1), "each compaction committed once"
+    base_files = {p.name for p in (Path(lake_root) / PROFILE_SEGMENTS.name).rglob("*.parquet")}
+    live = {uri.rsplit("/", 1)[-1] for uri in lake.table(PROFILE_SEGMENTS.name).file_uris()}
+    removed_by_a_commit = len(commits) - 1  # the first committed compaction's file, replaced by the second
+    assert len(base_files - live) == removed_by_a_commit, "a dead attempt's files are deleted by the re-run"
