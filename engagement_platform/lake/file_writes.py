@@ -195,6 +195,8 @@ def partition_slices(rows: pa.Table, partition_by: Iterable[str]) -> list[tuple[
         return [({}, rows)] if rows.num_rows else []
     if rows.num_rows == 0:
         return []
+    if all(len(pc.unique(rows[c])) == 1 for c in partition_by):  # one partition (a tenant's files): no sort, no copy
+        return [({c: _partition_value(rows[c][0].as_py()) for c in partition_by}, rows)]
     rows = rows.sort_by([(c, "ascending") for c in partition_by])
     change = np.zeros(rows.num_rows, dtype=bool)
     change[0] = True

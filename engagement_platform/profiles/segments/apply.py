@@ -129,8 +129,21 @@ def prepare_all(lake: DeltaLake, batches: list[tuple[str, BatchPlan, list[Segmen
         ],
     )
     stored = MembershipFiles(lake)
+    fingerprints: dict[int, str] = {}  # tenants usually share one list of definitions: digested once
+    for _, _, segments in batches:
+        if id(segments) not in fingerprints:
+            fingerprints[id(segments)] = segments_fingerprint(segments)
     return [
-        prepare(lake, stored, tenant, plan, segments, pins[key], previous.get((key[0], key[1] - 1)))
+        prepare(
+            lake,
+            stored,
+            tenant,
+            plan,
+            segments,
+            pins[key],
+            previous.get((key[0], key[1] - 1)),
+            fingerprints[id(segments)],
+        )
         for key, (tenant, plan, segments) in zip(apps, batches)
     ]
 
@@ -143,12 +156,12 @@ def prepare(
     segments: list[Segment],
     pin: Pin,
     previous: dict | None,
+    fingerprint: str,
 ) -> Prepared:
     """One tenant's work: its raw files (and for an incremental run the slice's added and removed ones), and
     its membership files at the pinned versions."""
     raw = plan.slice_as(TableVersionsSlice)
     app = segments_app_id(tenant)
-    fingerprint = segments_fingerprint(segments)
     incremental = bool(previous) and previous.get(fingerprint_key(tenant)) == fingerprint and AS_OF in previous
     added, removed = (), ()
     table = lake.table(raw.table, raw.up_to)
@@ -223,10 +236,16 @@ class SegmentResult:
         }
 
 
+TENANTS_PER_TASK = 8
+
+
 def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> dict[str, pa.Table]:
-    """One Spark job, one task per tenant's work: what the tasks handed back, by kind."""
+    """One Spark job, a task per TENANTS_PER_TASK tenants' works (consecutive ones): what the tasks handed back,
+    by kind. Grouped because a task has a fixed cost (scheduling, its Python worker's turn, the segment plan's
+    keys) that an incremental evaluation of a small tenant does not outweigh."""
     task = evaluation_task(works, lake.storage_options)
-    handed = collect_handoff(spark.range(len(works), numPartitions=len(works)).mapInArrow(task, HANDOFF_SCHEMA))
+    tasks = max(1, -(-len(works) // TENANTS_PER_TASK))
+    handed = collect_handoff(spark.range(len(works), numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
     return {
         "result": handed.get("result", RESULT_SCHEMA.empty_table()),
         "sizes": handed.get("sizes", SIZES_SCHEMA.empty_table()),

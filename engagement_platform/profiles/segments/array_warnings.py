@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from engagement_platform.profiles.segments.columns import Profiles
 from engagement_platform.profiles.segments.definitions import SCALAR_OPS, Aggregate, Cmp, Profile, Segment
-from engagement_platform.profiles.segments.evaluate import nodes
+from engagement_platform.profiles.segments.evaluate import by_definitions, nodes
 
 ARRAY_HINT = "use has, has_any, has_all or size= size!= size< size<= size> size>= for arrays"
 
 
+@by_definitions
 def scalar_reads(segments: list[Segment]) -> dict[str, dict[str, set[str]]]:
     """JSON path -> segment name -> the scalar ops (false on an array) the segment applies to the path."""
     reads: dict[str, dict[str, set[str]]] = {}

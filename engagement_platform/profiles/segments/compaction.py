@@ -37,6 +37,7 @@ from engagement_platform.lake.file_writes import (
 )
 from engagement_platform.lake.row_erasure import live_files
 from engagement_platform.profiles.locks import tenant_locks
+from engagement_platform.profiles.segments.columns import constant
 from engagement_platform.profiles.segments.current import current_membership
 from engagement_platform.profiles.segments.membership_files import MembershipFiles, compaction_app_id
 from engagement_platform.profiles.segments.stored import read_stored
@@ -100,7 +101,7 @@ def compact_work(work: CompactionWork, storage_options: Mapping[str, str] | None
     """(counts, the new base's files) of one tenant: executor side."""
     stored = read_stored(work.base_files, work.log_files, storage_options, after_batch=work.through)
     members = current_membership(stored.base, stored.log)
-    rows = members.append_column("tenant", pa.array([work.tenant] * members.num_rows, pa.string()))
+    rows = members.append_column("tenant", constant(work.tenant, pa.string(), members.num_rows))
     files = (
         write_files(work.base_uri, PROFILE_SEGMENTS, rows, work.tag, storage_options, row_group_size=ROW_GROUP_ROWS)
         if rows.num_rows

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,7 @@ from engagement_platform.profiles.segments.definitions import (
     Segment,
 )
 
+T = TypeVar("T")
 MEMBER_SCHEMA = pa.schema([("identity", pa.string()), ("segment", pa.string())])
 _ORDER = {"=": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
 _ARROW = {"=": pc.equal, "!=": pc.not_equal, "<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
@@ -52,6 +54,22 @@ def kind_of(value) -> str | None:
     if isinstance(value, datetime):
         return "time"
     return None
+
+
+_KEYS: dict[int, tuple[object, str]] = {}  # id(node) -> (the node, kept so its id is not reused; its key)
+
+
+def node_key(node) -> str:
+    """A condition's cache key in a plan: its repr, not the node itself (1, 1.0 and True are equal as dict keys
+    but not as literals here). Remembered per node object: one task evaluates many tenants with the same
+    segment objects, and the repr of a deep tree of dataclasses costs more than the evaluation of a small
+    tenant."""
+    known = _KEYS.get(id(node))
+    if known is None or known[0] is not node:
+        if len(_KEYS) > 200_000:  # definitions change rarely; a long-lived worker must not grow without end
+            _KEYS.clear()
+        known = _KEYS[id(node)] = (node, repr(node))
+    return known[1]
 
 
 def _bools(array: pa.Array) -> np.ndarray:
@@ -100,7 +118,6 @@ class Plan:
         self.cache: dict[str, np.ndarray] = {}
 
     def _once(self, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-        # repr, not the node itself: 1, 1.0 and True are equal as dict keys but not as literals here.
         if key not in self.cache:
             self.cache[key] = compute()
         return self.cache[key]
@@ -109,15 +126,15 @@ class Plan:
         return ufunc.reduceat(values, self.p.starts) if self.p.size else np.zeros(0, values.dtype)
 
     def cmp(self, node: Cmp) -> np.ndarray:
-        return self._once(f"cmp {node!r}", lambda: compare(self.p.columns[node.path], node.op, node.value))
+        return self._once(f"cmp {node_key(node)}", lambda: compare(self.p.columns[node.path], node.op, node.value))
 
     def record(self, node) -> np.ndarray:
         if isinstance(node, Cmp):
             return self.cmp(node)
-        return self._once(f"record {node!r}", lambda: self._combine(node, self.record))
+        return self._once(f"record {node_key(node)}", lambda: self._combine(node, self.record))
 
     def identity(self, node) -> np.ndarray:
-        return self._once(f"identity {node!r}", lambda: self._identity(node))
+        return self._once(f"identity {node_key(node)}", lambda: self._identity(node))
 
     def _combine(self, node, each) -> np.ndarray:
         if isinstance(node, Not):
@@ -183,6 +200,24 @@ class Plan:
         return self._runs(np.logical_or, ok) & _ORDER[node.op](extreme, target)
 
 
+def by_definitions(compute: Callable[[list[Segment]], T]) -> Callable[[list[Segment]], T]:
+    """`compute(segments)` remembered for the same segment objects (kept, so their ids are not reused): a task
+    evaluates many tenants with the same definitions, and walking 1,000 trees costs more than evaluating a
+    small tenant. Callers must not change the answer."""
+    memo: dict[tuple[int, ...], tuple[list[Segment], T]] = {}
+
+    def remembered(segments: list[Segment]) -> T:
+        key = tuple(id(s) for s in segments)
+        known = memo.get(key)
+        if known is None:
+            if len(memo) > 64:  # definitions change rarely; a long-lived worker must not grow without end
+                memo.clear()
+            known = memo[key] = (list(segments), compute(segments))
+        return known[1]
+
+    return remembered
+
+
 def nodes(segments: list[Segment]):
     """Every condition node of the segments' trees, record conditions inside aggregates included."""
     todo = [s.where for s in segments]
@@ -197,6 +232,7 @@ def nodes(segments: list[Segment]):
             todo.append(node.where)
 
 
+@by_definitions
 def paths_of(segments: list[Segment]) -> set[str]:
     """Every record path the segments read (record_type always: has_type reads it)."""
     found = {"record_type"}
@@ -231,6 +267,7 @@ def member_pairs(profiles: Profiles, results: dict[str, np.ndarray]) -> pa.Table
     return pa.concat_tables(parts).cast(MEMBER_SCHEMA) if parts else MEMBER_SCHEMA.empty_table()
 
 
+@by_definitions
 def windows_of(segments: list[Segment]) -> set[float]:
     """The time windows (seconds) the segments' aggregates use: what makes membership change with time alone."""
     return {n.within_s for n in nodes(segments) if isinstance(n, Aggregate) and n.within_s is not None}

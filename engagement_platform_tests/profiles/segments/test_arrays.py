@@ -293,18 +293,18 @@ def test_the_task_hands_the_count_back_and_the_run_s_metadata_carries_the_warnin
     pq.write_table(pa.Table.from_pylist([{**r, "tenant": "acme"} for r in raws], schema=RAW_SCHEMA), tmp_path / "raw")
     segments = (CONTAINS_GOLD, HAS_GOLD)
     work = TenantWork(
-        "acme",
-        1,
-        segments,
-        NOW,
-        (str(tmp_path / "raw"),),
-        (),
-        str(tmp_path / "m"),
-        str(tmp_path / "c"),
-        0,
-        "t",
-        False,
-        False,
+        tenant="acme",
+        batch_id=1,
+        segments=segments,
+        now=NOW,
+        raw_files=(str(tmp_path / "raw"),),
+        base_files=(),
+        log_files=(),
+        through=-1,
+        changes_uri=str(tmp_path / "c"),
+        raw_version=0,
+        tag="t",
+        write_changes=False,
     )
     out: dict[str, list[pa.Table]] = {}
     for batch in evaluation_task([work], None)(iter([pa.record_batch([pa.array([0])], names=["id"])])):
