@@ -23,12 +23,22 @@ ENTERED, EXITED = "entered", "exited"
 _TS = pa.timestamp("us", tz="UTC")
 
 
-def ranks(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def encoded(values: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    array = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def ranks(codes: pa.DictionaryArray) -> np.ndarray:
     """Each value's position in the sorted distinct values (int64): equal values get equal codes, and codes
     order as the strings do."""
-    encoded = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
-    order = np.asarray(pc.rank(encoded.dictionary, sort_keys="ascending").to_numpy(), np.int64) - 1
-    return order[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)]
+    order = np.asarray(pc.rank(codes.dictionary, sort_keys="ascending").to_numpy(), np.int64) - 1
+    return order[np.asarray(codes.indices.to_numpy(zero_copy_only=False), np.int64)]
+
+
+def _take(codes: pa.DictionaryArray, chosen: pa.Array) -> pa.Array:
+    """Chosen rows of a dictionary-encoded string column, as plain strings: the codes are taken, then decoded
+    (several times cheaper than taking rows of a large string column in random order)."""
+    return pa.DictionaryArray.from_arrays(codes.indices.take(chosen), codes.dictionary).cast(pa.string())
 
 
 def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = None) -> pa.Table:
@@ -64,14 +74,23 @@ def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = 
             np.asarray(pc.equal(log["change"], ENTERED).fill_null(False).to_numpy(zero_copy_only=False), bool),
         ]
     )
-    segment, identity = ranks(rows["segment"]), ranks(rows["identity"])
+    segments, identities = encoded(rows["segment"]), encoded(rows["identity"])
+    segment, identity = ranks(segments), ranks(identities)
     key = segment * (int(identity.max()) + 1) + identity
     batch = np.asarray(rows["batch_id"].to_numpy(), np.int64)
     order = np.lexsort((batch, key))  # by pair, then by batch: a pair's newest row is the last of its run
     last = np.ones(len(order), bool)
     last[:-1] = key[order][1:] != key[order][:-1]
     newest = order[last]
-    return rows.take(pa.array(newest[member[newest]]))
+    chosen = pa.array(newest[member[newest]])
+    return pa.table(
+        {
+            "segment": _take(segments, chosen),
+            "identity": _take(identities, chosen),
+            "entered_at": rows["entered_at"].combine_chunks().take(chosen),
+            "batch_id": rows["batch_id"].combine_chunks().take(chosen),
+        }
+    )
 
 
 def net_sizes(base_segments: pa.ChunkedArray | pa.Array, log: pa.Table) -> dict[str, int]:
