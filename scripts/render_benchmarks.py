@@ -47,7 +47,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "segments": (
         ".venv/bin/python benchmarks/segments.py",
         "1,000 segments over 1M profile rows, full and after 1% of identities changed, against one Spark SQL query "
-        "per segment.",
+        "per segment; the compaction of ten incremental runs' log, and reads of one segment's current members.",
     ),
     "layout": (
         ".venv/bin/python benchmarks/layout.py",

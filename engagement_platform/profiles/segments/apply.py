@@ -7,7 +7,7 @@ plan     stream `profile_segments/<tenant>`, a TableVersionsSlice of the tenant'
 prepare  on the driver: the pin (evaluation time, the versions of the base and the log the batch diffs
          against), the raw files, for an incremental run the files the slice's commits added and removed,
          and the tenant's base and log files at the pinned versions (membership_files.py).
-compute  one Spark task per tenant (task.py; several tenants' batches share one Spark job in
+compute  one Spark task per TENANTS_PER_TASK tenants (task.py; several tenants' batches share one Spark job in
          `evaluate_tenants`): read, evaluate, diff with the membership merged from the base and the log,
          write the entries / exits; only file actions and counts come back.
 commit   profile_segment_changes (the entries and exits, carries the pin and the txn (app id, batch id)),
