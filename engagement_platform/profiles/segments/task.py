@@ -2,7 +2,8 @@
 reads the tenant's raw files, finds the identities to evaluate, evaluates every segment in one pass
 (evaluate.py), diffs the result with the membership the batch started from (the base with the log merged
 on read: current.py), and writes the entries and exits as Parquet files into the change log's folder.
-Only file actions and counts go back to the driver, which commits them. The base is not rewritten: a compaction folds the log into it (compaction.py).
+Only file actions and counts go back to the driver, which commits them. The base is not rewritten: a
+compaction folds the log into it (compaction.py).
 
 Incremental work (`TenantWork.incremental`): the identities whose rows changed between the raw versions of
 the slice are the components of the rows that differ between the files the slice's commits added and the
