@@ -99,7 +99,7 @@ def log_rows_pending(lake: DeltaLake, tenants: list[str]) -> dict[str, int]:
 
 def compact_work(work: CompactionWork, storage_options: Mapping[str, str] | None) -> tuple[dict, list[WrittenFile]]:
     """(counts, the new base's files) of one tenant: executor side."""
-    stored = read_stored(work.base_files, work.log_files, storage_options, after_batch=work.through)
+    stored = read_stored(work.base_files, work.log_files, storage_options, after_batch=work.through, encoded=True)
     members = current_membership(stored.base, stored.log)
     rows = members.append_column("tenant", constant(work.tenant, pa.string(), members.num_rows))
     files = (

@@ -23,9 +23,23 @@ ENTERED, EXITED = "entered", "exited"
 _TS = pa.timestamp("us", tz="UTC")
 
 
+CODES = pa.dictionary(pa.int32(), pa.string())  # strings as codes into their distinct values
+
+
 def encoded(values: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """One dictionary-encoded array: codes a reader already has are kept (their dictionaries unified), other
+    strings are encoded."""
+    if pa.types.is_dictionary(values.type):
+        unified = values.unify_dictionaries() if isinstance(values, pa.ChunkedArray) else values
+        return unified.combine_chunks() if isinstance(unified, pa.ChunkedArray) else unified
     array = pc.dictionary_encode(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
     return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _joined(*columns: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The columns' strings as one column: still encoded when every one comes encoded, else plain."""
+    kind = CODES if all(pa.types.is_dictionary(c.type) for c in columns) else pa.string()
+    return pa.chunked_array([chunk for c in columns for chunk in c.cast(kind).chunks], kind)
 
 
 def ranks(codes: pa.DictionaryArray) -> np.ndarray:
@@ -52,12 +66,8 @@ def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = 
         log = log.filter(pc.less_equal(log["batch_id"], as_of_batch))
     rows = pa.table(
         {
-            "segment": pa.chunked_array(
-                [*base["segment"].cast(pa.string()).chunks, *log["segment"].cast(pa.string()).chunks], pa.string()
-            ),
-            "identity": pa.chunked_array(
-                [*base["identity"].cast(pa.string()).chunks, *log["identity"].cast(pa.string()).chunks], pa.string()
-            ),
+            "segment": _joined(base["segment"], log["segment"]),
+            "identity": _joined(base["identity"], log["identity"]),
             "entered_at": pa.chunked_array(
                 [*base["entered_at"].cast(_TS).chunks, *log["evaluated_at"].cast(_TS).chunks], _TS
             ),
@@ -67,7 +77,14 @@ def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = 
         }
     )
     if not rows.num_rows:
-        return rows
+        return rows.cast(
+            pa.schema(
+                [
+                    (c, pa.string() if c in ("segment", "identity") else rows.schema.field(c).type)
+                    for c in rows.column_names
+                ]
+            )
+        )
     member = np.concatenate(
         [
             np.ones(base.num_rows, bool),

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.lake.file_writes import filesystem, read_parquet
-from engagement_platform.profiles.segments.current import BASE_COLUMNS, ENTERED, EXITED, LOG_COLUMNS
+from engagement_platform.profiles.segments.current import BASE_COLUMNS, CODES, ENTERED, EXITED, LOG_COLUMNS
 
 _ENCODED = ["segment", "identity", "change"]
 _TS = pa.timestamp("us", tz="UTC")
@@ -64,9 +64,12 @@ def _narrow(chunk: pa.RecordBatch, identities: pa.Array | None, segments: pa.Arr
     return chunk if mask is None else chunk.filter(mask)
 
 
-def _plain(table: pa.Table, columns: list[str]) -> pa.Table:
-    """Plain strings (dictionaries decoded, views and large strings cast) and the tables' own types."""
+def _plain(table: pa.Table, columns: list[str], encoded: bool = False) -> pa.Table:
+    """Plain strings (dictionaries decoded, views and large strings cast) and the tables' own types; with
+    `encoded`, segment and identity stay codes into their distinct values."""
     types = {"entered_at": _TS, "evaluated_at": _TS, "batch_id": pa.int64()}
+    if encoded:
+        types |= {"segment": CODES, "identity": CODES}
     return pa.table({c: table[c].cast(types.get(c, pa.string())) for c in columns})
 
 
@@ -78,9 +81,11 @@ def read_stored(
     segments: pa.Array | None = None,
     after_batch: int = -1,
     sizes: bool = False,
+    encoded: bool = False,
 ) -> Stored:
     """The tenant's base and log rows (log rows of batches after `after_batch` only), narrowed to `identities`
-    and / or `segments` when given; `sizes` also counts members per segment over all rows read."""
+    and / or `segments` when given; `sizes` also counts members per segment over all rows read. `encoded`:
+    segment and identity come as codes (a compaction that merges all of them need not decode and re-encode)."""
     counted: dict[str, int] = {}
     parts: dict[str, list[pa.Table]] = {"base": [], "log": []}
     for kind, uris, columns in (("base", base_files, BASE_COLUMNS), ("log", log_files, LOG_COLUMNS)):
@@ -98,9 +103,10 @@ def read_stored(
                     for value, weight in ((ENTERED, 1), (EXITED, -1)):
                         mask = np.asarray(pc.equal(change, value).fill_null(False).to_numpy(zero_copy_only=False))
                         _count(counted, chunk.column("segment"), weight, mask)
-                parts[kind].append(_plain(pa.Table.from_batches([_narrow(chunk, identities, segments)]), columns))
+                narrowed = pa.Table.from_batches([_narrow(chunk, identities, segments)])
+                parts[kind].append(_plain(narrowed, columns, encoded))
     base, log = (
-        pa.concat_tables(parts[kind]) if parts[kind] else _plain(pa.table({c: [] for c in columns}), columns)
+        pa.concat_tables(parts[kind]) if parts[kind] else _plain(pa.table({c: [] for c in columns}), columns, encoded)
         for kind, columns in (("base", BASE_COLUMNS), ("log", LOG_COLUMNS))
     )
     return Stored(base, log, {s: n for s, n in counted.items() if n})

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from engagement_platform.profiles.segments.current import (
     BASE_COLUMNS,
+    CODES,
     ENTERED,
     EXITED,
     LOG_COLUMNS,
@@ -189,9 +190,10 @@ def row_tuples(rows: list[dict], columns: list[str]) -> list[tuple]:
     identities=st.none() | st.sets(st.sampled_from(IDENTITIES)),
     segments=st.none() | st.sets(st.sampled_from(SEGMENTS)),
     file_count=st.integers(1, 4),
+    encoded=st.booleans(),
 )
 def test_read_stored_narrows_the_rows_read_and_sizes_count_all_of_them(
-    tmp_path_factory, history, data, identities, segments, file_count
+    tmp_path_factory, history, data, identities, segments, file_count, encoded
 ):
     through = data.draw(st.sampled_from(compaction_points(history)), label="through")
     old = [r for r in history.log if r["batch_id"] <= through]
@@ -209,9 +211,13 @@ def test_read_stored_narrows_the_rows_read_and_sizes_count_all_of_them(
         segments=None if segments is None else pa.array(sorted(segments), pa.string()),
         after_batch=through,
         sizes=True,
+        encoded=encoded,  # segment and identity as codes, as a compaction reads them
     )
 
-    assert stored.base.schema.types == BASE_SCHEMA.types and stored.log.schema.types == LOG_SCHEMA.types
+    strings = CODES if encoded else pa.string()
+    expected_base = [strings if f.name in ("segment", "identity") else f.type for f in BASE_SCHEMA]
+    expected_log = [strings if f.name in ("segment", "identity") else f.type for f in LOG_SCHEMA]
+    assert stored.base.schema.types == expected_base and stored.log.schema.types == expected_log
     assert row_tuples(stored.base.to_pylist(), BASE_COLUMNS) == row_tuples(
         narrowed(base_rows, identities, segments), BASE_COLUMNS
     )
