@@ -17,12 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake.exceptions import TableNotFoundError
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
+from engagement_platform.lake.file_writes import filesystem, read_parquet
 from engagement_platform.lake.table_cache import TABLES, PartitionScope
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import from_columns, to_columns
@@ -192,6 +194,42 @@ class CheckpointStore:
             return CHECKPOINTS.schema.empty_table()
         return rows.sort_by([(column, "ascending") for column in ROW_ORDER if column in rows.column_names])
 
+    def _rows_from_newest(self, streams: list[str]) -> pa.Table:
+        """The rows of each of `streams` from its newest batch on, in ROW_ORDER: enough to tell its latest
+        batch. Which files hold them comes from the files' batch_id statistics in the log, and only those
+        are read, each directly (a stream's partition gains a plan file and a finish file every batch: a
+        dataset over hundreds of small files costs far more than the two that matter). A stream with a file
+        without statistics is read whole."""
+        try:
+            stats = self.lake.file_stats(CHECKPOINTS.name)
+        except TableNotFoundError:
+            return CHECKPOINTS.schema.empty_table()
+        if "partition.stream" not in stats.column_names:
+            return self._read_rows(streams)
+        stats = stats.filter(pc.is_in(stats["partition.stream"], value_set=pa.array(streams, pa.string())))
+        paths, partitions = stats["path"].to_pylist(), stats["partition.stream"].to_pylist()
+        highest = stats["max.batch_id"].to_pylist() if "max.batch_id" in stats.column_names else [None] * len(paths)
+        newest: dict[str, int | None] = {}
+        for stream, high in zip(partitions, highest):
+            known = newest.get(stream, -1)
+            newest[stream] = None if high is None or known is None else max(known, high)
+        fs, root = filesystem(self.lake.uri(CHECKPOINTS.name), self.lake.storage_options)
+        parts = []
+        for path, stream, high in zip(paths, partitions, highest):
+            floor = newest[stream]
+            if floor is not None and high is not None and high < floor:
+                continue  # holds batches before the stream's newest only
+            rows = read_parquet(fs, f"{root}/{unquote(path)}")
+            for column in CHECKPOINTS.schema:  # the partition column lives in the log; older files may lack some
+                if column.name not in rows.column_names:
+                    value = stream if column.name == "stream" else None
+                    rows = rows.append_column(column.name, pa.array([value] * rows.num_rows, column.type))
+            if floor is not None:
+                rows = rows.filter(pc.greater_equal(rows["batch_id"], floor))
+            parts.append(rows.select(CHECKPOINTS.schema.names).cast(CHECKPOINTS.schema))
+        rows = pa.concat_tables(parts) if parts else CHECKPOINTS.schema.empty_table()
+        return rows.sort_by([(column, "ascending") for column in ROW_ORDER if column in rows.column_names])
+
     def plans(self, stream: str) -> list[BatchPlan]:
         """The stream's plans by batch id (a new list each call: the kept one is shared)."""
         return list(self._kept("plans", [stream], lambda: tuple(plans_from_rows(stream, self.rows(stream)))))
@@ -228,7 +266,7 @@ class CheckpointStore:
         return {stream: latest[stream] for stream in streams}
 
     def _latest_batches(self, streams: list[str]) -> dict[str, LatestBatch]:
-        by_stream = _split_by(self.rows_of(streams), "stream")
+        by_stream = _split_by(self._rows_from_newest(streams), "stream")
         out = {}
         for stream in streams:
             rows = by_stream.get(stream, CHECKPOINTS.schema.empty_table())

@@ -93,6 +93,13 @@ def batch_key(app_id: str) -> str:
     return f"batch/{app_id}"
 
 
+def holds_txn(table: DeltaTable, txn: BatchTxn) -> bool:
+    """Whether the opened table (at the version it was loaded at) holds the batch's txn: an app's batch is
+    committed once its version reached the batch's. One open table answers for many batches."""
+    last = table.transaction_version(txn.app_id)
+    return last is not None and last >= txn.version
+
+
 class DeltaLake:
     """All tables under one root (a local folder or an object-store URI)."""
 
@@ -158,8 +165,7 @@ class DeltaLake:
         return self.table(name).transaction_version(app_id)
 
     def already_committed(self, name: str, txn: BatchTxn) -> bool:
-        last = self.committed_version(name, txn.app_id)
-        return last is not None and last >= txn.version
+        return holds_txn(self.table(name), txn)
 
     def append(self, spec: TableSpec, rows: pa.Table, txn: BatchTxn) -> int | None:
         """Append rows and the txn in one commit; None when this batch was already committed."""

@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction, RemoveAction
 
-from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, batches_commit_properties
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec, batches_commit_properties, holds_txn
 from engagement_platform.lake.partition_commits import commit_over_other_partitions
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -233,17 +233,21 @@ def write_files(
     tag: str,
     storage_options: Mapping[str, str] | None = None,
     row_group_size: int | None = None,
+    footer: Mapping[str, str] | None = None,
 ) -> list[WrittenFile]:
     """Write `rows` (the table's columns) into the table's folder: one Parquet file per partition value,
     named after `tag` (writer_tag), without the partition columns (Delta keeps them in the log).
     `row_group_size`: rows per row group, so that a reader filtering on a column the rows are sorted by
-    skips the groups outside its range (default: pyarrow's, one group for most files)."""
+    skips the groups outside its range (default: pyarrow's, one group for most files). `footer`: key-value
+    metadata written into each file's footer (a summary its readers can use instead of counting)."""
     fs, root = filesystem(table_uri, storage_options)
     rows = rows.select(spec.schema.names).cast(spec.schema)
     columns = stats_columns(spec)
     written = []
     for values, part in partition_slices(rows, spec.partition_by):
         data = part.drop_columns(list(spec.partition_by))
+        if footer:
+            data = data.replace_schema_metadata(dict(footer))
         folder = _partition_dir(values)
         relative = (
             f"{folder}/part-{tag}-{uuid.uuid4().hex}.snappy.parquet"
@@ -306,7 +310,7 @@ def commit_files_of_batches(
     table already has is left out (its files from this attempt are orphans for `delete_uncommitted`).
     Returns (the version written, None when nothing was left; for each batch, whether it was written)."""
     table = lake.ensure(spec)
-    fresh = [not lake.already_committed(spec.name, txn) for txn, _, _ in batches]
+    fresh = [not holds_txn(table, txn) for txn, _, _ in batches]
     todo = [b for b, new in zip(batches, fresh) if new]
     if not todo:
         return None, fresh
@@ -369,10 +373,12 @@ def read_parquet(
     costs a round trip. A random-access file, not an input stream: a stream reads a multi-MB object in several
     GETs (measured on the local S3 endpoint). `dictionary`: string columns read dictionary-encoded (codes and
     the distinct values, several times faster to read and to filter when values repeat)."""
+    # ParquetFile, not read_table: read_table builds a dataset around the one file, which costs more than
+    # reading a small file (0.6 ms against 0.2 ms for a checkpoint row's file)
     if isinstance(fs, pafs.LocalFileSystem):
-        return pq.read_table(path, columns=columns, filesystem=fs, read_dictionary=dictionary)
+        return pq.ParquetFile(path, read_dictionary=dictionary).read(columns=columns)
     with fs.open_input_file(path) as source:
-        return pq.read_table(pa.BufferReader(source.read()), columns=columns, read_dictionary=dictionary)
+        return pq.ParquetFile(pa.BufferReader(source.read()), read_dictionary=dictionary).read(columns=columns)
 
 
 def read_file(

@@ -325,3 +325,31 @@ def test_a_stream_nobody_committed_to_is_not_read_again_and_reads_stay_exact(che
     assert checkpoints.latest("a") == (a1, True) and checkpoints.is_done("a", 1)
     assert checkpoints.rows("a").to_pylist() == fresh("a") and len(reads) > asked
     assert checkpoints.latest_of(["a", "b"]) == {"a": (a1, True), "b": (make_plan("b", 2), False)}
+
+
+def test_latest_batches_read_only_the_files_of_each_stream_s_newest_batch(checkpoints, lake, monkeypatch):
+    from engagement_platform.lake import checkpoints as module
+
+    batches = {"tenant/a": 5, "tenant/b": 2, "tenant/c": 3}
+    for batch in range(1, 6):
+        plans = [make_plan(stream, batch) for stream, last in batches.items() if batch <= last]
+        checkpoints.record_plans(plans)
+        finished = [p for p in plans if not (p.stream == "tenant/c" and p.batch_id == 3)]  # c's newest is open
+        checkpoints.finish_batches([(p, {"t": p.batch_id}) for p in finished])
+    read = []
+    reader = module.read_parquet
+    monkeypatch.setattr(
+        module, "read_parquet", lambda fs, path, *a, **k: read.append(path) or reader(fs, path, *a, **k)
+    )
+    module.TABLES.clear()
+
+    latest = checkpoints.latest_batches(list(batches))
+
+    assert {s: (b.plan, b.done) for s, b in latest.items()} == {
+        "tenant/a": (make_plan("tenant/a", 5), True),
+        "tenant/b": (make_plan("tenant/b", 2), True),
+        "tenant/c": (make_plan("tenant/c", 3), False),
+    }
+    # the plan file and the finish file of the newest batch (c's only has its plan), of 19 files in all
+    assert len(read) == 5 and len(lake.file_stats(CHECKPOINTS.name)) == 19
+    assert all(latest[s].planned_at == checkpoints.planned_at(s, batches[s]) for s in batches)

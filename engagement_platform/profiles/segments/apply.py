@@ -24,15 +24,20 @@ identity. `identities_evaluated` and `mode` say which.
 from __future__ import annotations
 
 import hashlib
+import math
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pyarrow as pa
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import SparkSession
 
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.delta import BatchTxn, DeltaLake, holds_txn
 from engagement_platform.lake.file_writes import WrittenFile, delete_uncommitted, writer_tag
 from engagement_platform.profiles.segments.array_warnings import array_warnings
 from engagement_platform.profiles.segments.definitions import Segment
@@ -54,7 +59,8 @@ from engagement_platform.streams.pin import AS_OF, Pin, pin_batches
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import TableVersionsSlice
 
-FINGERPRINT = "segments_fingerprint"  # commit metadata: the definitions the evaluation used
+FINGERPRINT = "segments_fingerprint"
+PREPARE_THREADS = 4  # commit metadata: the definitions the evaluation used
 
 
 def segments_stream(tenant: str) -> str:
@@ -75,16 +81,19 @@ def plan_evaluations(lake: DeltaLake, checkpoints: CheckpointStore, tenants: lis
         plan, done = latest.get(segments_stream(tenant), (None, False))
         if plan is not None and not done:
             plans[tenant] = plan
-        elif not lake.exists(raw_table_name(tenant)):
+            continue
+        try:
+            version = lake.table(raw_table_name(tenant)).version()
+        except TableNotFoundError:
             plans[tenant] = None
-        else:
-            after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
-            plans[tenant] = BatchPlan(
-                segments_stream(tenant),
-                (plan.batch_id + 1) if plan else 1,
-                TableVersionsSlice(raw_table_name(tenant), after, lake.table(raw_table_name(tenant)).version()),
-            )
-            new.append(plans[tenant])
+            continue
+        after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
+        plans[tenant] = BatchPlan(
+            segments_stream(tenant),
+            (plan.batch_id + 1) if plan else 1,
+            TableVersionsSlice(raw_table_name(tenant), after, version),
+        )
+        new.append(plans[tenant])
     if new:
         checkpoints.record_plans(new)
     return plans
@@ -129,31 +138,44 @@ def prepare_all(lake: DeltaLake, batches: list[tuple[str, BatchPlan, list[Segmen
         ],
     )
     stored = MembershipFiles(lake)
+    changes = lake.table(PROFILE_SEGMENT_CHANGES.name)  # one open answers every batch's txn
     fingerprints: dict[int, str] = {}  # tenants usually share one list of definitions: digested once
+    shared: dict[int, tuple[Segment, ...]] = {}  # and one tuple of it, which the tasks recognise as the same
     for _, _, segments in batches:
         if id(segments) not in fingerprints:
             fingerprints[id(segments)] = segments_fingerprint(segments)
-    return [
-        prepare(
-            lake,
-            stored,
-            tenant,
-            plan,
-            segments,
-            pins[key],
-            previous.get((key[0], key[1] - 1)),
-            fingerprints[id(segments)],
+            shared[id(segments)] = tuple(segments)
+    # both pinned versions loaded before the threads start, so they share one load of each
+    for pin in {(p.versions[PROFILE_SEGMENTS.name], p.versions[PROFILE_SEGMENT_CHANGES.name]) for p in pins.values()}:
+        stored.load(*pin)
+    # a thread per tenant in a small pool: opening a raw table at two versions is delta-rs work that runs
+    # without the GIL, so two cores overlap it
+    with ThreadPoolExecutor(PREPARE_THREADS) as pool:
+        return list(
+            pool.map(
+                lambda item: prepare(
+                    lake,
+                    stored,
+                    changes,
+                    item[1][0],
+                    item[1][1],
+                    shared[id(item[1][2])],
+                    pins[item[0]],
+                    previous.get((item[0][0], item[0][1] - 1)),
+                    fingerprints[id(item[1][2])],
+                ),
+                zip(apps, batches),
+            )
         )
-        for key, (tenant, plan, segments) in zip(apps, batches)
-    ]
 
 
 def prepare(
     lake: DeltaLake,
     stored: MembershipFiles,
+    changes: DeltaTable,
     tenant: str,
     plan: BatchPlan,
-    segments: list[Segment],
+    segments: Sequence[Segment],
     pin: Pin,
     previous: dict | None,
     fingerprint: str,
@@ -175,16 +197,14 @@ def prepare(
             incremental = False
     tag = writer_tag(app.replace("/", "_"), plan.batch_id)
     txn = BatchTxn(app, plan.batch_id)
-    write_changes = not (
-        lake.exists(PROFILE_SEGMENT_CHANGES.name) and lake.already_committed(PROFILE_SEGMENT_CHANGES.name, txn)
-    )
+    write_changes = not holds_txn(changes, txn)
     if write_changes:  # what a dead attempt of this batch wrote
         delete_uncommitted(lake, PROFILE_SEGMENT_CHANGES, tag, {"tenant": tenant})
     membership = stored.of(tenant, pin.versions[PROFILE_SEGMENTS.name], pin.versions[PROFILE_SEGMENT_CHANGES.name])
     work = TenantWork(
         tenant,
         plan.batch_id,
-        tuple(segments),
+        tuple(segments),  # the same tuple when given one (tuple() of a tuple is itself)
         pin.as_of,
         files,
         membership.base,
@@ -236,15 +256,23 @@ class SegmentResult:
         }
 
 
-TENANTS_PER_TASK = 8
+TENANTS_PER_TASK = 8  # tenants evaluated in full; an incremental evaluation counts as a quarter of one
+INCREMENTAL_WEIGHT = 0.25
+
+
+def task_count(works: list[TenantWork]) -> int:
+    """Tasks for the works: one per TENANTS_PER_TASK full evaluations' worth, at least two when there are two
+    works (two cores' worth). A task has a fixed cost (scheduling, its Python worker's turn: about 50 ms on
+    this project's machine) that an incremental evaluation of a small tenant, about 30 ms, does not outweigh."""
+    weight = sum(INCREMENTAL_WEIGHT if w.incremental else 1.0 for w in works)
+    return max(min(2, len(works)), math.ceil(weight / TENANTS_PER_TASK))
 
 
 def run_tasks(spark: SparkSession, lake: DeltaLake, works: list[TenantWork]) -> dict[str, pa.Table]:
-    """One Spark job, a task per TENANTS_PER_TASK tenants' works (consecutive ones): what the tasks handed back,
-    by kind. Grouped because a task has a fixed cost (scheduling, its Python worker's turn, the segment plan's
-    keys) that an incremental evaluation of a small tenant does not outweigh."""
+    """One Spark job, a task per group of consecutive works (task_count): what the tasks handed back, by kind.
+    Tenants of a task that share definitions are evaluated together (task.evaluate_works)."""
     task = evaluation_task(works, lake.storage_options)
-    tasks = max(1, -(-len(works) // TENANTS_PER_TASK))
+    tasks = max(1, task_count(works))
     handed = collect_handoff(spark.range(len(works), numPartitions=tasks).mapInArrow(task, HANDOFF_SCHEMA))
     return {
         "result": handed.get("result", RESULT_SCHEMA.empty_table()),

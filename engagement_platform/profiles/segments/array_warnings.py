@@ -34,13 +34,13 @@ def scalar_reads(segments: list[Segment]) -> dict[str, dict[str, set[str]]]:
     return reads
 
 
-def array_rows(profiles: Profiles, segments: list[Segment]) -> dict[str, int]:
-    """Path a scalar op reads -> how many records of `profiles` held an array there (paths that held none left
-    out)."""
+def array_rows(profiles: Profiles, segments: list[Segment], records: slice = slice(None)) -> dict[str, int]:
+    """Path a scalar op reads -> how many records of `profiles` (of its `records` only, when given) held an
+    array there (paths that held none left out)."""
     counts = {}
     for path in sorted(scalar_reads(segments)):
         arrays = profiles.columns[path].arrays
-        held = int(arrays.held.sum()) if arrays is not None else 0
+        held = int(arrays.held[records].sum()) if arrays is not None else 0
         if held:
             counts[path] = held
     return counts

@@ -142,6 +142,14 @@ class Profiles:
     cdc_us: np.ndarray  # cdc_ts per record, microseconds
     primary_ids: pa.Array
     columns: dict[str, Column] = field(default_factory=dict)
+    parts: np.ndarray | None = None  # with `within`: the part (e.g. tenant) of each identity, ascending
+
+    def part_ranges(self, count: int) -> list[tuple[slice, slice]]:
+        """(identities, records) of each of `count` parts: contiguous, as the rows are sorted by part first."""
+        parts = self.parts if self.parts is not None else np.zeros(self.size, np.int64)
+        bounds = np.searchsorted(parts, np.arange(count + 1))
+        records = np.append(self.starts, self.records)[bounds]
+        return [(slice(a, b), slice(r, s)) for a, b, r, s in zip(bounds, bounds[1:], records, records[1:])]
 
     @property
     def size(self) -> int:
@@ -152,14 +160,21 @@ class Profiles:
         return len(self.group)
 
 
-def profiles_of(rows: pa.Table, paths: set[str], identity: str = "component_id") -> Profiles:
+def profiles_of(rows: pa.Table, paths: set[str], identity: str = "component_id", within: str | None = None) -> Profiles:
     """The rows (raw table columns, deleted rows already dropped) as Profiles with a Column per path in
-    `paths` (record paths and `fields.<a>.<b>`). Ties in cdc_ts keep the rows' order, as a stable sort does."""
-    rows = rows.take(pc.sort_indices(rows, sort_keys=[(identity, "ascending"), ("cdc_ts", "descending")]))
+    `paths` (record paths and `fields.<a>.<b>`). Ties in cdc_ts keep the rows' order, as a stable sort does.
+    `within`: an integer column (0, 1, ...) that splits the rows into parts, such as tenants, evaluated
+    together: an identity is then a (part, identity) pair, the parts come in order, and `parts` names each
+    identity's part. Identities never span parts, so evaluating parts together gives each part's own answer."""
+    order = [(identity, "ascending"), ("cdc_ts", "descending")]
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[(within, "ascending"), *order] if within else order))
     n = rows.num_rows
     ids = rows[identity].combine_chunks()
+    part = np.asarray(rows[within].combine_chunks().to_numpy(zero_copy_only=False), np.int64) if within else None
     if n:
         change = np.asarray(pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).fill_null(True), bool)
+        if part is not None:
+            change |= part[1:] != part[:-1]
         starts = np.concatenate([[0], np.flatnonzero(change) + 1]).astype(np.int64)
     else:
         starts = np.zeros(0, np.int64)
@@ -174,6 +189,7 @@ def profiles_of(rows: pa.Table, paths: set[str], identity: str = "component_id")
         group,
         np.asarray(cdc.fill_null(0), np.int64),
         rows["primary_id"].combine_chunks(),
+        parts=part[starts] if part is not None else None,
     )
     field_paths = sorted(p for p in paths if p.startswith("fields."))
     if field_paths:

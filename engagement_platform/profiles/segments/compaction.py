@@ -40,7 +40,7 @@ from engagement_platform.profiles.locks import tenant_locks
 from engagement_platform.profiles.segments.columns import constant
 from engagement_platform.profiles.segments.current import current_membership
 from engagement_platform.profiles.segments.membership_files import MembershipFiles, compaction_app_id
-from engagement_platform.profiles.segments.stored import read_stored
+from engagement_platform.profiles.segments.stored import read_stored, sizes_footer
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.streams.batch import active_lease, failpoint
@@ -103,7 +103,15 @@ def compact_work(work: CompactionWork, storage_options: Mapping[str, str] | None
     members = current_membership(stored.base, stored.log)
     rows = members.append_column("tenant", constant(work.tenant, pa.string(), members.num_rows))
     files = (
-        write_files(work.base_uri, PROFILE_SEGMENTS, rows, work.tag, storage_options, row_group_size=ROW_GROUP_ROWS)
+        write_files(
+            work.base_uri,
+            PROFILE_SEGMENTS,
+            rows,
+            work.tag,
+            storage_options,
+            row_group_size=ROW_GROUP_ROWS,
+            footer=sizes_footer(members["segment"]),
+        )
         if rows.num_rows
         else []
     )

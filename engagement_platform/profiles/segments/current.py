@@ -56,7 +56,7 @@ def _take(codes: pa.DictionaryArray, chosen: pa.Array) -> pa.Array:
 
 
 def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = None) -> pa.Table:
-    """The members (BASE_COLUMNS, sorted by segment then identity) given base rows (BASE_COLUMNS) and log rows
+    """The members (BASE_COLUMNS, sorted by identity then segment) given base rows (BASE_COLUMNS) and log rows
     (LOG_COLUMNS) of one tenant. `as_of_batch`: the membership right after that batch (the base must then be
     compacted through at most that batch, or be left out with the whole log given)."""
     base = base.select(BASE_COLUMNS)
@@ -93,7 +93,7 @@ def current_membership(base: pa.Table, log: pa.Table, as_of_batch: int | None = 
     )
     segments, identities = encoded(rows["segment"]), encoded(rows["identity"])
     segment, identity = ranks(segments), ranks(identities)
-    key = segment * (int(identity.max()) + 1) + identity
+    key = identity * (int(segment.max()) + 1) + segment
     batch = np.asarray(rows["batch_id"].to_numpy(), np.int64)
     order = np.lexsort((batch, key))  # by pair, then by batch: a pair's newest row is the last of its run
     last = np.ones(len(order), bool)

@@ -204,15 +204,17 @@ def by_definitions(compute: Callable[[list[Segment]], T]) -> Callable[[list[Segm
     """`compute(segments)` remembered for the same segment objects (kept, so their ids are not reused): a task
     evaluates many tenants with the same definitions, and walking 1,000 trees costs more than evaluating a
     small tenant. Callers must not change the answer."""
-    memo: dict[tuple[int, ...], tuple[list[Segment], T]] = {}
+    memo: dict[object, tuple[object, T]] = {}
 
     def remembered(segments: list[Segment]) -> T:
-        key = tuple(id(s) for s in segments)
+        # a tuple cannot change: the tuple itself (kept) is the key, and the works of one job share one
+        key = ("tuple", id(segments)) if isinstance(segments, tuple) else tuple(id(s) for s in segments)
         known = memo.get(key)
-        if known is None:
+        if known is None or (isinstance(segments, tuple) and known[0] is not segments):
             if len(memo) > 64:  # definitions change rarely; a long-lived worker must not grow without end
                 memo.clear()
-            known = memo[key] = (list(segments), compute(segments))
+            kept = segments if isinstance(segments, tuple) else list(segments)
+            known = memo[key] = (kept, compute(segments))
         return known[1]
 
     return remembered

@@ -1,23 +1,20 @@
-"""A tenant's new segment membership from the old one and an evaluation (pure: no Spark, no Dagster, no I/O).
+"""A tenant's entries and exits from its old membership and an evaluation (pure: no Spark, no Dagster, no I/O).
 
 Memberships are compared as integers (segment index * identities + identity index), not by joining
 strings: a tenant of 20,000 profiles and 1,000 segments can have close to a million memberships, and the
-diff runs in every evaluation. Rows that stay are the old rows themselves, so `entered_at` and `batch_id`
-carry over without a join.
+diff runs in every evaluation. Only the changes are produced: the membership itself is the base merged
+with the log of changes (current.py), never rewritten by an evaluation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.profiles.segments.columns import constant
-
-PREVIOUS_COLUMNS = ["segment", "identity", "entered_at", "batch_id"]
+PREVIOUS_COLUMNS = ["segment", "identity"]
 
 
 def _np(values, dtype) -> np.ndarray:
@@ -36,18 +33,15 @@ def _within(ordered: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Diff:
-    membership: pa.Table  # PREVIOUS_COLUMNS: the rows that stay, then the entries
     entered: pa.Table  # (segment, identity)
     exited: pa.Table  # (segment, identity)
-    sizes: dict[str, int]  # segment -> members
+    sizes: dict[str, int]  # segment -> members after the evaluation, of the identities `previous` held
 
 
 def membership_diff(
     previous: pa.Table,
     keys: pa.Array,
     results: dict[str, np.ndarray],
-    now: datetime,
-    batch_id: int,
     kept_unless: pa.Array | None,
 ) -> Diff:
     """`previous`: the membership the batch starts from (PREVIOUS_COLUMNS); `keys` the evaluated identities and
@@ -56,10 +50,9 @@ def membership_diff(
     Rows of a segment that is not in `results` any more leave."""
     names = list(results)
     n = max(len(keys), 1)
-    fresh = [i * n + np.flatnonzero(results[name]).astype(np.int64) for i, name in enumerate(names)]
-    new_keys = (
-        np.concatenate(fresh) if fresh else np.zeros(0, np.int64)
-    )  # sorted: segment by segment, identities ascending
+    verdicts = np.stack([results[name] for name in names]) if names else np.zeros((0, len(keys)), bool)
+    in_segment, of_identity = np.nonzero(verdicts)  # row-major: segment by segment, identities ascending
+    new_keys = in_segment.astype(np.int64) * n + of_identity  # sorted
 
     previous = previous.combine_chunks()
     segment = _np(pc.index_in(previous["segment"], value_set=pa.array(names, pa.string())).fill_null(-1), np.int64)
@@ -88,15 +81,5 @@ def membership_diff(
         else pa.table({"segment": pa.array([], pa.string()), "identity": pa.array([], pa.string())})
     )
     exited = previous.filter(pa.array(~stay)).select(["segment", "identity"])
-    stays = previous.filter(pa.array(stay)).select(PREVIOUS_COLUMNS)
-    entered_at_type, batch_type = stays.schema.field("entered_at").type, stays.schema.field("batch_id").type
-    new_rows = pa.table(
-        {
-            "segment": entered["segment"],
-            "identity": entered["identity"],
-            "entered_at": constant(now, entered_at_type, entered.num_rows),
-            "batch_id": constant(batch_id, batch_type, entered.num_rows),
-        }
-    )
     counts = np.bincount(np.concatenate([segment[stay], entering // n]), minlength=len(names)) if names else []
-    return Diff(pa.concat_tables([stays, new_rows]), entered, exited, {name: int(c) for name, c in zip(names, counts)})
+    return Diff(entered, exited, {name: int(c) for name, c in zip(names, counts)})

@@ -60,6 +60,11 @@ class MembershipFiles:
                 self._loaded[(name, version)] = (table, by_tenant)
         return self._loaded[(name, version)]
 
+    def load(self, base_version: int | None = None, log_version: int | None = None) -> None:
+        """Load both tables at these versions now (before several threads share this object)."""
+        self._load(PROFILE_SEGMENTS.name, base_version)
+        self._load(PROFILE_SEGMENT_CHANGES.name, log_version)
+
     def through(self, tenant: str, base_version: int | None = None) -> int:
         table, _ = self._load(PROFILE_SEGMENTS.name, base_version)
         version = table.transaction_version(compaction_app_id(tenant)) if table is not None else None

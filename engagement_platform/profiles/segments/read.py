@@ -1,7 +1,7 @@
 """Reading segment membership: a segment's current members (or its members right after a batch), and the
 entries and exits since a checkpoint, for activation. Each reads only the files it needs: the tenant's
-partition of each table, the log files after the base's compaction point for current members, and the row
-groups of the wanted segment (the base is written sorted by segment).
+partition of each table, and for current members the base and the log files after its compaction point;
+within a file, the segment and identity columns are read as codes and only the wanted rows decoded.
 
     from engagement_platform.profiles.segments.read import segment_members, membership_changes
     members = segment_members(lake, "acme", "cart_abandoners")           # segment, identity, entered_at, batch_id
@@ -50,7 +50,8 @@ def segment_members(
             segments=wanted,
             after_batch=stored_files.through,
         )
-    return current_membership(stored.base, stored.log, as_of_batch)
+    members = current_membership(stored.base, stored.log, as_of_batch)
+    return members.sort_by([("segment", "ascending"), ("identity", "ascending")])
 
 
 def membership_changes(

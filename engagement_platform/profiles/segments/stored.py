@@ -4,11 +4,13 @@ segments while they are read.
 The files are read with `segment`, `identity` and `change` dictionary-encoded: a tenant's base holds about
 a hundred rows per identity, and comparing codes against the few wanted values is several times cheaper
 than decoding every string (9 ms for 867k rows, against 35 ms, on this project's machine). Segment sizes are
-counted over every row read, before the narrowing, from the same codes.
+counted over every row read, before the narrowing, from the same codes, except for a base file whose footer
+says them (a compaction writes its members per segment there: `sizes_footer`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -20,6 +22,26 @@ from engagement_platform.lake.file_writes import filesystem, read_parquet
 from engagement_platform.profiles.segments.current import BASE_COLUMNS, CODES, ENTERED, EXITED, LOG_COLUMNS
 
 _ENCODED = ["segment", "identity", "change"]
+SIZES_KEY = b"segment_sizes"  # a base file's footer: its rows per segment, as JSON
+
+
+def sizes_footer(segments: pa.Array | pa.ChunkedArray) -> dict[str, str]:
+    """The footer metadata of a base file whose rows have these segments: its members per segment."""
+    counted = pc.value_counts(segments.cast(pa.string()))
+    names, counts = counted.field("values").to_pylist(), counted.field("counts").to_pylist()
+    return {SIZES_KEY.decode(): json.dumps(dict(zip(names, counts)), separators=(",", ":"))}
+
+
+def _footer_sizes(table: pa.Table) -> dict[str, int] | None:
+    """The members per segment a base file's footer says, when they account for every row read (a file
+    rewritten with rows removed, e.g. by an erasure, that kept its footer does not pass: it is counted)."""
+    said = (table.schema.metadata or {}).get(SIZES_KEY)
+    if said is None:
+        return None
+    sizes = json.loads(said)
+    return sizes if sum(sizes.values()) == table.num_rows else None
+
+
 _TS = pa.timestamp("us", tz="UTC")
 
 
@@ -51,7 +73,11 @@ def _count(sizes: dict[str, int], segments: pa.Array, weight: int, mask: np.ndar
 def _matches(column: pa.Array, wanted: pa.Array) -> pa.Array:
     """Which rows of a (dictionary-encoded) string column hold one of `wanted`."""
     if isinstance(column, pa.DictionaryArray):
-        return pc.take(pc.is_in(column.dictionary.cast(pa.string()), value_set=wanted), column.indices)
+        hit = pc.is_in(column.dictionary.cast(pa.string()), value_set=wanted)
+        if column.null_count:
+            return pc.take(hit, column.indices)
+        # the codes index the dictionary's verdicts in NumPy: twice as fast as Arrow's take here
+        return pa.array(np.asarray(hit.to_numpy(zero_copy_only=False), bool)[column.indices.to_numpy()])
     return pc.is_in(column.cast(pa.string()), value_set=wanted)
 
 
@@ -82,28 +108,44 @@ def read_stored(
     after_batch: int = -1,
     sizes: bool = False,
     encoded: bool = False,
+    pairs_only: bool = False,
 ) -> Stored:
     """The tenant's base and log rows (log rows of batches after `after_batch` only), narrowed to `identities`
     and / or `segments` when given; `sizes` also counts members per segment over all rows read. `encoded`:
-    segment and identity come as codes (a compaction that merges all of them need not decode and re-encode)."""
+    segment and identity come as codes (a compaction that merges all of them need not decode and re-encode).
+    `pairs_only` (with `after_batch` the base's compaction point): base rows come without their entered_at
+    (null) and batch_id (`after_batch`), for a caller that only asks which pairs are members, as a diff does:
+    every log row read is of a later batch, which is all the merge needs to know of a base row, and the two
+    columns are 40% of the base's decoding."""
     counted: dict[str, int] = {}
     parts: dict[str, list[pa.Table]] = {"base": [], "log": []}
+    pairs_only = pairs_only and after_batch >= 0
     for kind, uris, columns in (("base", base_files, BASE_COLUMNS), ("log", log_files, LOG_COLUMNS)):
         for uri in uris:
             fs, path = filesystem(uri, storage_options)
-            table = read_parquet(fs, path, columns, [c for c in _ENCODED if c in columns])
+            wanted = ["segment", "identity"] if kind == "base" and pairs_only else columns
+            table = read_parquet(fs, path, wanted, [c for c in _ENCODED if c in columns])
+            said = _footer_sizes(table) if sizes and kind == "base" else None
             if kind == "log" and after_batch >= 0:
                 table = table.filter(pc.greater(table["batch_id"], after_batch))
+            for name, n in (said or {}).items():
+                counted[name] = counted.get(name, 0) + n
+            count = sizes and said is None
             for chunk in table.to_batches():
-                if sizes and kind == "base":
+                if count and kind == "base":
                     _count(counted, chunk.column("segment"), 1)
-                elif sizes:
+                elif count:
                     change = chunk.column("change")
                     change = change.dictionary_decode() if isinstance(change, pa.DictionaryArray) else change
                     for value, weight in ((ENTERED, 1), (EXITED, -1)):
                         mask = np.asarray(pc.equal(change, value).fill_null(False).to_numpy(zero_copy_only=False))
                         _count(counted, chunk.column("segment"), weight, mask)
                 narrowed = pa.Table.from_batches([_narrow(chunk, identities, segments)])
+                if wanted != columns:
+                    n = narrowed.num_rows
+                    narrowed = narrowed.append_column("entered_at", pa.nulls(n, _TS)).append_column(
+                        "batch_id", pa.array(np.full(n, after_batch, np.int64))
+                    )
                 parts[kind].append(_plain(narrowed, columns, encoded))
     base, log = (
         pa.concat_tables(parts[kind]) if parts[kind] else _plain(pa.table({c: [] for c in columns}), columns, encoded)

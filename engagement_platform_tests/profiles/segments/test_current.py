@@ -107,10 +107,10 @@ def log_table(rows: list[dict]) -> pa.Table:
 
 
 def as_members(table: pa.Table) -> dict[Pair, tuple[datetime, int]]:
-    """Members read back, each once, in (segment, identity) order, with their entered_at and batch_id."""
+    """Members read back, each once, in (identity, segment) order, with their entered_at and batch_id."""
     rows = table.to_pylist()
-    pairs = [(r["segment"], r["identity"]) for r in rows]
-    assert pairs == sorted(set(pairs)), "members come once each, by segment then identity"
+    pairs = [(r["identity"], r["segment"]) for r in rows]
+    assert pairs == sorted(set(pairs)), "members come once each, by identity then segment"
     return {(r["segment"], r["identity"]): (r["entered_at"], r["batch_id"]) for r in rows}
 
 

@@ -3,8 +3,6 @@ for full runs (identities not evaluated leave) and incremental ones (they stay u
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
@@ -13,8 +11,6 @@ from hypothesis import strategies as st
 from engagement_platform.profiles.segments.membership import PREVIOUS_COLUMNS, membership_diff
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENTS
 
-NOW = datetime(2026, 3, 1, tzinfo=UTC)
-BEFORE = datetime(2026, 2, 1, tzinfo=UTC)
 IDS = [f"c{i}" for i in range(6)]
 SEGMENTS = ["a", "b", "c"]
 
@@ -29,7 +25,7 @@ SEGMENTS = ["a", "b", "c"]
 )
 def test_the_diff_is_set_arithmetic(old, evaluated, verdicts, segments, changed):
     previous = pa.Table.from_pylist(
-        [{"segment": s, "identity": i, "entered_at": BEFORE, "batch_id": 1} for s, i in sorted(old)],
+        [{"segment": s, "identity": i} for s, i in sorted(old)],
         schema=pa.schema([PROFILE_SEGMENTS.schema.field(c) for c in PREVIOUS_COLUMNS]),
     )
     results = {s: np.array([verdicts[j * 6 + k] for k in range(len(evaluated))], bool) for j, s in enumerate(segments)}
@@ -43,15 +39,9 @@ def test_the_diff_is_set_arithmetic(old, evaluated, verdicts, segments, changed)
         previous,
         pa.array(evaluated, pa.string()),
         results,
-        NOW,
-        2,
         None if changed is None else pa.array(sorted(changed), pa.string()),
     )
 
-    rows = diff.membership.to_pylist()
-    assert {(r["segment"], r["identity"]) for r in rows} == expected and len(rows) == len(expected)
-    assert all(r["entered_at"] == (BEFORE if (r["segment"], r["identity"]) in old else NOW) for r in rows)
-    assert all(r["batch_id"] == (1 if (r["segment"], r["identity"]) in old else 2) for r in rows)
     assert set(zip(diff.entered["segment"].to_pylist(), diff.entered["identity"].to_pylist())) == expected - old
     assert set(zip(diff.exited["segment"].to_pylist(), diff.exited["identity"].to_pylist())) == old - expected
     assert diff.entered.num_rows == len(expected - old) and diff.exited.num_rows == len(old - expected)
