@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engagement_platform.profiles.segments.array_warnings import array_rows
 from engagement_platform.profiles.segments.columns import Profiles, profiles_of
 from engagement_platform.profiles.segments.definitions import (
     SIZE_OPS,
@@ -280,3 +281,32 @@ def test_a_count_reads_from_a_file_and_takes_a_number():
     )
     _, problems = parse_segment({"name": "bad", "where": {"count": {"path": "fields.n", "op": ">=", "value": 3}}}, "x")
     assert problems == ["x: where.count.path: count takes no path (it counts the records where matches)"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(identity_conds, min_size=1, max_size=4),
+    st.lists(st.dictionaries(st.sampled_from(["c1", "c2", "c3"]), st.lists(rows, min_size=1, max_size=4)), max_size=3),
+)
+def test_tenants_evaluated_together_get_each_one_s_own_answer(conditions, tenants):
+    """Several tenants as the parts of one set of profiles (as a task evaluates them): the same component
+    and primary ids in two tenants are two identities, and each part gets what it gets alone."""
+    segments = [Segment(f"s{i}", "", c, "test") for i, c in enumerate(conditions)]
+    rows = [
+        {**{c: None for c in RAW.names}, **r, "component_id": key, "part": part}
+        for part, identities in enumerate(tenants)
+        for key, rs in identities.items()
+        for r in rs
+    ]
+    together = profiles_of(
+        pa.Table.from_pylist(rows, schema=RAW.append(pa.field("part", pa.int64()))), paths_of(segments), within="part"
+    )
+    results = evaluate(together, segments, NOW)
+
+    for (identities, records), alone in zip(together.part_ranges(len(tenants)), tenants):
+        keys = together.keys[identities].to_pylist()
+        got = {
+            (key, name) for name, verdict in results.items() for key, inside in zip(keys, verdict[identities]) if inside
+        }
+        assert got == set(one_pass(alone, segments))
+        assert array_rows(together, segments, records) == array_rows(profiles_for(alone, segments), segments)
