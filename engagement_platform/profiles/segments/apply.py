@@ -77,26 +77,34 @@ def plan_evaluations(lake: DeltaLake, checkpoints: CheckpointStore, tenants: lis
     latest = checkpoints.latest_of([segments_stream(t) for t in tenants])
     plans: dict[str, BatchPlan | None] = {}
     new: list[BatchPlan] = []
+    planning = [t for t in tenants if latest[segments_stream(t)][0] is None or latest[segments_stream(t)][1]]
+    with ThreadPoolExecutor(PREPARE_THREADS) as pool:  # delta-rs opens the tables without the GIL
+        versions = dict(zip(planning, pool.map(lambda t: _current_version(lake, raw_table_name(t)), planning)))
     for tenant in tenants:
-        plan, done = latest.get(segments_stream(tenant), (None, False))
-        if plan is not None and not done:
+        plan, _ = latest[segments_stream(tenant)]
+        if tenant not in versions:  # its evaluation is unfinished: the same plan again
             plans[tenant] = plan
-            continue
-        try:
-            version = lake.table(raw_table_name(tenant)).version()
-        except TableNotFoundError:
+        elif (version := versions[tenant]) is None:  # no raw table
             plans[tenant] = None
-            continue
-        after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
-        plans[tenant] = BatchPlan(
-            segments_stream(tenant),
-            (plan.batch_id + 1) if plan else 1,
-            TableVersionsSlice(raw_table_name(tenant), after, version),
-        )
-        new.append(plans[tenant])
+        else:
+            after = plan.slice_as(TableVersionsSlice).up_to if plan else -1
+            planned = BatchPlan(
+                segments_stream(tenant),
+                (plan.batch_id + 1) if plan else 1,
+                TableVersionsSlice(raw_table_name(tenant), after, version),
+            )
+            plans[tenant] = planned
+            new.append(planned)
     if new:
         checkpoints.record_plans(new)
     return plans
+
+
+def _current_version(lake: DeltaLake, name: str) -> int | None:
+    try:
+        return lake.table(name).version()
+    except TableNotFoundError:
+        return None
 
 
 def plan_evaluation(lake: DeltaLake, checkpoints: CheckpointStore, tenant: str) -> BatchPlan | None:

@@ -384,17 +384,21 @@ def evaluation_task(works: list[TenantWork], storage_options):
         mine = [works[index] for batch in batches for index in batch.column(0).to_pylist()]
         threads = pa.cpu_count()
         pa.set_cpu_count(1)  # a task is one core's work: Arrow's own threads would contend with the other tasks
+        handed: dict[str, list[pa.Table]] = {"result": [], "sizes": [], "arrays": [], "files": []}
         try:
             for work, counts, sizes, held, change_files in evaluate_works(mine, storage_options):
-                yield from handoff("result", pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
-                yield from handoff("sizes", sizes)
-                yield from handoff("arrays", held.cast(ARRAYS_SCHEMA))
+                handed["result"].append(pa.Table.from_pylist([counts], schema=RESULT_SCHEMA))
+                handed["sizes"].append(sizes)
+                handed["arrays"].append(held.cast(ARRAYS_SCHEMA))
                 files = [
                     {"tenant": work.tenant, "table": PROFILE_SEGMENT_CHANGES.name, "file": f.to_json()}
                     for f in change_files
                 ]
-                yield from handoff("files", pa.Table.from_pylist(files, schema=FILES_SCHEMA))
+                handed["files"].append(pa.Table.from_pylist(files, schema=FILES_SCHEMA))
         finally:
             pa.set_cpu_count(threads)
+        for kind, tables in handed.items():  # one hand-back of each kind per task, not per tenant
+            if tables:
+                yield from handoff(kind, pa.concat_tables(tables))
 
     return run
