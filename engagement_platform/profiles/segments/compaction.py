@@ -5,8 +5,10 @@ plan     on the driver, per tenant: the base's live files, the log files holding
          compaction point (`through`), and the highest batch among them, the new point. A tenant whose log
          holds nothing after its point is left alone.
 compute  one Spark task per tenant (several tenants share one Spark job): the base and those log rows merged
-         (current.py), written sorted by segment then identity in row groups of ROW_GROUP_ROWS, so a reader of
-         one segment skips the groups of the others; only file actions and counts come back.
+         (current.py), written sorted by identity then segment in row groups of ROW_GROUP_ROWS (an identity's
+         rows side by side: its column is runs that cost little to read, and an evaluation narrowing to a few
+         identities compares a few hundred dictionary values per group), with the file's members per
+         segment in its footer (stored.sizes_footer); only file actions and counts come back.
 commit   one commit of `profile_segments` replacing each tenant's base files, carrying a txn per tenant
          (compaction_app_id(tenant), the new point): a re-run after that commit finds the txn and writes
          nothing; files of an attempt that died before it are deleted first. The log is not touched: it is

@@ -25,7 +25,8 @@ PROFILE_SEGMENTS = TableSpec(
     stats_columns=("segment", "identity", "entered_at", "batch_id"),
     description="Segment membership, compacted base: one row per tenant, segment and identity that was a member "
     "at the batch the tenant's base is compacted through (txn `profile.segments.compaction/<tenant>`); rewritten "
-    "only by a compaction, sorted by segment; merged on read with profile_segment_changes.",
+    "only by a compaction (and erasure), sorted by identity then segment, each file's members per segment in its "
+    "footer; merged on read with profile_segment_changes.",
 )
 
 PROFILE_SEGMENT_CHANGES = TableSpec(
