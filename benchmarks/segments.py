@@ -291,6 +291,8 @@ def main() -> None:
     parser.add_argument("--more-incremental", type=int, default=9, help="incremental rounds after the measured one")
     parser.add_argument("--reads", type=int, default=20, help="single-segment reads timed")
     args = parser.parse_args()
+    if args.reads < 1:
+        parser.error("--reads: at least one read (the median and the maximum are reported)")
 
     definitions = segment_definitions(args.segments, args.seed)
     segments = [parse_segment(d, f"bench/{d['name']}.yaml") for d in definitions]

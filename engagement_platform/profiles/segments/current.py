@@ -45,7 +45,8 @@ def _joined(*columns: pa.ChunkedArray) -> pa.ChunkedArray:
 def ranks(codes: pa.DictionaryArray) -> np.ndarray:
     """Each value's position in the sorted distinct values (int64): equal values get equal codes, and codes
     order as the strings do."""
-    order = np.asarray(pc.rank(codes.dictionary, sort_keys="ascending").to_numpy(), np.int64) - 1
+    # dense: a value that occurs twice in the dictionary still gets one code
+    order = np.asarray(pc.rank(codes.dictionary, sort_keys="ascending", tiebreaker="dense").to_numpy(), np.int64) - 1
     return order[np.asarray(codes.indices.to_numpy(zero_copy_only=False), np.int64)]
 
 

@@ -34,7 +34,9 @@ def segment_members(
     `identities` when given. `files`: a MembershipFiles to reuse, so that several reads load each table
     version once."""
     files = files or MembershipFiles(lake)
-    wanted = None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments))
+    wanted = (
+        None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments), pa.string())
+    )
     who = None if identities is None else pa.array(list(identities), pa.string())
     stored_files = files.of(tenant)
     if as_of_batch is not None and as_of_batch < stored_files.through:
@@ -67,7 +69,9 @@ def membership_changes(
     `up_to_batch`, then keeps it as its checkpoint: a batch committed in between is left for its next read
     instead of being skipped."""
     files = MembershipFiles(lake)
-    wanted = None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments))
+    wanted = (
+        None if segments is None else pa.array([segments] if isinstance(segments, str) else list(segments), pa.string())
+    )
     stored = read_stored(
         (), files.log_after(tenant, since_batch), lake.storage_options, segments=wanted, after_batch=since_batch
     )

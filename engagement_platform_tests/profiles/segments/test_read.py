@@ -174,6 +174,7 @@ def test_members_changes_and_checkpoint_of_a_compacted_base_and_its_log(tmp_path
             assert changes.to_pylist() == [{c: r[c] for c in changes.column_names} for r in in_order(log, since)]
         assert latest_batch(lake, tenant) == last
     assert as_tuples(segment_members(lake, "acme", identities=["a"])) == [m for m in replay(ACME_LOG) if m[1] == "a"]
+    assert segment_members(lake, "acme", segments=[]).num_rows == 0  # no segment asked: no member
     assert membership_changes(lake, "acme", 3, segments="y").to_pylist() == [
         {c: r[c] for c in ("segment", "identity", "change", "evaluated_at", "batch_id")}
         for r in in_order(ACME_LOG, 3)
