@@ -28,7 +28,7 @@ from engagement_platform.profiles.tables import (
     PROFILE_SUPPRESSED_RECORDS,
     QUARANTINE_PROFILE_ERASURE,
 )
-from engagement_platform.resources import LakeResource
+from engagement_platform.resources import CoordinatorResource, LakeResource
 from engagement_platform.settings import load_settings
 
 ERASURE_ASSET = AssetKey("profile_erasure")
@@ -53,15 +53,19 @@ PROFILE_ERASURE = build_kafka_stream(
 
 
 @asset(key=UPKEEP_ASSET, deps=[RAW_ASSET, STAGING_ASSET, ERASURE_ASSET], group_name=GROUP, kinds={"deltalake"})
-def profile_lake_upkeep(context: AssetExecutionContext, lake: LakeResource) -> MaterializeResult:
-    """Staging retention (merged buckets older than EP_PROFILE_STAGING_RETENTION), then vacuum and log expiry of the
-    profile tables past half of EP_ERASURE_WINDOW, and the handoff sweep."""
+def profile_lake_upkeep(
+    context: AssetExecutionContext, lake: LakeResource, coordinator: CoordinatorResource
+) -> MaterializeResult:
+    """A purge of rows naming erased ids that raced their erasure, staging retention (merged buckets older than
+    EP_PROFILE_STAGING_RETENTION), then vacuum and log expiry of the profile tables past half of EP_ERASURE_WINDOW,
+    and the handoff sweep."""
     settings = load_settings()
     figures = profile_upkeep(
         lake.lake,
         settings.erasure,
         settings.profiles.staging_retention_seconds,
         settings.retention.vacuum_retention_hours,
+        coordinator.coordinator() if coordinator.is_enabled else None,
     )
     if figures["log_expiry_conflicts"]:
         context.log.warning(

@@ -25,6 +25,7 @@ from engagement_platform.lake.file_writes import commit_files, filesystem
 from engagement_platform.lake.row_erasure import erase_rows, expire_logs, live_files, purge_quarantine, vacuum_tables
 from engagement_platform.lake.suppression_tables import load_suppressed
 from engagement_platform.profiles.erasure.remaining import suppressed_mask
+from engagement_platform.profiles.locks import tenant_locks
 from engagement_platform.profiles.processor.progress import latest_progress, staged_tenants
 from engagement_platform.profiles.segments.tables import PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS
 from engagement_platform.profiles.snapshots import files_by_tenant
@@ -39,6 +40,7 @@ from engagement_platform.profiles.tables import (
 )
 from engagement_platform.settings import ErasureSettings
 from engagement_platform.spark.handoff_files import sweep_all_handoffs
+from engagement_platform.streams.coordinator import Coordinator
 
 RETENTION_APP_ID = "profile.staging_retention"
 PURGE_APP_ID = "profile.upkeep.purge"
@@ -110,10 +112,13 @@ def window_tables(lake: DeltaLake) -> list[str]:
     ]
 
 
-def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
+def purge_suppressed(lake: DeltaLake, secret: bytes, coordinator: Coordinator | None = None) -> dict[str, int]:
     """Rows naming an erased id that no erasure batch could remove: changes a dumper batch staged while racing
-    an erasure (checked before it, committed after), and quarantined records or requests naming an id a later
-    request erased. Staging is rewritten without them; the quarantines lose them by key. Rows per table."""
+    an erasure (checked before it, committed after), segment entries and exits of an evaluation that read the
+    raw rows before the erasure and committed after it (evaluations take no tenant lock), and quarantined
+    records or requests naming an id a later request erased. Staging and the two membership tables are
+    rewritten without them (the membership tables under the tenants' locks, as a compaction rewrites the base
+    under them); the quarantines lose them by key. Rows per table."""
     suppressed = load_suppressed(lake, PROFILE_ERASED_SUBJECTS, secret)
     if not suppressed:
         return {}
@@ -124,10 +129,33 @@ def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
             mask = pc.or_(mask, pc.and_(pc.equal(rows["tenant"], tenant), suppressed_mask(rows, tenant, suppressed)))
         return mask
 
+    def remove_members(rows: pa.Table) -> pa.Array:  # a membership row names a person by one of its ids
+        mask = pa.array([False] * rows.num_rows, pa.bool_())
+        for tenant in suppressed.scopes:
+            ids = pc.unique(rows["identity"].filter(pc.equal(rows["tenant"], tenant))).to_pylist()
+            erased = [i for i in ids if i is not None and suppressed.hit(tenant, [i])]
+            if erased:
+                hit = pc.is_in(rows["identity"], value_set=pa.array(erased, pa.string()))
+                mask = pc.or_(mask, pc.and_(pc.equal(rows["tenant"], tenant), hit))
+        return mask
+
+    txn = BatchTxn(PURGE_APP_ID, int(time.time() * 1000))
     files = [f for t in suppressed.scopes for f in live_files(lake, PROFILE_CDC_STAGING, {"tenant": t})]
-    _, staged = erase_rows(lake, PROFILE_CDC_STAGING, files, remove, BatchTxn(PURGE_APP_ID, int(time.time() * 1000)))
+    _, staged = erase_rows(lake, PROFILE_CDC_STAGING, files, remove, txn)
+    with tenant_locks(coordinator, sorted(suppressed.scopes), PURGE_APP_ID):
+        members = {
+            spec.name: erase_rows(
+                lake,
+                spec,
+                [f for t in suppressed.scopes for f in live_files(lake, spec, {"tenant": t})],
+                remove_members,
+                txn,
+            )[1]
+            for spec in (PROFILE_SEGMENT_CHANGES, PROFILE_SEGMENTS)
+        }
     return {
         PROFILE_CDC_STAGING.name: staged,
+        **members,
         **{
             spec.name: purge_quarantine(lake, spec, suppressed, PURGE_APP_ID)
             for spec in (QUARANTINE_PROFILE_CDC, QUARANTINE_PROFILE_ERASURE)
@@ -136,11 +164,15 @@ def purge_suppressed(lake: DeltaLake, secret: bytes) -> dict[str, int]:
 
 
 def profile_upkeep(
-    lake: DeltaLake, erasure: ErasureSettings, staging_retention_seconds: float, vacuum_hours: int
+    lake: DeltaLake,
+    erasure: ErasureSettings,
+    staging_retention_seconds: float,
+    vacuum_hours: int,
+    coordinator: Coordinator | None = None,
 ) -> dict:
     """Purge of raced rows, staging retention, then vacuum, log expiry and handoff sweep over window_tables."""
     started = time.perf_counter()
-    purged = purge_suppressed(lake, erasure.secret)
+    purged = purge_suppressed(lake, erasure.secret, coordinator)
     expired = expire_staging(lake, staging_retention_seconds)
     tables = window_tables(lake)
     vacuumed = vacuum_tables(lake, tables, vacuum_hours)

@@ -42,7 +42,7 @@ from engagement_platform.profiles.tables import (
     QUARANTINE_PROFILE_ERASURE,
     raw_table_name,
 )
-from engagement_platform.resources import LakeResource
+from engagement_platform.resources import CoordinatorResource, LakeResource
 from engagement_platform.settings import load_settings
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.cdc import new_topic, record, stage, stage_and_process
@@ -234,6 +234,15 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
     lake.append(PROFILE_CDC_STAGING, raced, BatchTxn("test.raced_dumper", 1))
     process_tenant(spark, lake, checkpoints, "acme")
     assert ids_of(lake, "acme") == {KEPT}
+    # a segment evaluation that read the raw rows before the erasure and committed after it (evaluations take no
+    # tenant lock), then a compaction that folded its entry into the base: the upkeep's purge removes both
+    (member,) = lake.read(PROFILE_SEGMENT_CHANGES.name, filters=[("identity", "=", KEPT)]).to_pylist()
+    raced_entry = pa.Table.from_pylist(
+        [{**member, "identity": SUBJECT, "batch_id": 90}], PROFILE_SEGMENT_CHANGES.schema
+    )
+    lake.append(PROFILE_SEGMENT_CHANGES, raced_entry, BatchTxn("test.raced_evaluation", 1))
+    compact_tenants(spark, lake, ["acme"])
+    assert SUBJECT in set(segment_members(lake, "acme")["identity"].to_pylist())
     export = tmp_path / "export"
     export.mkdir()
     write_jsonl(
@@ -256,9 +265,14 @@ def test_an_erased_identity_leaves_every_profile_table_and_never_comes_back(
     assert files_holding(root, (SUBJECT, LINKED)), "removed files and old log entries still hold them"
     # Two upkeeps half a window apart: the raced change's log entry came after the erasure's checkpoint, so it
     # leaves with the first upkeep's checkpoint once that is older than half the window (docs/design/erasure.md).
+    resources = {
+        "lake": LakeResource(root=lake_root),
+        "coordinator": CoordinatorResource(lake=LakeResource(root=lake_root)),
+    }
     for _ in range(2):
         time.sleep(WINDOW_S / 2 + 1)
-        assert materialize([profile_lake_upkeep], resources={"lake": LakeResource(root=lake_root)}).success
+        assert materialize([profile_lake_upkeep], resources=resources).success
+    assert set(segment_members(lake, "acme")["identity"].to_pylist()) == {KEPT}, "the raced entry left both tables"
     assert files_holding(root, (SUBJECT, LINKED)) == []
     assert files_holding(root, (KEPT, ELSEWHERE)), "other people's data stays"
     for folder in sorted(p.parent for p in root.rglob("_delta_log")):
