@@ -13,6 +13,15 @@ from the test's fixtures and helpers, or written on the test):
   (scripts/run_tests.sh: -m "not matrix"). Written on a slow test, or set here by the store rule: a crash test
   parametrized over `lake_stores` runs its "local" case in the default tier and every store in the matrix, except
   under test_object_store.py and lake/, whose object-store cases are the object-store coverage of the default tier.
+- `on_cluster`: written on a test the cluster tier runs (scripts/run_cluster_tests.sh); it runs in the other tiers
+  too. `cluster`: needs the cluster (test_cluster.py); only the cluster tier runs it. `driver_local_input`: its
+  Spark tasks read input files from the driver's disk, which a cluster's executors do not share; the cluster tier
+  leaves it out.
+
+The cluster tier (EP_TEST_CLUSTER=1) starts the stack with a Spark standalone cluster of two one-core workers
+instead of local[2], puts every lake on the S3 endpoint (a test parametrized over stores runs its object-store
+case, and test_object_store.py its S3 cases) and deselects everything else: each batch's tasks run in executors
+that share nothing with the driver but the lake's URL.
 
 The stack (ZooKeeper, noida-db broker, Spark Connect server) starts once per run through the same scripts/stack.sh
 the platform uses, on test ports and a test state folder. Object stores run once per run too, started by the first
@@ -45,7 +54,7 @@ from engagement_platform.streams.kafka import KafkaClient
 from engagement_platform_tests.support import crash
 from engagement_platform_tests.support.object_store import OBJECT_STORE_FIXTURES, running_azurite, running_moto
 from engagement_platform_tests.support.secrets_scan import RUN_SECRETS, files_holding
-from engagement_platform_tests.support.stack import PORTS, REPO, SERVER_FIXTURES, STACK_ENV, STATE
+from engagement_platform_tests.support.stack import CLUSTER, PORTS, REPO, SERVER_FIXTURES, SERVERS, STACK_ENV, STATE
 
 RUN_STARTED = time.time()
 SHARED_STACK_ENV = "EP_TEST_STACK_SHARED"  # set by the controller of a spread run: its workers share its stack
@@ -65,7 +74,7 @@ def pytest_configure(config) -> None:
         config.option.basetemp = config.option.basetemp or tempfile.mkdtemp(prefix="engagement-platform-tests-")
         RUN_FOLDERS.extend([Path(config.option.basetemp), STATE])
         os.environ.update({**STACK_ENV, SHARED_STACK_ENV: "1"})
-        _stack("start")
+        _stack("start", *SERVERS)
 
 
 def pytest_unconfigure(config) -> None:
@@ -139,6 +148,17 @@ def lake_store_of(item) -> str | None:
     return callspec.params.get("lake_store") if callspec is not None else None
 
 
+def in_cluster_tier(item) -> bool:
+    """Whether the cluster tier runs the test: it needs the cluster, or is written `on_cluster` and runs its lake on
+    the S3 endpoint (its "s3" case, if parametrized over stores: `lake_stores`, or test_object_store.py's `s3`)."""
+    if item.get_closest_marker("cluster"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    store = (callspec.params.get("lake_store") or callspec.params.get("s3")) if callspec is not None else None
+    wanted = item.get_closest_marker("on_cluster") is not None and not item.get_closest_marker("driver_local_input")
+    return wanted and store in (None, "s3")
+
+
 def keeps_its_store_cases(item) -> bool:
     """Object-store cases of these files stay in the default tier: they are its object-store coverage."""
     where = item.path.resolve().relative_to(TESTS).as_posix()
@@ -164,6 +184,11 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         for name in sorted(tiers_of(item)):
             item.add_marker(name)
+    if CLUSTER:
+        left_out = [item for item in items if not in_cluster_tier(item)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if in_cluster_tier(item)]
     # The longest tests first: in a run spread over workers (one file per worker at a time), the soak and the
     # host crashes start at once beside the rest instead of running alone at the end.
     items.sort(
@@ -171,9 +196,9 @@ def pytest_collection_modifyitems(config, items) -> None:
     )
 
 
-def _stack(action: str) -> None:
+def _stack(action: str, *servers: str) -> None:
     env = {**os.environ, **PORTS, **STACK_ENV}
-    subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action], check=True, env=env)
+    subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), action, *servers], check=True, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -184,7 +209,7 @@ def stack():
     os.environ.update(STACK_ENV)
     RUN_FOLDERS.append(STATE)  # its server logs are searched for the run's secrets at the end
     if not shared:
-        _stack("start")
+        _stack("start", *SERVERS)
     yield STACK_ENV
     from engagement_platform.spark.session import close_shared_clients
 
@@ -218,8 +243,9 @@ def topic(kafka, monkeypatch) -> str:
 
 @pytest.fixture
 def lake_store(request) -> str:
-    """Where the test's lake lives: "local" unless the test is marked `lake_stores(...)`."""
-    return getattr(request, "param", "local")
+    """Where the test's lake lives: "local" unless the test is marked `lake_stores(...)`; in the cluster tier
+    "s3"."""
+    return getattr(request, "param", "s3" if CLUSTER else "local")
 
 
 @pytest.fixture(scope="session")

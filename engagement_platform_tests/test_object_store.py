@@ -32,7 +32,7 @@ from engagement_platform_tests.support.activities import ingest, produce_activit
 from engagement_platform_tests.support.crash import finished, killed_at
 from engagement_platform_tests.support.mutations import mutate, req
 
-pytestmark = pytest.mark.objectstore
+pytestmark = [pytest.mark.objectstore, pytest.mark.on_cluster]  # its S3 cases: a batch of every stream
 COMPARED = ("engagement_id", "lead_id", "contact_id", "account_id", "user_id", "engagement_date")
 
 
@@ -482,6 +482,7 @@ def test_retention_and_erasure_on_an_object_store(spark, kafka, topic, s3):
     )
 
 
+@pytest.mark.driver_local_input  # a cluster's executors read an export on the object store (the next test)
 @pytest.mark.parametrize("s3", ["s3"], indirect=True)
 def test_backfill_into_a_lake_on_an_object_store(spark, s3, tmp_path):
     """A hot-store export (local JSON lines) loaded into a tenant's raw table on the S3 lake, exactly once,

@@ -7,4 +7,4 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-exec bash "$REPO/scripts/run_tests.sh" --durations=40 "$@"
+exec bash "$REPO/scripts/run_tests.sh" -m "not cluster" --durations=40 "$@"

@@ -2,12 +2,23 @@
 # Local stack: ZooKeeper, a Kafka-protocol broker (noida-db) and a Spark Connect server; on request also
 # object stores for the lake: an S3 endpoint (moto_server, in memory) and Azure's emulator (Azurite).
 #
-#   scripts/stack.sh start|stop|status [zookeeper|kafka|spark|s3|azurite ...]   (default: the first three)
+#   scripts/stack.sh start|stop|status [zookeeper|kafka|spark|s3|azurite|cluster ...]   (default: the first three;
+#                                     stop without names: every server of the state folder that is running)
+#
+# `cluster` is a Spark standalone cluster on this host: a master (spark-master), two workers of one core each
+# (spark-worker-1, spark-worker-2; each with its own work, scratch and temporary folders and an environment of its
+# own, not the caller's), and the Spark Connect server pointed at the master instead of local[2]. `start cluster`
+# starts ZooKeeper and the broker too. The executors run the Python of .venv (spark.pyspark.python): an installed
+# environment on every node, as a real cluster has. They get the lake's storage options from the tasks, as on any
+# cluster, never from the driver's environment or disk.
 #
 # Environment (defaults in brackets):
 #   EP_STATE_DIR [<repo>/.state]  EP_ZK_PORT [12181]  EP_KAFKA_PORT [19092]
 #   EP_SPARK_CONNECT_PORT [15002]  SPARK_MASTER [local[2]]  EP_SPARK_DRIVER_MEMORY [4g]
 #   EP_START_TIMEOUT [per server: 60 s, Spark 180 s]
+#   EP_SPARK_UI_PORT [unset: no UI; cluster: 14040]: the Connect server's application UI and its REST API (task metrics)
+#   EP_SPARK_MASTER_PORT [17077]  EP_SPARK_MASTER_UI_PORT [18080]  EP_SPARK_WORKER_UI_PORTS [18081 18082]
+#   EP_SPARK_EXECUTOR_MEMORY [3g]: per executor (one per worker) in cluster mode  EP_SPARK_WORKER_MEMORY [4g]
 #   EP_S3_PORT [19000]  EP_AZURITE_PORT [10000]  EP_LAKE_BUCKET [lake]: the bucket / container created on start
 #   (S3 credentials test/test, region us-east-1; Azurite's well-known devstoreaccount1 key)
 #
@@ -25,13 +36,18 @@ EP_SPARK_CONNECT_PORT="${EP_SPARK_CONNECT_PORT:-15002}"
 EP_S3_PORT="${EP_S3_PORT:-19000}"
 EP_AZURITE_PORT="${EP_AZURITE_PORT:-10000}"
 EP_LAKE_BUCKET="${EP_LAKE_BUCKET:-lake}"
+EP_SPARK_MASTER_PORT="${EP_SPARK_MASTER_PORT:-17077}"
+EP_SPARK_MASTER_UI_PORT="${EP_SPARK_MASTER_UI_PORT:-18080}"
+read -r -a WORKER_UI_PORTS <<<"${EP_SPARK_WORKER_UI_PORTS:-18081 18082}"
+MASTER_URL="spark://127.0.0.1:$EP_SPARK_MASTER_PORT"
 AZURITE_KEY="Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="  # its public dev key
 PY="$REPO/.venv/bin/python"
 LOG_DIR="$EP_STATE_DIR/logs"
 PID_DIR="$EP_STATE_DIR/pids"
 STOP_TIMEOUT=30
 ALL=(zookeeper kafka spark)
-KNOWN=(zookeeper kafka spark s3 azurite)  # start order
+CLUSTER=(zookeeper kafka spark-master spark-worker-1 spark-worker-2 spark)
+KNOWN=(zookeeper kafka spark-master spark-worker-1 spark-worker-2 spark s3 azurite)  # start order
 
 die() { echo "stack: $*" >&2; exit 1; }
 say() { echo "stack: $*"; }
@@ -41,6 +57,8 @@ port_of() {
         zookeeper) echo "$EP_ZK_PORT" ;;
         kafka) echo "$EP_KAFKA_PORT" ;;
         spark) echo "$EP_SPARK_CONNECT_PORT" ;;
+        spark-master) echo "$EP_SPARK_MASTER_PORT" ;;
+        spark-worker-*) echo "${WORKER_UI_PORTS[$((${1#spark-worker-} - 1))]}" ;;
         s3) echo "$EP_S3_PORT" ;;
         azurite) echo "$EP_AZURITE_PORT" ;;
     esac
@@ -52,6 +70,8 @@ signature_of() {
         zookeeper) echo "QuorumPeerMain" ;;
         kafka) echo "noida-db" ;;
         spark) echo "SparkConnectServer" ;;
+        spark-master) echo "deploy.master.Master" ;;
+        spark-worker-*) echo "$EP_STATE_DIR/$1/work" ;;
         s3) echo "moto_server" ;;
         azurite) echo "azurite-blob" ;;
     esac
@@ -104,11 +124,22 @@ EOF
 
 spark_healthy() { port_open "$EP_SPARK_CONNECT_PORT"; }
 
+# The master's state (its JSON page): a worker is ready once the master lists it ALIVE.
+worker_registered() {
+    "$PY" - "$EP_SPARK_MASTER_UI_PORT" "$(port_of "$1")" <<'EOF'
+import json, sys, urllib.request
+state = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=3))
+sys.exit(0 if any(w["state"] == "ALIVE" and w["webuiaddress"].endswith(f":{sys.argv[2]}") for w in state["workers"]) else 1)
+EOF
+}
+
 healthy() {
     case "$1" in
         zookeeper) zk_healthy ;;
         kafka) kafka_healthy ;;
         spark) spark_healthy ;;
+        spark-master) port_open "$EP_SPARK_MASTER_PORT" && port_open "$EP_SPARK_MASTER_UI_PORT" ;;
+        spark-worker-*) port_open "$(port_of "$1")" && worker_registered "$1" ;;
         s3) port_open "$EP_S3_PORT" ;;
         azurite) port_open "$EP_AZURITE_PORT" ;;
     esac
@@ -158,21 +189,34 @@ kafka_cmd() {
 spark_cmd() {
     local spark_home
     mkdir -p "$EP_STATE_DIR/spark"
-    spark_home="$("$PY" -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))')" \
-        || die "pyspark not importable from .venv (run scripts/install.sh)"
+    spark_home="$(spark_home_of)"
     # Pin SPARK_HOME so an unrelated SPARK_HOME in the caller's env is not picked up.
     export SPARK_HOME="$spark_home" SPARK_LOCAL_IP=127.0.0.1 PYSPARK_PYTHON="$PY"
     # SPARK_REMOTE/SPARK_CONNECT_MODE are for clients: spark-submit refuses to start a server with them.
     unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
     # defaultSessionTimeout=-1: runs share one Connect session, which must never expire (spark/session.py).
     # Our log configuration: no plan (it carries the tasks' storage options and erasure key) in the server's log.
+    local master="${SPARK_MASTER:-local[2]}" ui=() on_cluster=()
+    [ "$CLUSTER_MODE" = 1 ] && master="$MASTER_URL"
+    if [[ "$master" == spark://* ]]; then
+        # One executor per worker, each a core; the executors reach the driver on this host's loopback.
+        on_cluster=(--conf spark.executor.cores=1 --conf "spark.executor.memory=${EP_SPARK_EXECUTOR_MEMORY:-3g}"
+                    --conf spark.cores.max=2 --conf spark.driver.host=127.0.0.1 --conf spark.driver.bindAddress=127.0.0.1)
+        EP_SPARK_UI_PORT="${EP_SPARK_UI_PORT:-14040}"
+    fi
+    if [ -n "${EP_SPARK_UI_PORT:-}" ]; then
+        # The application UI's REST API gives every stage's task metrics (benchmarks, the cluster tier's tests).
+        ui=(--conf spark.ui.enabled=true --conf "spark.ui.port=$EP_SPARK_UI_PORT" --conf spark.port.maxRetries=0)
+    else
+        ui=(--conf spark.ui.enabled=false)
+    fi
     CMD=("$spark_home/bin/spark-submit"
          --class org.apache.spark.sql.connect.service.SparkConnectServer
          --driver-java-options "-Dlog4j2.configurationFile=file:$REPO/scripts/spark-log4j2.properties"
-         --master "${SPARK_MASTER:-local[2]}"
+         --master "$master"
          --conf "spark.connect.grpc.binding.port=$EP_SPARK_CONNECT_PORT"
          --conf spark.connect.grpc.binding.address=127.0.0.1
-         --conf spark.ui.enabled=false
+         "${ui[@]}" "${on_cluster[@]}"
          --conf spark.connect.session.manager.defaultSessionTimeout=-1
          --conf spark.sql.shuffle.partitions=4
          --conf spark.sql.session.timeZone=UTC
@@ -182,6 +226,45 @@ spark_cmd() {
          --name engagement-platform-connect
          spark-internal)
 }
+
+spark_home_of() {
+    "$PY" -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))' \
+        || die "pyspark not importable from .venv (run scripts/install.sh)"
+}
+
+spark-master_cmd() {
+    local spark_home
+    spark_home="$(spark_home_of)"
+    CMD=(env -i "PATH=/usr/local/bin:/usr/bin:/bin" "HOME=$EP_STATE_DIR/spark-master" "SPARK_HOME=$spark_home"
+         SPARK_LOCAL_IP=127.0.0.1 "SPARK_LOG_DIR=$LOG_DIR" ${JAVA_HOME:+"JAVA_HOME=$JAVA_HOME"}
+         "$spark_home/bin/spark-class" org.apache.spark.deploy.master.Master
+         --host 127.0.0.1 --port "$EP_SPARK_MASTER_PORT" --webui-port "$EP_SPARK_MASTER_UI_PORT")
+}
+
+# A worker shares nothing with the driver but the network: its own work folder (executors' current folders and
+# logs), scratch folder (spark.local.dir) and temporary folder, a /tmp of its own where the host allows a mount
+# namespace (root, or unprivileged user namespaces), and a fresh environment: nothing the caller or the platform's
+# processes export (lake root, credentials, settings) reaches its executors.
+spark_worker_cmd() {
+    local name="$1" spark_home dir
+    spark_home="$(spark_home_of)"
+    dir="$EP_STATE_DIR/$name"
+    mkdir -p "$dir/work" "$dir/scratch" "$dir/tmp"
+    CMD=()
+    if unshare --mount --propagation private true 2>/dev/null; then
+        # And a /tmp of its own (a mount namespace with an empty tmpfs there): a file the driver side left in /tmp,
+        # where the test suite's local lakes and temporary folders live, is not there for its executors.
+        CMD=(unshare --mount --propagation private sh -c 'mount -t tmpfs -o size=2g tmpfs /tmp && exec "$@"' sh)
+    fi
+    CMD+=(env -i "PATH=/usr/local/bin:/usr/bin:/bin" "HOME=$dir" "TMPDIR=$dir/tmp" "SPARK_HOME=$spark_home"
+         SPARK_LOCAL_IP=127.0.0.1 "SPARK_LOCAL_DIRS=$dir/scratch" "SPARK_LOG_DIR=$LOG_DIR"
+         ${JAVA_HOME:+"JAVA_HOME=$JAVA_HOME"}
+         "$spark_home/bin/spark-class" org.apache.spark.deploy.worker.Worker
+         --host 127.0.0.1 --cores 1 --memory "${EP_SPARK_WORKER_MEMORY:-4g}" --work-dir "$dir/work"
+         --webui-port "$(port_of "$name")" "$MASTER_URL")
+}
+spark-worker-1_cmd() { spark_worker_cmd spark-worker-1; }
+spark-worker-2_cmd() { spark_worker_cmd spark-worker-2; }
 
 s3_cmd() {
     [ -x "$REPO/.venv/bin/moto_server" ] || die "missing .venv/bin/moto_server (run scripts/install.sh)"
@@ -344,33 +427,46 @@ status_one() {
     pid="$(read_file "$(pid_file "$name")")"
     if pid_matches "$pid" "$sig"; then
         if healthy "$name"; then
-            printf '%-10s running   pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$port"
+            printf '%-15s running   pid %-8s 127.0.0.1:%s\n' "$name" "$pid" "$port"
             return 0
         fi
-        printf '%-10s unhealthy pid %-8s 127.0.0.1:%s not answering\n' "$name" "$pid" "$port"
+        printf '%-15s unhealthy pid %-8s 127.0.0.1:%s not answering\n' "$name" "$pid" "$port"
         return 1
     fi
     lp="$(listener_pid "$port")"
     if [ -n "$lp" ]; then
-        printf '%-10s stopped   (port %s held by pid %s, not managed here)\n' "$name" "$port" "$lp"
+        printf '%-15s stopped   (port %s held by pid %s, not managed here)\n' "$name" "$port" "$lp"
     elif [ -n "$pid" ]; then
-        printf '%-10s stopped   (stale pid file, pid %s gone)\n' "$name" "$pid"
+        printf '%-15s stopped   (stale pid file, pid %s gone)\n' "$name" "$pid"
     else
-        printf '%-10s stopped\n' "$name"
+        printf '%-15s stopped\n' "$name"
     fi
     return 1
 }
 
-usage() { echo "usage: $0 start|stop|status [zookeeper|kafka|spark|s3|azurite ...]" >&2; exit 2; }
+usage() { echo "usage: $0 start|stop|status [zookeeper|kafka|spark|s3|azurite|cluster ...]" >&2; exit 2; }
 
 [ $# -ge 1 ] || usage
 ACTION="$1"
 shift
-SELECTED=("$@")
-[ ${#SELECTED[@]} -gt 0 ] || SELECTED=("${ALL[@]}")
-for n in "${SELECTED[@]}"; do
-    case "$n" in zookeeper | kafka | spark | s3 | azurite) ;; *) echo "stack: unknown server '$n'" >&2; usage ;; esac
+SELECTED=()
+CLUSTER_MODE=0  # the Connect server on the standalone master: `cluster` asked for, or this state folder's master runs
+for n in "$@"; do
+    case "$n" in
+        cluster) SELECTED+=("${CLUSTER[@]}"); CLUSTER_MODE=1 ;;
+        zookeeper | kafka | spark | spark-master | spark-worker-1 | spark-worker-2 | s3 | azurite) SELECTED+=("$n") ;;
+        *) echo "stack: unknown server '$n'" >&2; usage ;;
+    esac
 done
+if [ ${#SELECTED[@]} -eq 0 ]; then
+    SELECTED=("${ALL[@]}")
+    if [ "$ACTION" = stop ]; then  # and whatever else of this state folder runs (the cluster, the object stores)
+        for n in "${KNOWN[@]}"; do if [ -f "$PID_DIR/$n.pid" ]; then SELECTED+=("$n"); fi; done
+    fi
+fi
+if [ -z "${SPARK_MASTER:-}" ] && pid_matches "$(read_file "$PID_DIR/spark-master.pid")" deploy.master.Master; then
+    CLUSTER_MODE=1
+fi
 # Canonical order regardless of argument order: ZooKeeper first on start, last on stop.
 ORDERED=()
 for n in "${KNOWN[@]}"; do

@@ -95,6 +95,7 @@ def process_via_dagster(instance, resources, tenant="acme"):
     return result, request, out
 
 
+@pytest.mark.on_cluster
 def test_cdc_flows_through_sensors_and_assets_with_a_cascade_across_batches(
     spark, kafka, lake, cdc_topic, instance, resources
 ):

@@ -102,6 +102,7 @@ def test_consecutive_batches_cover_the_topic_without_gaps(spark, kafka, topic, l
     assert duplicate_engagement_ids(lake) == 0
 
 
+@pytest.mark.on_cluster
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize(
     "crash_after", [ENGAGEMENT_ACTIVITY.name, QUARANTINE_ENGAGEMENT_INGESTION.name, ENGAGEMENT_NOTIFICATIONS.name]
@@ -116,6 +117,7 @@ def test_process_killed_between_table_commits_then_rerun_is_exactly_once(
     assert_lake_equals_kafka(lake, expected, 1)
 
 
+@pytest.mark.on_cluster
 def test_process_killed_after_the_executors_wrote_their_files_then_rerun_is_exactly_once(
     spark, kafka, topic, lake, lake_root, checkpoints
 ):

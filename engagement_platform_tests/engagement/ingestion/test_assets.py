@@ -1,3 +1,4 @@
+import pytest
 from dagster import AssetKey, DagsterInstance, materialize
 
 from engagement_platform.engagement.assets import INGESTION_ASSET
@@ -16,6 +17,7 @@ from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
 
 
+@pytest.mark.on_cluster
 def test_materializing_a_batch_commits_reports_tables_and_passes_its_checks(
     spark, stack, kafka, topic, lake_root, checkpoints
 ):

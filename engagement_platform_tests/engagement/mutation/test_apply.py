@@ -260,6 +260,7 @@ def ingested_org_with_a_lead(spark, kafka, topic, lake, checkpoints) -> tuple[st
     return org, lead, before, {r["engagement_id"] for r in before if r["lead_id"] == lead}
 
 
+@pytest.mark.on_cluster
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
 @pytest.mark.parametrize(
     "crash_after",
