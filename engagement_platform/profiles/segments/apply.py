@@ -7,9 +7,9 @@ plan     stream `profile_segments/<tenant>`, a TableVersionsSlice of the tenant'
 prepare  on the driver: the pin (evaluation time, the versions of the base and the log the batch diffs
          against), the raw files, for an incremental run the files the slice's commits added and removed,
          and the tenant's base and log files at the pinned versions (membership_files.py).
-compute  one Spark task per TENANTS_PER_TASK tenants (task.py; several tenants' batches share one Spark job in
-         `evaluate_tenants`): read, evaluate, diff with the membership merged from the base and the log,
-         write the entries / exits; only file actions and counts come back.
+compute  the tenants' batches share one Spark job (`evaluate_tenants`), a few Spark tasks each evaluating a
+         group of tenants (task.py, `task_count`): read, evaluate, diff with the membership merged from the
+         base and the log, write the entries / exits; only file actions and counts come back.
 commit   profile_segment_changes (the entries and exits, carries the pin and the txn (app id, batch id)),
          then done. A batch an earlier attempt committed is not written again; what a dead attempt wrote
          is deleted first. The base (profile_segments) is rewritten only by a compaction (compaction.py).
@@ -59,8 +59,8 @@ from engagement_platform.streams.pin import AS_OF, Pin, pin_batches
 from engagement_platform.streams.planning import BatchPlan
 from engagement_platform.streams.slices import TableVersionsSlice
 
-FINGERPRINT = "segments_fingerprint"
-PREPARE_THREADS = 4  # commit metadata: the definitions the evaluation used
+FINGERPRINT = "segments_fingerprint"  # commit metadata: the definitions the evaluation used
+PREPARE_THREADS = 4  # tenants prepared at once on the driver: each waits on the lake, not on the CPU
 
 
 def segments_stream(tenant: str) -> str:

@@ -1,6 +1,6 @@
-"""The executor side of a segment evaluation: a Spark task evaluates a group of tenants, each on its own. It
-reads the tenant's raw files, finds the identities to evaluate, evaluates every segment in one pass
-(evaluate.py), diffs the result with the membership the batch started from (the base with the log merged
+"""The executor side of a segment evaluation: a Spark task evaluates a group of tenants, those that share
+definitions and an evaluation time together as the parts of one set of profiles. It reads each tenant's raw
+files, finds the identities to evaluate, evaluates every segment in one pass (evaluate.py), diffs the result with the membership the batch started from (the base with the log merged
 on read: current.py), and writes the entries and exits as Parquet files into the change log's folder.
 Only file actions and counts go back to the driver, which commits them. The base is not rewritten: a
 compaction folds the log into it (compaction.py).
