@@ -10,7 +10,17 @@ from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PORTS = {"EP_ZK_PORT": "42181", "EP_KAFKA_PORT": "49092", "EP_SPARK_CONNECT_PORT": "45002"}
+PORTS = {
+    "EP_ZK_PORT": "42181",
+    "EP_KAFKA_PORT": "49092",
+    "EP_SPARK_CONNECT_PORT": "45002",
+    # the Connect application's UI: its REST API gives the task metrics benchmarks split a run by (spark_metrics.py)
+    "EP_SPARK_UI_PORT": "44040",
+    # the two-worker standalone cluster a benchmark compares with local[2] (start_cluster)
+    "EP_SPARK_MASTER_PORT": "47077",
+    "EP_SPARK_MASTER_UI_PORT": "48080",
+    "EP_SPARK_WORKER_UI_PORTS": "48081 48082",
+}
 
 
 @contextmanager
@@ -80,6 +90,22 @@ def restart_spark(master: str) -> None:
         subprocess.run(
             ["bash", str(REPO / "scripts/stack.sh"), action, "spark"], env=env, check=True, capture_output=True
         )
+
+
+def start_cluster() -> str:
+    """Start the bench stack's Spark standalone cluster (a master and two one-core workers, scripts/stack.sh) and
+    restart the Connect server on it; returns the master's URL. The stack's stop stops the cluster too."""
+    env = {**os.environ, **PORTS}
+    env.pop("SPARK_REMOTE", None)
+    subprocess.run(
+        ["bash", str(REPO / "scripts/stack.sh"), "start", "spark-master", "spark-worker-1", "spark-worker-2"],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    master = f"spark://127.0.0.1:{PORTS['EP_SPARK_MASTER_PORT']}"
+    restart_spark(master)
+    return master
 
 
 def machine_busy_seconds() -> float:

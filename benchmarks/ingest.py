@@ -1,13 +1,17 @@
 """Ingestion throughput: Kafka -> Spark (kafka_offsets source, parse, validate) -> delta-rs commits.
 
-    .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000] [--lake local|s3]
+    .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000] [--no-scaling] [--lake local|s3]
+    at three times the input: .venv/bin/python benchmarks/ingest.py --events 6000000 --no-scaling
 
 Produces the events to a fresh local broker, then ingests them in planned batches exactly as the
 sensor-launched runs do (plan -> read -> validate -> data + quarantine + notifications + checkpoint).
 Prints events/s from the first read to the last commit; the Spark Connect server start is reported
-separately. Baseline in the same run: reading the same offsets with confluent-kafka alone. Then the
-same offsets again into a fresh lake with the Spark server on one core (local[1]): the speedup of the
-second core, and the driver's share of all CPU the machine spent (the driver only plans and commits).
+separately. Baseline in the same run: reading the same offsets with confluent-kafka alone. It prints the
+driver's share of all CPU the machine spent (the driver only plans and commits) and, from Spark's task metrics
+(spark_metrics.py), the run's task seconds, the driver's serial seconds (no Spark job running), and the speedup
+Amdahl's law gives for 2, 8 and 32 executors. Then the same offsets again into a fresh lake with the Connect
+server on a two-worker standalone cluster (executors in their own processes, one core each) against the run on
+local[2]: the throughput ratio, what the cluster's serialization and second JVM cost.
 With `--lake s3` the same offsets also go into a lake on a local S3 endpoint (moto_server, started beside
 the stack), with the same Spark session: events/s there and the ratio to the local-disk run.
 """
@@ -23,15 +27,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import (  # noqa: E402
+    PORTS,
     bench_stack,
     machine,
     machine_busy_seconds,
     own_cpu_seconds,
-    restart_spark,
     s3_lake,
+    start_cluster,
     wait_for_broker_idle,
 )
 from record import invocation, record_result  # noqa: E402
+from spark_metrics import SparkMetrics, Split  # noqa: E402
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
 from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
@@ -46,8 +52,9 @@ TOPIC = "bench.engagement.activities"
 TARGET = {
     "events_per_s": ">= 100000",
     "ratio_to_baseline": ">= 0.4",
-    "speedup_local2_vs_local1": ">= 1.6",
     "driver_cpu_share": "<= 0.25",
+    "serial_share": "<= 0.15",
+    "cluster_ratio_to_local2": ">= 0.8",
 }
 S3_TARGET = {"s3_ratio_to_local": ">= 0.5"}
 
@@ -62,6 +69,7 @@ class IngestRun:
     phases: dict[str, float]
     driver_cpu: float
     machine_cpu: float
+    split: Split
 
 
 def ingest_all(
@@ -73,6 +81,8 @@ def ingest_all(
     store = CheckpointStore(lake)
     appended = rejected = batches = 0
     phases: dict[str, float] = {}
+    metrics = SparkMetrics(PORTS["EP_SPARK_UI_PORT"])
+    before = metrics.snapshot()
     cpu0, busy0, t = own_cpu_seconds(), machine_busy_seconds(), time.perf_counter()
     while (plan := plan_next_batch(STREAM, TOPIC, store.latest_plan(STREAM), marks, per_partition)) is not None:
         store.record_plan(plan)
@@ -84,8 +94,9 @@ def ingest_all(
             phases[k] = phases.get(k, 0.0) + v
     seconds = time.perf_counter() - t
     driver, busy = own_cpu_seconds() - cpu0, machine_busy_seconds() - busy0
+    split = metrics.split_since(before)
     return IngestRun(
-        batches, appended, rejected, len(lake.file_stats("engagement_activity")), seconds, phases, driver, busy
+        batches, appended, rejected, len(lake.file_stats("engagement_activity")), seconds, phases, driver, busy, split
     )
 
 
@@ -95,7 +106,7 @@ def main() -> None:
     parser.add_argument("--per-partition", type=int, default=250_000, help="batch bound per Kafka partition")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--orgs", type=int, default=1000)
-    parser.add_argument("--no-scaling", action="store_true", help="skip the second run with Spark on one core")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the second run, on the two-worker cluster")
     parser.add_argument(
         "--lake",
         choices=["local", "s3"],
@@ -140,13 +151,13 @@ def main() -> None:
                 on_s3 = ingest_all(spark, env, marks, args.per_partition, f"{bucket}/ingest", options)
                 endpoint_s = endpoint_cpu() - cpu0
         spark.stop()  # before the stack stops: a client left open kept the process alive at exit
-        scaled = None
-        if not args.no_scaling:  # the same offsets again with Spark on one core: what a second executor core buys
-            restart_spark("local[1]")
-            one = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
-            one.range(1).count()
-            scaled = ingest_all(one, env, marks, args.per_partition, "lake-local1")
-            one.stop()
+        on_cluster = None
+        if not args.no_scaling:  # the same offsets again, the tasks in executors of a two-worker cluster
+            start_cluster()
+            clustered = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
+            clustered.range(1).count()
+            on_cluster = ingest_all(clustered, env, marks, args.per_partition, "lake-cluster")
+            clustered.stop()
     print(f"machine: {machine()}")
     print(f"load average before: {load_before[0]:.2f}, after: {os.getloadavg()[0]:.2f}")
     print(
@@ -168,11 +179,13 @@ def main() -> None:
         f"driver CPU: {run.driver_cpu:.1f} s of {run.machine_cpu:.1f} CPU seconds the machine spent during the ingest "
         f"= {run.driver_cpu / run.machine_cpu:.0%}"
     )
-    if scaled is not None:
+    print(f"split on local[2]: {run.split.line()}")
+    if on_cluster is not None:
         print(
-            f"scaling: Spark on local[1] {scaled.seconds:.1f} s, on local[2] {run.seconds:.1f} s: speedup {scaled.seconds / run.seconds:.2f}x "
-            f"(driver CPU share on local[1] {scaled.driver_cpu / scaled.machine_cpu:.0%})"
+            f"two-worker cluster: {on_cluster.seconds:.1f} s, local[2] {run.seconds:.1f} s: throughput ratio "
+            f"{run.seconds / on_cluster.seconds:.2f} (driver CPU share {on_cluster.driver_cpu / on_cluster.machine_cpu:.0%})"
         )
+        print(f"split on the cluster: {on_cluster.split.line()}")
     if on_s3 is not None:
         print(
             f"lake on S3 (moto_server on 127.0.0.1): {on_s3.seconds:.1f} s = {total / on_s3.seconds:,.0f} events/s, "
@@ -188,8 +201,12 @@ def main() -> None:
     print(f"ratio ingest/baseline throughput: {baseline_s / run.seconds:.2f}")
     assert run.appended + run.rejected == total, "every event is appended or quarantined"
     scaling = (
-        {"local1_s": round(scaled.seconds, 1), "speedup_local2_vs_local1": round(scaled.seconds / run.seconds, 2)}
-        if scaled is not None
+        {
+            "cluster_s": round(on_cluster.seconds, 1),
+            "cluster_ratio_to_local2": round(run.seconds / on_cluster.seconds, 2),
+            **on_cluster.split.figures("cluster_"),
+        }
+        if on_cluster is not None
         else {}
     )
     s3 = (
@@ -212,6 +229,7 @@ def main() -> None:
             "events_per_s": round(total / run.seconds),
             "ratio_to_baseline": round(baseline_s / run.seconds, 2),
             "driver_cpu_share": round(run.driver_cpu / run.machine_cpu, 2),
+            **run.split.figures(),
             **scaling,
             **s3,
         },
