@@ -1,7 +1,9 @@
 """Ingestion throughput: Kafka -> Spark (kafka_offsets source, parse, validate) -> delta-rs commits.
 
     .venv/bin/python benchmarks/ingest.py [--events 2000000] [--per-partition 250000] [--no-scaling] [--lake local|s3]
-    at three times the input: .venv/bin/python benchmarks/ingest.py --events 6000000 --no-scaling
+    at three times the input, in as many batches three times the size (whether the serial share holds):
+        .venv/bin/python benchmarks/ingest.py --events 6000000 --per-partition 750000
+    (without --per-partition: three times as many batches of the default size; --no-scaling skips the cluster run)
 
 Produces the events to a fresh local broker, then ingests them in planned batches exactly as the
 sensor-launched runs do (plan -> read -> validate -> data + quarantine + notifications + checkpoint).
@@ -9,9 +11,11 @@ Prints events/s from the first read to the last commit; the Spark Connect server
 separately. Baseline in the same run: reading the same offsets with confluent-kafka alone. It prints the
 driver's share of all CPU the machine spent (the driver only plans and commits) and, from Spark's task metrics
 (spark_metrics.py), the run's task seconds, the driver's serial seconds (no Spark job running), and the speedup
-Amdahl's law gives for 2, 8 and 32 executors. Then the same offsets again into a fresh lake with the Connect
-server on a two-worker standalone cluster (executors in their own processes, one core each) against the run on
-local[2]: the throughput ratio, what the cluster's serialization and second JVM cost.
+Amdahl's law gives for 2, 8 and 32 executors (the model and its limits: spark_metrics.py). Then the same offsets
+again into a fresh lake with the Connect server on a two-worker standalone cluster (scripts/stack.sh spark-master,
+spark-worker-1, spark-worker-2 on the bench ports; executors in their own processes, one core each) against the run
+on local[2]: the throughput ratio, what the cluster's serialization and second JVM cost, the same split for the
+cluster run and the tasks each executor ran. The stack's stop at the end stops the cluster too.
 With `--lake s3` the same offsets also go into a lake on a local S3 endpoint (moto_server, started beside
 the stack), with the same Spark session: events/s there and the ratio to the local-disk run.
 """
@@ -156,6 +160,7 @@ def main() -> None:
             start_cluster()
             clustered = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
             clustered.range(1).count()
+            executors = SparkMetrics(PORTS["EP_SPARK_UI_PORT"]).wait_for_executors(2)
             on_cluster = ingest_all(clustered, env, marks, args.per_partition, "lake-cluster")
             clustered.stop()
     print(f"machine: {machine()}")
@@ -182,7 +187,8 @@ def main() -> None:
     print(f"split on local[2]: {run.split.line()}")
     if on_cluster is not None:
         print(
-            f"two-worker cluster: {on_cluster.seconds:.1f} s, local[2] {run.seconds:.1f} s: throughput ratio "
+            f"two-worker cluster ({executors} executors): {on_cluster.seconds:.1f} s, local[2] {run.seconds:.1f} s: "
+            "throughput ratio "
             f"{run.seconds / on_cluster.seconds:.2f} (driver CPU share {on_cluster.driver_cpu / on_cluster.machine_cpu:.0%})"
         )
         print(f"split on the cluster: {on_cluster.split.line()}")

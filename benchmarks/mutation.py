@@ -3,7 +3,9 @@
     .venv/bin/python benchmarks/mutation.py [--rows 10000000] [--orgs 1000] [--requests 1000000]
         [--files-per-org 4] [--per-partition 250000] [--baseline-sample 200] [--no-scaling] [--lake local|s3]
     smoke run: .venv/bin/python benchmarks/mutation.py --rows 1000000 --requests 100000
-    at three times the input: .venv/bin/python benchmarks/mutation.py --rows 30000000 --requests 3000000 --no-scaling
+    at three times the input, in as many batches three times the size (whether the serial share holds):
+        .venv/bin/python -u benchmarks/mutation.py --rows 30000000 --requests 3000000 --per-partition 750000
+    (the table is built once per --rows and cached; --no-scaling skips the cluster run)
 
 The engagement_activity table (CDF on, partitioned by org, each org's rows in `--files-per-org` files
 of disjoint engagement_date ranges over two years, as upkeep's z-order leaves them) is built once and
@@ -18,9 +20,11 @@ of the table (on a second copy), scaled up to requests/s.
 Executors: Spark tasks read, fold and rewrite the files; the driver plans and commits. The script
 prints the driver's CPU seconds as a share of all CPU the machine spent during the run, the driver's
 peak RSS, and from Spark's task metrics (spark_metrics.py) the run's task seconds, the driver's serial
-seconds (no Spark job running) and the speedup Amdahl's law gives for 2, 8 and 32 executors. Then the same
-requests on a fresh copy of the table with the Connect server on a two-worker standalone cluster (executors in
-their own processes, one core each) against the run on local[2] (`--no-scaling` skips it). With `--lake s3` the
+seconds (no Spark job running) and the speedup Amdahl's law gives for 2, 8 and 32 executors (the model and its
+limits: spark_metrics.py). Then the same requests on a fresh copy of the table with the Connect server on a
+two-worker standalone cluster (scripts/stack.sh spark-master, spark-worker-1, spark-worker-2 on the bench ports;
+executors in their own processes, one core each) against the run on local[2], with the same split and the tasks
+each executor ran (`--no-scaling` skips it; the stack's stop at the end stops the cluster too). With `--lake s3` the
 same requests also run on a copy of the table uploaded to a local S3 endpoint (moto_server, started beside
 the stack), with the same Spark session: requests/s there and the ratio to the local-disk run.
 """
@@ -400,11 +404,14 @@ def main() -> None:
         help="s3: the same requests again on a copy of the table on a local S3 endpoint (moto), compared with local disk",
     )
     parser.add_argument(
-        "--ports", help="ZooKeeper,Kafka,Spark Connect ports if another benchmark holds the default bench ports"
+        "--ports",
+        help="ZooKeeper,Kafka,Spark Connect[,Spark UI] ports if another benchmark holds the default bench ports "
+        "(the two-worker cluster keeps its bench ports: add --no-scaling when another benchmark runs one)",
     )
     args = parser.parse_args()
     if args.ports:
-        _stack.PORTS.update(zip(("EP_ZK_PORT", "EP_KAFKA_PORT", "EP_SPARK_CONNECT_PORT"), args.ports.split(",")))
+        names = ("EP_ZK_PORT", "EP_KAFKA_PORT", "EP_SPARK_CONNECT_PORT", "EP_SPARK_UI_PORT")
+        _stack.PORTS.update(zip(names, args.ports.split(",")))
 
     per_org = args.rows // args.orgs
     cache_root = REPO / ".state" / "bench-mutation-cache"
@@ -466,6 +473,7 @@ def main() -> None:
             start_cluster()
             clustered = build_session({"spark.remote": env["SPARK_REMOTE"]}, shared=False)
             clustered.range(1).count()
+            executors = SparkMetrics(_stack.PORTS["EP_SPARK_UI_PORT"]).wait_for_executors(2)
             on_cluster = apply_all(clustered, env, DeltaLake(str(state / "lake-cluster")), marks, args.per_partition)
             clustered.stop()
         results, run_s = run.results, run.seconds
@@ -514,7 +522,8 @@ def main() -> None:
     print(f"split on local[2]: {run.split.line()}")
     if on_cluster is not None:
         print(
-            f"two-worker cluster: {on_cluster.seconds:.1f} s, local[2] {run_s:.1f} s: throughput ratio "
+            f"two-worker cluster ({executors} executors): {on_cluster.seconds:.1f} s, local[2] {run_s:.1f} s: "
+            "throughput ratio "
             f"{run_s / on_cluster.seconds:.2f} (driver CPU share {on_cluster.driver_cpu / on_cluster.machine_cpu:.0%}; "
             f"load before {' '.join(on_cluster.load_before)})"
         )

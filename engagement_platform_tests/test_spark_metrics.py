@@ -50,3 +50,12 @@ def test_a_window_with_jobs_running_all_along_has_no_serial_part():
 
 def test_the_rest_apis_times_are_utc():
     assert spark_time("1970-01-01T00:01:00.500GMT") == pytest.approx(60.5)
+
+
+def test_the_predicted_time_and_the_printed_line():
+    split = Split(wall_s=10.0, task_s=16.0, task_cpu_s=12.0, jobs_s=8.0, tasks=4, executor_tasks=(("0", 3), ("1", 1)))
+    assert split.predicted_s(1) == pytest.approx(18.0) and split.predicted_s(8) == pytest.approx(4.0)
+    line = split.line()
+    assert "16.0 task s" in line and "2.0 s serial" in line and "serial share 11%" in line
+    assert "tasks per executor 0: 3, 1: 1" in line and "2: 1.80x" in line
+    assert "tasks per executor" not in Split(wall_s=1.0, task_s=1.0, task_cpu_s=1.0, jobs_s=1.0, tasks=1).line()

@@ -27,8 +27,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "ingest": (
         ".venv/bin/python benchmarks/ingest.py",
         "Kafka engagement events ingested into engagement_activity as sensor-launched runs do, against a raw "
-        "confluent-kafka read of the same offsets (`--lake s3`: the same events again into a lake on a local S3 "
-        "endpoint).",
+        "confluent-kafka read of the same offsets; the run split into Spark task seconds and the driver's serial "
+        "seconds (Amdahl's speedup for 2, 8 and 32 executors), and the same offsets on a two-worker standalone "
+        "cluster against local[2] (`--lake s3`: the same events again into a lake on a local S3 endpoint).",
     ),
     "ingest_plugins": (
         ".venv/bin/python benchmarks/ingest_plugins.py",
@@ -38,7 +39,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mutation": (
         ".venv/bin/python -u benchmarks/mutation.py",
         "id mutation requests (convert, merge, delete, update; most in cascading chains) applied to a 10M-row "
-        "engagement_activity, against applying a sample one at a time.",
+        "engagement_activity, against applying a sample one at a time; the run split into Spark task seconds and "
+        "the driver's serial seconds (Amdahl's speedup for 2, 8 and 32 executors), and the same requests on a "
+        "two-worker standalone cluster against local[2].",
     ),
     "profile_cdc": (
         ".venv/bin/python benchmarks/profile_cdc.py",
