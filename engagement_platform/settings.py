@@ -383,6 +383,12 @@ def vacuum_hours(env: Mapping[str, str], erasure: ErasureSettings) -> int:
     return hours
 
 
+def absolute_location(location: str) -> str:
+    """A local folder as an absolute path (a URI as given): Spark tasks resolve a relative path in their own
+    working directory, which on a cluster is a worker's folder, not the driver's."""
+    return location if "://" in location else os.path.abspath(location)
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     env = os.environ if environ is None else environ
     erasure = erasure_settings(env)
@@ -392,7 +398,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
 
     return Settings(
         state_dir=get("EP_STATE_DIR"),
-        lake_root=get("EP_LAKE_ROOT"),
+        lake_root=absolute_location(get("EP_LAKE_ROOT")),
         kafka_bootstrap_servers=get("KAFKA_BOOTSTRAP_SERVERS"),
         kafka_config=kafka_config_from(env),
         zookeeper_hosts=get("ZOOKEEPER_HOSTS"),
@@ -405,7 +411,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         spark_master=get("SPARK_MASTER"),
         spark_session_mode=get("EP_SPARK_SESSION").strip().lower(),
         max_records_per_partition=int(get("EP_INGEST_MAX_RECORDS_PER_PARTITION")),
-        landing_root=get("EP_LANDING_ROOT"),
+        landing_root=absolute_location(get("EP_LANDING_ROOT")),
         pipelines_dir=get("EP_PIPELINES_DIR"),
         ingestion=IngestionSettings(topic=get("EP_ACTIVITIES_TOPIC")),
         mutation=MutationSettings(

@@ -195,6 +195,7 @@ spark_cmd() {
     # SPARK_REMOTE/SPARK_CONNECT_MODE are for clients: spark-submit refuses to start a server with them.
     unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
     # defaultSessionTimeout=-1: runs share one Connect session, which must never expire (spark/session.py).
+    # executorEnv.TZ: a row plugin's naive datetime is read in the Python worker's local zone; UTC on every node.
     # Our log configuration: no plan (it carries the tasks' storage options and erasure key) in the server's log.
     local master="${SPARK_MASTER:-local[2]}" ui=() on_cluster=()
     [ "$CLUSTER_MODE" = 1 ] && master="$MASTER_URL"
@@ -220,6 +221,7 @@ spark_cmd() {
          --conf spark.connect.session.manager.defaultSessionTimeout=-1
          --conf spark.sql.shuffle.partitions=4
          --conf spark.sql.session.timeZone=UTC
+         --conf spark.executorEnv.TZ=UTC
          --conf "spark.driver.memory=${EP_SPARK_DRIVER_MEMORY:-4g}"
          --conf "spark.pyspark.python=$PY"
          --conf "spark.pyspark.driver.python=$PY"

@@ -7,6 +7,7 @@ what makes a retried batch a no-op on the tables it already reached (kafka-delta
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -104,7 +105,9 @@ class DeltaLake:
     """All tables under one root (a local folder or an object-store URI)."""
 
     def __init__(self, root: str, storage_options: dict[str, str] | None = None):
-        self.root = root.rstrip("/")
+        # A relative folder is made absolute here, on the driver: Spark tasks resolve paths in their own
+        # working directory, which on a cluster is a worker's folder, not the driver's.
+        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
         self.storage_options = storage_options
 
     def uri(self, name: str) -> str:

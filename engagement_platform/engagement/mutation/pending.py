@@ -26,8 +26,8 @@ from engagement_platform.engagement.mutation.request_columns import (
     CANONICAL_SCHEMA,
     CheckedRequests,
     canonical_from_json,
-    request_json,
 )
+from engagement_platform.engagement.mutation.request_text import request_json
 from engagement_platform.engagement.mutation.tables import ENGAGEMENT_MUTATION_REQUESTS, ENGAGEMENT_MUTATIONS_PENDING
 from engagement_platform.ingest.errors import SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext

@@ -1,5 +1,5 @@
-"""A batch's mutation requests as one Arrow table: the driver-side checks, the canonical columns and
-JSON, and the MutationRequest objects the fold needs, computed column by column.
+"""A batch's mutation requests as one Arrow table: the driver-side checks, the canonical columns and the
+MutationRequest objects the fold needs, computed column by column (their JSON text: request_text.py).
 
 The ingest framework has already checked types, required fields and enums in Spark. What depends
 on the op (convert needs from_field/from_id/to_field/to_id, ...), the JSON shapes of from_ids and
@@ -84,26 +84,45 @@ def parse_timestamp(text: str) -> datetime:
     return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _kind(name: str, type_: pa.DataType) -> str:
+    if pa.types.is_date(type_):
+        return "date"
+    if pa.types.is_timestamp(type_):
+        return "timestamp"
+    if pa.types.is_integer(type_):
+        return "integer"
+    return "payload" if name == "payload" else "text"
+
+
+# Column -> (how its value is typed, its Arrow type), looked up once per value: an update batch types
+# hundreds of thousands of values, and walking the schema per record cost more than the typing itself.
+_RECORD_KINDS = {
+    f.name: (_kind(f.name, f.type), f.type) for f in ENGAGEMENT_ACTIVITY.schema if f.name in RECORD_COLUMNS
+}
+
+
 def typed_record(record: dict) -> dict:
     """An update's record with engagement_activity types; ValueError naming the bad column."""
-    types = {f.name: f.type for f in ENGAGEMENT_ACTIVITY.schema}
     out = {}
     for name, value in record.items():
-        if name not in RECORD_COLUMNS:
+        kind_and_type = _RECORD_KINDS.get(name)
+        if kind_and_type is None:
             raise ValueError(f"record.{name}: not a column an update can set (allowed: {', '.join(RECORD_COLUMNS)})")
-        type_ = types[name]
+        kind, type_ = kind_and_type
         try:
             if value is None:
                 out[name] = None
-            elif pa.types.is_date(type_):
+            elif kind == "text" and isinstance(value, str):
+                out[name] = value
+            elif kind == "date":
                 out[name] = date.fromisoformat(str(value))
-            elif pa.types.is_timestamp(type_):
+            elif kind == "timestamp":
                 out[name] = parse_timestamp(value)
-            elif pa.types.is_integer(type_):
+            elif kind == "integer":
                 if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
                     raise ValueError(value)
                 out[name] = int(value)
-            elif name == "payload":
+            elif kind == "payload":
                 out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
             elif isinstance(value, (dict, list)):
                 raise ValueError(value)
@@ -176,7 +195,7 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
             ids = orjson.loads(text)
         except orjson.JSONDecodeError:
             ids = None
-        if isinstance(ids, list) and ids and all(isinstance(x, str) and x for x in ids):
+        if _is_id_list(ids):
             from_ids[i] = ids
         else:
             errors.setdefault(i, []).append(
@@ -281,73 +300,22 @@ def check_requests(validated: pa.Table) -> CheckedRequests:
     return CheckedRequests(table.cast(CHECKED_SCHEMA), [records[i] for i in picked], errors)
 
 
+def _is_id_list(value: Any) -> bool:
+    """A non-empty list of non-empty strings. In C calls only: a batch checks hundreds of thousands of
+    these, and a generator over each list cost more than parsing it (str.join refuses anything but str)."""
+    if type(value) is not list or not value or not all(value):
+        return False
+    try:
+        "".join(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _texts(validated: pa.Table, column: str, ok: np.ndarray) -> tuple[list[int], list[str]]:
     """(row indices, texts) of the rows that passed the framework and carry `column`."""
     index = np.flatnonzero(ok & bool_mask(pc.is_valid(validated[column])))
     return index.tolist(), validated[column].take(pa.array(index)).to_pylist()
-
-
-# ---- canonical JSON, column-wise ------------------------------------------------------------------
-
-
-def _json_string(values: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
-    """Each string as a JSON string literal (null stays null). Values with a quote or backslash are
-    escaped with Arrow; the rare ones with control characters are written by json.dumps."""
-    quoted = values
-    if pc.any(pc.match_substring_regex(values, '["\\\\]')).as_py():  # ids rarely have any: one pass instead of two
-        quoted = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
-    quoted = pc.binary_join_element_wise('"', quoted, '"', "")
-    control = bool_mask(pc.match_substring_regex(values, "[\\x00-\\x1f]"))
-    if not control.any():
-        return quoted
-    fixed = quoted.to_pylist()
-    for i, value in zip(np.flatnonzero(control).tolist(), values.take(pa.array(np.flatnonzero(control))).to_pylist()):
-        fixed[i] = json.dumps(value, ensure_ascii=False)
-    return pa.array(fixed, pa.string())
-
-
-def _iso_time(values) -> pa.Array:
-    """UTC ISO text like datetime.isoformat: microseconds only when there are any, then Z. Built from
-    integer fields: Arrow's strftime and string cast of zoned timestamps are much slower."""
-    micros = np.asarray(
-        pc.fill_null(pc.cast(pc.cast(values, _TS), pa.int64()), 0).to_numpy(zero_copy_only=False), dtype=np.int64
-    )
-    days, rem = np.divmod(micros, 86_400_000_000)
-    seconds, fraction = np.divmod(rem, 1_000_000)
-    hours, rem = np.divmod(seconds, 3600)
-    minutes, seconds = np.divmod(rem, 60)
-
-    def padded(numbers: np.ndarray, width: int) -> pa.Array:
-        return pc.utf8_lpad(pc.cast(pa.array(numbers), pa.string()), width=width, padding="0")
-
-    fraction_text = pc.if_else(pa.array(fraction != 0), pc.binary_join_element_wise(".", padded(fraction, 6), ""), "")
-    day_text = pc.cast(pa.array(days.astype(np.int32), pa.date32()), pa.string())
-    text = pc.binary_join_element_wise(
-        day_text, "T", padded(hours, 2), ":", padded(minutes, 2), ":", padded(seconds, 2), fraction_text, "Z", ""
-    )
-    return pc.if_else(pc.is_valid(values), text, pa.nulls(len(text), pa.string()))
-
-
-def request_json(table: pa.Table) -> pa.ChunkedArray:
-    """The canonical JSON text of every request (CANONICAL_SCHEMA columns), keys sorted, nulls left out."""
-    n = table.num_rows
-    if n == 0:
-        return pa.chunked_array([], pa.string())
-    values = {
-        "request_time": _json_string(_iso_time(table["request_time"])),
-        "date_from": _json_string(pc.cast(table["date_from"], pa.string())),
-        "date_to": _json_string(pc.cast(table["date_to"], pa.string())),
-        "from_ids": pa.array(
-            [None if ids is None else orjson.dumps(ids).decode() for ids in table["from_ids"].to_pylist()], pa.string()
-        ),
-        "record": table["record"],
-    }
-    parts = []
-    for name in sorted(CANONICAL_SCHEMA.names):
-        value = values[name] if name in values else _json_string(table[name])
-        parts.append(pc.binary_join_element_wise(f'"{name}": ', value, ""))
-    body = pc.binary_join_element_wise(*parts, ", ", null_handling="skip")
-    return pc.binary_join_element_wise("{", body, "}", "")
 
 
 def canonical_from_json(texts: list[str]) -> tuple[pa.Table, list[dict | None]]:

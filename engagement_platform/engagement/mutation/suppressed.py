@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engagement_platform.engagement.mutation.request_columns import CheckedRequests, request_json
+from engagement_platform.engagement.mutation.request_columns import CheckedRequests
+from engagement_platform.engagement.mutation.request_text import request_json
 from engagement_platform.lake.suppression import Suppressed
 
 

@@ -14,7 +14,8 @@ through the JVM (Arrow -> rows -> Arrow) and the Spark Connect stream (BENCHMARK
 
 Files are read as delta-rs wrote them (no deletion vectors, no column mapping: snapshots.py); staged
 files keep the tenant in their path, not in the rows. Files and the handoff directory go through
-pyarrow's filesystems: an object store needs its credentials in the executors' environment.
+pyarrow's filesystems with the lake's storage options, which travel in the source's options; a credential
+they lack comes from the executor node's default chain (docs/operations/deploy.md).
 """
 
 from __future__ import annotations

@@ -7,16 +7,18 @@ import json
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 
+import orjson
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engagement_platform.engagement.mutation import request_text
 from engagement_platform.engagement.mutation.request_columns import (
     CANONICAL_SCHEMA,
     check_requests,
     mutation_requests,
-    request_json,
 )
+from engagement_platform.engagement.mutation.request_text import request_json
 from engagement_platform.engagement.mutation.validate import request_from_json
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 
@@ -184,3 +186,34 @@ def test_request_json_is_the_json_of_the_columns(request_id, org_id, micros):
         "engagement_id": request_id + org_id,
         "request_time": at.isoformat().replace("+00:00", "Z"),
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=4) | st.none(), max_size=6), st.data())
+def test_from_ids_are_written_as_orjson_writes_them(lists, data):
+    """The column-wise JSON of from_ids equals orjson's text of each list, in any chunking of the column
+    and in the threaded form of request_json."""
+    rows = [
+        {"request_id": str(i), "org_id": "o", "request_time": T0, "op": "merge", "from_ids": ids}
+        for i, ids in enumerate(lists)
+    ]
+    table = pa.Table.from_pylist(rows, schema=CANONICAL_SCHEMA)
+    cut = data.draw(st.integers(0, len(rows)))
+    chunked = pa.concat_tables([table.slice(0, cut), table.slice(cut)])
+    for texts in (request_json(table).to_pylist(), request_json(chunked).to_pylist()):
+        for ids, text in zip(lists, texts, strict=True):
+            written = json.loads(text).get("from_ids")
+            assert written == ids
+            if ids is not None:
+                assert f'"from_ids": {orjson.dumps(ids).decode()}' in text
+
+
+def test_a_large_batch_is_written_by_threads_the_same_as_by_one(monkeypatch):
+    rows = [
+        {"request_id": f"r{i}", "org_id": f"o{i % 7}", "request_time": T0, "op": "merge", "from_ids": [f"c{i}", "x"]}
+        for i in range(1000)
+    ]
+    table = pa.Table.from_pylist(rows, schema=CANONICAL_SCHEMA)
+    one = request_json(table)
+    monkeypatch.setattr(request_text, "JSON_ROWS_PER_THREAD", 100)
+    assert request_json(table).to_pylist() == one.to_pylist()
