@@ -107,13 +107,15 @@ class Pipeline:
             df = apply_frame_converter(apply_column_converters(df, fused), conv)
             fused = []
         df = apply_column_converters(df, fused)
-        missing = [c for c in self.target_columns if c not in df.columns]
+        # One schema request: on Spark Connect every df.columns / df.dtypes is a round trip to the server.
+        dtypes = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        missing = [c for c in self.target_columns if c not in dtypes]
         if missing:
             raise PipelineBuildError(
                 f"pipeline {self.config.name}: target columns {missing} come from no source column and no converter "
-                f"(columns after the converters: {[c for c in df.columns if c not in (*CARRIED, ERRORS)]})"
+                f"(columns after the converters: {[c for c in dtypes if c not in (*CARRIED, ERRORS)]})"
             )
-        conform = Conform("conform", NoParams(), self.config.target.columns, dict(df.dtypes))
+        conform = Conform("conform", NoParams(), self.config.target.columns, dtypes)
         return apply_column_converters(df, [conform])
 
     def _validate(self, df: DataFrame) -> DataFrame:
