@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -75,6 +76,7 @@ def executor_view(driver_file: str):
                     "tmp": [tempfile.gettempdir()] * batch.num_rows,
                     "env": [sorted(os.environ)] * batch.num_rows,
                     "sees_driver_file": [os.path.exists(driver_file)] * batch.num_rows,
+                    "tz": [os.environ.get("TZ")] * batch.num_rows,
                 }
             )
 
@@ -88,14 +90,36 @@ def test_an_executor_shares_neither_the_drivers_environment_nor_its_folders(spar
     assert driver_file.is_relative_to("/tmp"), (
         "the suite's temporary folders are under /tmp, which workers do not share"
     )
-    schema = "cwd string, tmp string, env array<string>, sees_driver_file boolean"
+    schema = "cwd string, tmp string, env array<string>, sees_driver_file boolean, tz string"
     rows = spark.range(8, numPartitions=8).mapInArrow(executor_view(str(driver_file)), schema).collect()
 
     for row in rows:
         leaked = [name for name in row.env if name.startswith(DRIVER_ONLY)]
         assert not leaked, f"the executor in {row.cwd} sees {leaked}"
         assert not row.sees_driver_file, f"the executor in {row.cwd} sees the driver's /tmp"
+        assert row.tz == "UTC", "a row plugin's datetime without a zone must read the same on every node"
         worker = Path(row.cwd).relative_to(STATE).parts[0]
         assert worker in WORKERS and Path(row.cwd).is_relative_to(STATE / worker / "work"), row.cwd
         assert Path(row.tmp).is_relative_to(STATE / worker), row.tmp
     assert {Path(row.cwd).relative_to(STATE).parts[0] for row in rows} == set(WORKERS)
+
+
+def test_a_backfill_of_an_export_on_the_drivers_disk_fails_saying_so_and_commits_nothing(
+    spark, lake, checkpoints, tmp_path
+):
+    """An export the executors cannot see (the driver's /tmp) is refused with the reason and the path, not an
+    executor's stack trace; the tenant's table gets no commit and the plan stays unfinished for a re-run."""
+    from engagement_platform.profiles.backfill.apply import backfill_tenant
+    from engagement_platform.profiles.tables import raw_table_name
+    from engagement_platform.spark.local_input import LocalInputError
+    from engagement_platform_tests.support.snapshots import UNTIL, snap, write_jsonl
+
+    export = tmp_path / "export"
+    export.mkdir()
+    write_jsonl(export / "part-0.jsonl", [snap("1", 4, {"email": "a@x.io"})])
+
+    with pytest.raises(
+        LocalInputError, match=f"{re.escape(str(export))}.* is on the driver's disk and the Spark executors"
+    ):
+        backfill_tenant(spark, lake, checkpoints, "acme", export, UNTIL)
+    assert lake.table(raw_table_name("acme")).version() == 0, "the tenant's table was created, nothing committed"

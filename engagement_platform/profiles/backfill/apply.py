@@ -71,6 +71,7 @@ from engagement_platform.profiles.tables import (
     validate_tenant,
 )
 from engagement_platform.settings import load_settings
+from engagement_platform.spark.local_input import local_input_read_by_tasks
 from engagement_platform.streams.batch import CommitStep, Outcomes, commit_batch
 from engagement_platform.streams.planning import BatchPlan, SnapshotSlice
 
@@ -261,15 +262,16 @@ def run_backfill_plan(
     checked = pipeline.transform(with_parsed_json(read_snapshot(spark, pipeline, files)), keep=PARSED_JSON)
     ok = F.size(ERRORS) == 0
     inside = ok & (F.col("cdc_ts") <= F.lit(until))
-    counts = (
-        checked.agg(
-            F.count(F.lit(1)).alias("read"),
-            F.count(F.when(ok, 1)).alias("valid"),
-            F.count(F.when(ok & ~inside, 1)).alias("beyond"),
+    with local_input_read_by_tasks(spark, "the snapshot export", files):  # the first action that reads it
+        counts = (
+            checked.agg(
+                F.count(F.lit(1)).alias("read"),
+                F.count(F.when(ok, 1)).alias("valid"),
+                F.count(F.when(ok & ~inside, 1)).alias("beyond"),
+            )
+            .toArrow()
+            .to_pylist()[0]
         )
-        .toArrow()
-        .to_pylist()[0]
-    )
     bad = checked.where(~ok).withColumn("tenant", F.lit(tenant)).toArrow()
     changes = snapshot_changes(checked.where(inside), tenant)
     # rows naming an erased identity are dropped in the tasks and counted by hash (profiles/suppressed.py)
