@@ -42,6 +42,7 @@ def target_spec(config: PipelineConfig) -> TableSpec:
         schema=schema,
         partition_by=tuple(config.target.partition_by),
         description=config.description or f"Target table of ingest pipeline {config.name}.",
+        config_owner=f"pipeline {config.name}",
     )
 
 

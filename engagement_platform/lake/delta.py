@@ -20,6 +20,8 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 from deltalake.table import FilterConjunctionType, TableMerger
 
+from engagement_platform.lake.schema_evolution import evolve
+
 LOG_RETENTION = "delta.logRetentionDuration"
 HISTORY_ATTEMPTS = 20  # reads of a history that another writer's commit raced (history): each one is a fresh load
 
@@ -39,6 +41,9 @@ class TableSpec:
     stats_columns: tuple[str, ...] = ()
     target_file_size: int = 128 * 1024 * 1024
     description: str = ""
+    # Who the columns come from ("pipeline <name>") when a config, not the code, decides them: such a table takes
+    # new columns when a writer opens it and refuses other changes (schema_evolution.py).
+    config_owner: str = ""
 
     def configuration(self) -> dict[str, str]:
         conf = {
@@ -116,9 +121,11 @@ class DeltaLake:
     # ---- tables -------------------------------------------------------------------------------
 
     def ensure(self, spec: TableSpec) -> DeltaTable:
-        """Open the table, creating it (schema, partitions, properties) on first use."""
+        """Open the table, creating it (schema, partitions, properties) on first use; a config-owned table is
+        brought to the spec's schema (schema_evolution.py)."""
         try:
-            return self.table(spec.name)
+            table = self.table(spec.name)
+            return evolve(table, spec, lambda: self.table(spec.name)) if spec.config_owner else table
         except TableNotFoundError:
             if "://" not in self.root:
                 Path(self.uri(spec.name)).mkdir(parents=True, exist_ok=True)

@@ -389,18 +389,18 @@ def read_file(
     columns: list[str] | None = None,
 ) -> pa.Table:
     """A written file's rows with its partition columns put back, in the table's column order (only `columns`,
-    in that order, when given: the others are not read)."""
+    in that order, when given: the others are not read). A column added to the table after the file was
+    written reads null, as Delta readers read it."""
     fs, root = filesystem(table_uri, storage_options)
     names = list(columns) if columns is not None else spec.schema.names
     data = read_parquet(
         fs, f"{root}/{written.path}", [n for n in names if n not in spec.partition_by] if columns is not None else None
     )
-    for name in spec.partition_by:
-        if name in names:
-            value = written.partition_values.get(name)
-            data = data.append_column(
-                name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type)
-            )
+    for name in [n for n in names if n not in data.column_names]:
+        value = written.partition_values.get(name) if name in spec.partition_by else None
+        data = data.append_column(
+            name, pa.array([value] * data.num_rows, pa.string()).cast(spec.schema.field(name).type)
+        )
     return data.select(names).cast(pa.schema([spec.schema.field(n) for n in names]))
 
 

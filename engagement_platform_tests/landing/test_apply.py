@@ -332,3 +332,50 @@ def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(
     )  # no error twice
     for name in (config.target.table, config.target.quarantine_table):
         assert lake.committed_version(name, app_id(config)) == 1
+
+
+def test_a_config_that_gains_a_column_keeps_writing_to_its_table_and_a_type_change_is_refused(
+    spark, lake, checkpoints, members, tmp_path
+):
+    """Schema evolution end to end: the pipeline's target table takes the config's new column (earlier rows read
+    null, in deltalake and in DuckDB); a config that changes a column's type is refused before anything is written,
+    naming the pipeline, the column and the table, and its batch stays unfinished."""
+    from engagement_platform.lake.schema_evolution import SchemaChangeError
+    from engagement_platform_tests.support.duckdb_reader import read_delta
+
+    config, path = members
+    first = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(first)
+    run_file_batch(spark, lake, checkpoints, config, first)
+
+    data = yaml.safe_load((tmp_path / "rewards_members.yaml").read_text())
+    data["target"]["columns"]["greeting"] = {"type": "string"}
+    data["converters"].append({"plugin": "concat", "columns": ["first_name", "email"], "to": "greeting"})
+    gained = tmp_path / "gained.yaml"
+    gained.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = load_pipeline(gained)
+    second_file = path.with_name("store_2.csv")
+    second_file.write_text(LINES[0] + "\n10,Hal Po,1990-01-01,G,hal@example.com,5\n")
+    second = file_plan(config, 2, str(second_file), second_file.stat().st_size)
+    assert checkpoints.record_plan(second)
+    assert run_file_batch(spark, lake, checkpoints, config, second).rows_written == 1
+
+    expected = [(1, None), (2, None), (9, None), (10, "Hal hal@example.com")]
+    table = lake.read(config.target.table).sort_by("member_id")
+    assert list(zip(table["member_id"].to_pylist(), table["greeting"].to_pylist())) == expected
+    by_duckdb = read_delta(lake.uri(config.target.table), ["member_id", "greeting"])
+    assert list(zip(by_duckdb["member_id"].to_pylist(), by_duckdb["greeting"].to_pylist())) == expected
+
+    data["target"]["columns"]["points"]["type"] = "long"
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = load_pipeline(changed)
+    third_file = path.with_name("store_3.csv")
+    third_file.write_text(LINES[0] + "\n11,Ida Wu,1990-01-01,G,ida@example.com,7\n")
+    third = file_plan(config, 3, str(third_file), third_file.stat().st_size)
+    assert checkpoints.record_plan(third)
+    version = lake.table(config.target.table).version()
+    with pytest.raises(SchemaChangeError, match="^pipeline rewards_members: table 'rewards_members'") as refused:
+        run_file_batch(spark, lake, checkpoints, config, third)
+    assert "column 'points' is integer in the table and long in the config" in str(refused.value)
+    assert lake.table(config.target.table).version() == version and not checkpoints.is_done(stream_name(config), 3)
