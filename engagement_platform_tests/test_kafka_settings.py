@@ -63,3 +63,59 @@ def test_a_valid_setting_leaves_ingestion_working(stack, kafka, topic, spark, la
     assert checkpoints.record_plan(plan)
     result = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, plan)
     assert result.rows_appended == len(expected)
+
+
+def self_signed(tmp_path):
+    """A PEM certificate and its key, as files (what a deployment names with ssl.*.location)."""
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "broker.test")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "ca.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "client.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "client.key").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+
+def test_tls_files_named_on_the_driver_reach_the_spark_tasks_as_their_contents(tmp_path):
+    """An executor on another node has no copy of the driver's certificate files: the tasks get the PEM texts
+    (librdkafka's ssl.*.pem), which librdkafka accepts as it accepts the files. A CA folder stays a path."""
+    from confluent_kafka import Consumer
+
+    from engagement_platform.streams.kafka_files import for_executors
+
+    self_signed(tmp_path)
+    driver = {
+        "security.protocol": "SSL",
+        "ssl.ca.location": str(tmp_path / "ca.pem"),
+        "ssl.certificate.location": str(tmp_path / "client.pem"),
+        "ssl.key.location": str(tmp_path / "client.key"),
+    }
+    tasks = for_executors(driver)
+    assert not any(k.endswith(".location") for k in tasks)
+    assert tasks["ssl.key.pem"] == (tmp_path / "client.key").read_text()
+    assert tasks["ssl.ca.pem"].startswith("-----BEGIN CERTIFICATE-----")
+    for config in (driver, tasks):  # librdkafka builds its TLS context from either form
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", **config}).close()
+    with pytest.raises(KafkaException):
+        Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g", **tasks, "ssl.key.pem": "not a key"})
+
+    assert for_executors({"ssl.ca.location": str(tmp_path)}) == {"ssl.ca.location": str(tmp_path)}
+    assert for_executors({"ssl.ca.location": "probe"}) == {"ssl.ca.location": "probe"}

@@ -18,6 +18,7 @@ from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE
 from engagement_platform.settings import load_settings
 from engagement_platform.spark import landing_source
 from engagement_platform.streams.kafka import KafkaClient, OffsetRange
+from engagement_platform.streams.kafka_files import for_executors
 
 INPUT = "_input"  # struct of the parsed input columns: what the quarantine shows next to the raw record
 CORRUPT = "_corrupt_record"
@@ -139,8 +140,11 @@ def read_kafka(
         .option("bootstrap_servers", bootstrap_servers)
         .option("topic", topic)
         .option("ranges", ranges_json)
-        # The driver's settings travel with the plan: executors do not share its environment.
-        .option("kafka_config", json.dumps(load_settings().kafka_config if kafka_config is None else kafka_config))
+        # The driver's settings travel with the plan: executors share neither its environment nor its files.
+        .option(
+            "kafka_config",
+            json.dumps(for_executors(load_settings().kafka_config if kafka_config is None else kafka_config)),
+        )
         .load()
     )
     row_id = F.shiftleft(F.col("kafka_partition").cast("long"), KAFKA_PARTITION_SHIFT) + F.col("kafka_offset")
