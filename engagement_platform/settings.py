@@ -411,7 +411,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         spark_master=get("SPARK_MASTER"),
         spark_session_mode=get("EP_SPARK_SESSION").strip().lower(),
         max_records_per_partition=int(get("EP_INGEST_MAX_RECORDS_PER_PARTITION")),
-        landing_root=absolute_location(get("EP_LANDING_ROOT")),
+        landing_root=get("EP_LANDING_ROOT"),
         pipelines_dir=get("EP_PIPELINES_DIR"),
         ingestion=IngestionSettings(topic=get("EP_ACTIVITIES_TOPIC")),
         mutation=MutationSettings(

@@ -95,12 +95,11 @@ def test_every_documented_variable_is_read(name, bare_environment):
     assert comparable(load_settings({name: other_value(value)})) != unset
 
 
-def test_a_relative_lake_or_landing_folder_is_made_absolute_on_the_driver(bare_environment, tmp_path, monkeypatch):
+def test_a_relative_lake_folder_is_made_absolute_on_the_driver(bare_environment, tmp_path, monkeypatch):
     """Spark tasks resolve paths in their own working directory (a worker's folder on a cluster): the
     driver hands them absolute ones. A URI is kept as given."""
     monkeypatch.chdir(tmp_path)
-    settings = load_settings({"EP_LAKE_ROOT": "lake", "EP_LANDING_ROOT": "in/landing"})
-    assert (settings.lake_root, settings.landing_root) == (str(tmp_path / "lake"), str(tmp_path / "in" / "landing"))
+    assert load_settings({"EP_LAKE_ROOT": "lake"}).lake_root == str(tmp_path / "lake")
     assert DeltaLake("lake").uri("t") == str(tmp_path / "lake" / "t")
     assert load_settings({"EP_LAKE_ROOT": "s3://bucket/lake"}).lake_root == "s3://bucket/lake"
     assert DeltaLake("s3://bucket/lake/").root == "s3://bucket/lake"

@@ -196,6 +196,8 @@ spark_cmd() {
     unset SPARK_REMOTE SPARK_CONNECT_MODE_ENABLED SPARK_CONNECT_MODE
     # defaultSessionTimeout=-1: runs share one Connect session, which must never expire (spark/session.py).
     # executorEnv.TZ: a row plugin's naive datetime is read in the Python worker's local zone; UTC on every node.
+    # Redaction: the data sources' options carry the storage and Kafka settings (a TLS key as its PEM text); the
+    # UI and a plan's text show them redacted.
     # Our log configuration: no plan (it carries the tasks' storage options and erasure key) in the server's log.
     local master="${SPARK_MASTER:-local[2]}" ui=() on_cluster=()
     [ "$CLUSTER_MODE" = 1 ] && master="$MASTER_URL"
@@ -222,6 +224,8 @@ spark_cmd() {
          --conf spark.sql.shuffle.partitions=4
          --conf spark.sql.session.timeZone=UTC
          --conf spark.executorEnv.TZ=UTC
+         --conf "spark.redaction.regex=(?i)secret|password|token|access[.]?key|pem"
+         --conf "spark.sql.redaction.options.regex=(?i)url|kafka_config|storage_options"
          --conf "spark.driver.memory=${EP_SPARK_DRIVER_MEMORY:-4g}"
          --conf "spark.pyspark.python=$PY"
          --conf "spark.pyspark.driver.python=$PY"

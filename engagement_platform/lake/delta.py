@@ -41,8 +41,8 @@ class TableSpec:
     stats_columns: tuple[str, ...] = ()
     target_file_size: int = 128 * 1024 * 1024
     description: str = ""
-    # Who the columns come from ("pipeline <name>") when a config, not the code, decides them: such a table takes
-    # new columns when a writer opens it and refuses other changes (schema_evolution.py).
+    # Who the columns come from ("pipeline <name>") when a config, not the code, decides them: its writer brings
+    # the table to the config's schema (DeltaLake.ensure_config_schema).
     config_owner: str = ""
 
     def configuration(self) -> dict[str, str]:
@@ -115,17 +115,19 @@ class DeltaLake:
         self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
         self.storage_options = storage_options
 
+    def ensure_config_schema(self, spec: TableSpec) -> DeltaTable:
+        """ensure(), then a config-owned table brought to its config's schema or refused (schema_evolution.py)."""
+        return evolve(self.ensure(spec), spec, lambda: self.table(spec.name))
+
     def uri(self, name: str) -> str:
         return f"{self.root}/{name}"
 
     # ---- tables -------------------------------------------------------------------------------
 
     def ensure(self, spec: TableSpec) -> DeltaTable:
-        """Open the table, creating it (schema, partitions, properties) on first use; a config-owned table is
-        brought to the spec's schema (schema_evolution.py)."""
+        """Open the table, creating it (schema, partitions, properties) on first use."""
         try:
-            table = self.table(spec.name)
-            return evolve(table, spec, lambda: self.table(spec.name)) if spec.config_owner else table
+            return self.table(spec.name)
         except TableNotFoundError:
             if "://" not in self.root:
                 Path(self.uri(spec.name)).mkdir(parents=True, exist_ok=True)

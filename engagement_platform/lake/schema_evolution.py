@@ -5,7 +5,9 @@ column is added, nullable: rows written before read null); a change that would r
 table holds is refused before anything is written, naming the pipeline, the column and the table. A column the
 config no longer names is refused too: the table cannot tell a required column from an optional one, and new rows
 would silently lack it (keep it in the config). The platform's own
-tables are not checked here: their schemas change with the code (docs/operations/upgrade.md)."""
+tables are not checked here: their schemas change with the code (docs/operations/upgrade.md). Only the pipeline's own
+writer evolves its table (DeltaLake.ensure_config_schema, before it computes a batch): an erasure or an upkeep
+job rewriting the table's files takes the table as it is, so a config change never blocks an erasure."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from deltalake import DeltaTable, Field, Schema
+from deltalake.exceptions import CommitFailedError
 
 if TYPE_CHECKING:
     from engagement_platform.lake.delta import TableSpec
@@ -49,19 +52,21 @@ def schema_problems(table: DeltaTable, spec: TableSpec) -> tuple[list[str], list
 
 def evolve(table: DeltaTable, spec: TableSpec, reopen: Callable[[], DeltaTable]) -> DeltaTable:
     """`table` with the config's new columns added, or SchemaChangeError. `reopen()` loads the table again: two
-    writers adding the same column race, and the loser checks again against what the winner committed."""
-    for attempt in range(2):
+    writers adding the same column race, and the loser (its commit refused) checks again against what the
+    winner committed."""
+    lost: CommitFailedError | None = None
+    for _ in range(3):
         problems, new = schema_problems(table, spec)
         if problems:
             raise SchemaChangeError(
-                f"{spec.config_owner}: table '{spec.name}' cannot take the config's schema: " + "; ".join(problems)
+                f"{spec.config_owner or 'config'}: table '{spec.name}' cannot take the config's schema: "
+                + "; ".join(problems)
             )
         if not new:
             return table
         try:
             table.alter.add_columns(new)
-        except Exception:
-            if attempt:
-                raise
+        except CommitFailedError as exc:
+            lost = exc
         table = reopen()
-    return table
+    raise RuntimeError(f"table '{spec.name}': adding columns kept losing to other writers") from lost

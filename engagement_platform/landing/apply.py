@@ -158,6 +158,8 @@ def run_file_batch(
                 f"{planned.path} changed since it was planned ({planned.size} bytes then, {size} now): "
                 "landing files must be complete when they appear (write elsewhere, then rename)"
             )
+    # The target takes the config's new columns, or the batch is refused before anything is read or written.
+    lake.ensure_config_schema(target_spec(config))
     seconds = {}
     t0 = time.perf_counter()
     at = datetime.now(UTC)

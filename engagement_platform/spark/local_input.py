@@ -37,7 +37,8 @@ def local_input_read_by_tasks(spark: SparkSession, what: str, paths: Iterable[st
         master = spark_master(spark)
         if master.startswith("local"):
             raise
+        more = f" and {len(local) - 1} more file(s)" if len(local) > 1 else ""
         raise LocalInputError(
-            f"{what} {local[0]} is on the driver's disk and the Spark executors ({master}) could not read it: "
+            f"{what} {local[0]}{more} is on the driver's disk and the Spark executors ({master}) could not read it: "
             "put it on the lake's object store, or in a folder every node mounts at the same path"
         ) from exc
