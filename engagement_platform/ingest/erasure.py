@@ -18,6 +18,7 @@ from engagement_platform.ingest.config import PipelineConfig, load_pipelines
 from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec
 from engagement_platform.lake.row_erasure import delete_quarantined, erase_rows, live_files, quarantined_keys_naming
+from engagement_platform.lake.schema_evolution import with_stored_columns
 from engagement_platform.lake.suppression import Suppressed
 from engagement_platform.streams.batch import CommitStep, Outcomes
 
@@ -59,6 +60,8 @@ def pipeline_erasure_steps(
         ) -> int | None:
             if not erased:  # a batch without erasures reads nothing
                 return None
+            if lake.exists(target.name):  # columns a later config dropped keep their values in rewritten files
+                target = with_stored_columns(lake.table(target.name), target)
             version, n = erase_rows(
                 lake, target, live_files(lake, target), lambda rows: naming_mask(rows, config, erased), txn
             )

@@ -9,6 +9,7 @@ import pyarrow as pa
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.lake.delta import TableSpec
 from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
+from engagement_platform.lake.schema_evolution import REQUIRED_KEY
 
 SPARK_TO_ARROW = {
     "string": pa.string(),
@@ -33,8 +34,13 @@ def _arrow_type(type_: str) -> pa.DataType:
 
 
 def target_spec(config: PipelineConfig) -> TableSpec:
+    # Each config column records in the table whether it is required: a later config may drop an optional
+    # column, never a required one (lake/schema_evolution.py).
     schema = pa.schema(
-        [(name, _arrow_type(spec.type)) for name, spec in config.target.columns.items()]
+        [
+            pa.field(name, _arrow_type(spec.type), metadata={REQUIRED_KEY: "true" if spec.required else "false"})
+            for name, spec in config.target.columns.items()
+        ]
         + [("batch_id", pa.int64()), ("ingested_at", pa.timestamp("us", tz="UTC"))]
     )
     return TableSpec(
