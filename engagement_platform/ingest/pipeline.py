@@ -116,7 +116,7 @@ class Pipeline:
                 f"(columns after the converters: {[c for c in dtypes if c not in (*CARRIED, ERRORS)]})"
             )
         conform = Conform("conform", NoParams(), self.config.target.columns, dtypes)
-        return apply_column_converters(df, [conform])
+        return apply_column_converters(df, [conform], list(dtypes))
 
     def _validate(self, df: DataFrame) -> DataFrame:
         """Every validator sees every converted row (rows that failed a converter are not validated),

@@ -193,9 +193,16 @@ def _trapped(
     return run
 
 
-def apply_column_converters(df: DataFrame, converters: list[ColumnConverter]) -> DataFrame:
+def apply_column_converters(
+    df: DataFrame, converters: list[ColumnConverter], columns: list[str] | None = None
+) -> DataFrame:
     """Apply column converters in order on a frame with `_errors`; a row that already has errors
-    keeps them and gets no new ones (it goes no further), so each row reports its first failure."""
+    keeps them and gets no new ones (it goes no further), so each row reports its first failure.
+    `columns`: the frame's columns when the caller knows them. The converters' own columns are followed
+    here, not asked of Spark: on Spark Connect each `df.columns` is an analysis round trip of the whole plan."""
+    if not converters:
+        return df
+    names = list(df.columns) if columns is None else list(columns)
     for conv in converters:
         prepared = conv.prepare()
         if prepared:
@@ -203,12 +210,11 @@ def apply_column_converters(df: DataFrame, converters: list[ColumnConverter]) ->
         outputs = conv.columns()
         clean = F.size(ERRORS) == 0
         new_errors = F.when(clean, gather(conv.errors())).otherwise(F.col(ERRORS))
-        kept = [
-            F.col(f"`{c}`")
-            for c in df.columns
-            if c not in outputs and c not in conv.drops and c != ERRORS and c not in prepared
-        ]
-        df = df.select(*kept, *[col.alias(n) for n, col in outputs.items()], new_errors.alias(ERRORS))
+        kept = [c for c in names if c not in outputs and c not in conv.drops and c != ERRORS and c not in prepared]
+        df = df.select(
+            *[F.col(f"`{c}`") for c in kept], *[col.alias(n) for n, col in outputs.items()], new_errors.alias(ERRORS)
+        )
+        names = [*kept, *outputs, ERRORS]
     return df
 
 
