@@ -348,16 +348,21 @@ def test_a_config_that_gains_a_column_keeps_writing_to_its_table_and_a_type_chan
     assert checkpoints.record_plan(first)
     run_file_batch(spark, lake, checkpoints, config, first)
 
+    def planned(data: dict, batch_id: int, row: str) -> tuple:
+        """The pipeline as `data` says, and a recorded plan of a new landed file holding `row`."""
+        config_file = tmp_path / f"config-{batch_id}.yaml"
+        config_file.write_text(yaml.safe_dump(data, sort_keys=False))
+        config = load_pipeline(config_file)
+        landed = path.with_name(f"store_{batch_id}.csv")
+        landed.write_text(LINES[0] + "\n" + row + "\n")
+        plan = file_plan(config, batch_id, str(landed), landed.stat().st_size)
+        assert checkpoints.record_plan(plan)
+        return config, plan
+
     data = yaml.safe_load((tmp_path / "rewards_members.yaml").read_text())
     data["target"]["columns"]["greeting"] = {"type": "string"}
     data["converters"].append({"plugin": "concat", "columns": ["first_name", "email"], "to": "greeting"})
-    gained = tmp_path / "gained.yaml"
-    gained.write_text(yaml.safe_dump(data, sort_keys=False))
-    config = load_pipeline(gained)
-    second_file = path.with_name("store_2.csv")
-    second_file.write_text(LINES[0] + "\n10,Hal Po,1990-01-01,G,hal@example.com,5\n")
-    second = file_plan(config, 2, str(second_file), second_file.stat().st_size)
-    assert checkpoints.record_plan(second)
+    config, second = planned(data, 2, "10,Hal Po,1990-01-01,G,hal@example.com,5")
     assert run_file_batch(spark, lake, checkpoints, config, second).rows_written == 1
 
     expected = [(1, None), (2, None), (9, None), (10, "Hal hal@example.com")]
@@ -367,13 +372,7 @@ def test_a_config_that_gains_a_column_keeps_writing_to_its_table_and_a_type_chan
     assert list(zip(by_duckdb["member_id"].to_pylist(), by_duckdb["greeting"].to_pylist())) == expected
 
     data["target"]["columns"]["points"]["type"] = "long"
-    changed = tmp_path / "changed.yaml"
-    changed.write_text(yaml.safe_dump(data, sort_keys=False))
-    config = load_pipeline(changed)
-    third_file = path.with_name("store_3.csv")
-    third_file.write_text(LINES[0] + "\n11,Ida Wu,1990-01-01,G,ida@example.com,7\n")
-    third = file_plan(config, 3, str(third_file), third_file.stat().st_size)
-    assert checkpoints.record_plan(third)
+    config, third = planned(data, 3, "11,Ida Wu,1990-01-01,G,ida@example.com,7")
     version = lake.table(config.target.table).version()
     with pytest.raises(SchemaChangeError, match="^pipeline rewards_members: table 'rewards_members'") as refused:
         run_file_batch(spark, lake, checkpoints, config, third)
