@@ -37,12 +37,19 @@ WORKER_TAG = "engagement/run_worker"  # "<host>:<pid>:<start ticks>" of a worker
 
 
 def process_start_ticks(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), which tells it from a later one with its pid."""
+    """The process's start time in clock ticks since boot (Linux), which tells it from a later one with its pid.
+
+    None when no such process runs: an exited process whose parent has not reaped it yet (state Z or X) still has
+    a /proc entry, but it runs no code and cannot be signalled into cancelling a run.
+    """
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 def worker_tag(host: str, pid: int, start_ticks: str | None) -> str:

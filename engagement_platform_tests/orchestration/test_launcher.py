@@ -14,7 +14,13 @@ import yaml
 from dagster import DagsterInstance, DagsterInvariantViolationError, DagsterRunStatus, reconstructable
 from dagster._core.launcher import LaunchRunContext
 
-from engagement_platform.orchestration.launcher import WORKER_TAG, ForkingRunLauncher, live_worker_pid
+from engagement_platform.orchestration.launcher import (
+    WORKER_TAG,
+    ForkingRunLauncher,
+    live_worker_pid,
+    process_start_ticks,
+    worker_tag,
+)
 from engagement_platform.orchestration.run_pool import WORKER_NAME
 from engagement_platform_tests.orchestration import pool_location
 
@@ -78,6 +84,10 @@ def test_runs_are_forked_from_one_preloaded_server_and_succeed(instance: Dagster
     for run in runs:
         tag = instance.get_run_by_id(run.run_id).tags[WORKER_TAG]
         assert tag.split(":")[1] == str(seen[runs.index(run)]["pid"])
+        # The run reports success before its worker process has exited, so give the exit a moment.
+        deadline = time.monotonic() + 30.0
+        while live_worker_pid(tag, socket.gethostname()) is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert live_worker_pid(tag, socket.gethostname()) is None, "a finished worker is not judged alive"
 
 
@@ -144,3 +154,21 @@ def test_preload_off_launches_through_the_code_server(tmp_path: Path) -> None:
         with pytest.raises(DagsterInvariantViolationError, match="requires a workspace"):
             _launch(instance, tmp_path / "report.json")
         assert instance.run_launcher.pool_servers() == []
+
+
+def test_an_exited_worker_its_parent_has_not_reaped_is_not_judged_alive() -> None:
+    host = socket.gethostname()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert live_worker_pid(worker_tag(host, pid, ""), host) is None, "a zombie runs nothing"
+        assert live_worker_pid(worker_tag(host, os.getpid(), process_start_ticks(os.getpid())), host) == os.getpid()
+    finally:
+        os.waitpid(pid, 0)
