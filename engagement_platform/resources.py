@@ -117,6 +117,9 @@ class JobConfig(Config):
         return JobSpec(self.lock_name, self.job_name, frozenset(self.predecessors), max_predecessor_wait_s)
 
 
+ENGAGEMENT_STREAMS = ("ingestion", "mutation", "retention")  # the streams with a JobConfig of their own
+
+
 def holder_owner(identity: str) -> str:
     """The owner ("mutation/7") in a lock contender's identity (JSON {owner, host, pid}), else the identity."""
     try:
@@ -202,7 +205,7 @@ class CoordinatorResource(ConfigurableResource):
     def job_spec(self, stream: str, lock_name: str | None = None) -> JobSpec:
         """The configured spec of ingestion / mutation / retention; any other stream (an ingest
         pipeline) locks `lock_name` (default: its own name) and accepts any predecessor."""
-        if stream in ("ingestion", "mutation", "retention"):
+        if stream in ENGAGEMENT_STREAMS:
             return getattr(self, stream).spec(self.predecessor_wait_bound_s)
         return JobSpec(lock_name or stream, stream)
 
@@ -326,6 +329,35 @@ class CoordinatorResource(ConfigurableResource):
         or ZooKeeper unreachable); None if the lock is free. A sensor asks this before requesting a
         new batch's run or a retry: a run launched now would only wait."""
         return self._turn_wait(stream, batch_id, lock_name, predecessor=False)
+
+    def passes_turn_when_idle(self, stream: str) -> bool:
+        """Whether an idle tick of this stream registers it (Coordinator.pass_turn): only a job another job waits
+        for, one that lists it among a predecessor set that does not admit every job (mutation waits for
+        ingestion's fresh activities, and there are none when ingestion's topic is fully committed)."""
+        if stream not in ENGAGEMENT_STREAMS:
+            return False
+        jobs = [getattr(self, name) for name in ENGAGEMENT_STREAMS]
+        mine = getattr(self, stream)
+        names = {job.job_name for job in jobs}
+        return any(
+            job is not mine and mine.job_name in job.predecessors and not names <= set(job.predecessors) for job in jobs
+        )
+
+    def pass_turn(self, stream: str, lock_name: str | None = None) -> str | None:
+        """On an idle tick (the stream's topic fully committed): register the stream as having run with nothing to
+        do when another job waits for it, and say so for the skip reason; None when nothing was written (also when
+        ZooKeeper cannot be asked: the waiting job's bounded wait still ends)."""
+        if not self.is_enabled or not self.passes_turn_when_idle(stream):
+            return None
+        job = self.job_spec(stream, lock_name)
+        try:
+            with self._asking() as zk:
+                replaced = zk.pass_turn(job.lock_name, job.job_name)
+        except (CoordinationGaveUp, KazooException, KazooTimeoutError):
+            return None
+        if replaced is None:
+            return None
+        return f"passed its turn on {job.lock_name} after {replaced.get('owner') or replaced.get('job')}"
 
     def _turn_wait(self, stream: str, batch_id: int, lock_name: str | None, predecessor: bool) -> str | None:
         if not self.is_enabled:

@@ -257,9 +257,12 @@ def _stream_sensor(
             ask = coordinator.predecessor_wait if after_give_up else coordinator.lock_wait
             return ask(plan.stream, plan.batch_id, definition.spec.lock_name)
 
+        def pass_turn() -> str | None:
+            return coordinator.pass_turn(definition.spec.name, definition.spec.lock_name)
+
         return unless_unavailable(
             lambda: kafka_stream_tick(
-                context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator
+                context, definition, partitions, kafka, coordinator.checkpoints, turn_wait, coordinator, pass_turn
             )
         )
 
@@ -293,11 +296,13 @@ def kafka_stream_tick(
     store: CheckpointStore,
     turn_wait: TurnWait | None,
     liveness: CoordinatorResource | None = None,
+    pass_turn: Callable[[], str | None] | None = None,
 ) -> SensorResult | SkipReason:
     """One tick: the gate, the cursor against the store, then resume the unfinished batch (failing its run
     if `liveness` finds the run's process gone), or plan the next
     slice (or, with no new messages, what `idle_plan` asks for) unless `turn_wait` says its run would wait:
-    then nothing is recorded, and a later tick plans the slice up to the watermarks it sees then."""
+    then nothing is recorded, and a later tick plans the slice up to the watermarks it sees then. A tick that
+    finds the topic fully committed calls `pass_turn` (a job waiting for this stream's fresh records need not)."""
     stream = definition.spec.name
     if definition.tick_gate is not None:
         reason = definition.tick_gate(store)
@@ -328,8 +333,10 @@ def kafka_stream_tick(
     )
     plan = idle.plan if idle is not None else plan
     if plan is None:
+        passed = pass_turn() if pass_turn is not None else None
         return SensorResult(
-            skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})",
+            skip_reason=f"no new messages on {topic} (high watermarks {dict(sorted((p, h) for p, (_, h) in watermarks.items()))})"
+            + (f"; {passed}" if passed else ""),
             asset_events=observed,
             cursor=reported_cursor,
         )

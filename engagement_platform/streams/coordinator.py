@@ -406,6 +406,29 @@ class Coordinator:
             return None, None
         return (json.loads(data) if data else None), stat.mtime
 
+    def pass_turn(self, lock_name: str, job_name: str) -> dict | None:
+        """Register `job_name` as having run with nothing to do (owner "<job>/idle"), for a stream that found
+        its topic fully committed: a job that may follow only it (an ID rewrite after fresh activities) need not
+        wait for a batch that has nothing to bring. Only while the lock is free and another job registered last;
+        a compare-and-swap on the znode's version, so a batch that registers meanwhile wins and this gives way.
+        The record it replaced, or None when it wrote nothing."""
+        if self.holder(lock_name) is not None:
+            return None
+        path = self.predecessor_path(lock_name)
+        try:
+            data, stat = self.client.get_async(path).get(timeout=OP_TIMEOUT_S)
+        except NoNodeError:
+            return None  # nobody registered yet: every job may start anyway
+        current = json.loads(data) if data else None
+        if not current or current.get("job") == job_name:
+            return None
+        record = {"job": job_name, "owner": f"{job_name}/idle", "token": None, "at": datetime.now(UTC).isoformat()}
+        try:
+            self.client.set_async(path, json.dumps(record).encode(), version=stat.version).get(timeout=OP_TIMEOUT_S)
+        except BadVersionError:
+            return None
+        return dict(current)
+
     def server_time_ms(self) -> int:
         """ZooKeeper's current time (ms): the mtime of a write to `<root>/clock`. Registration times
         are mtimes too, so an age is measured on one clock (the ensemble leader's), whatever the

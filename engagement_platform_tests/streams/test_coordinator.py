@@ -178,6 +178,50 @@ def test_register_accepts_only_allowed_predecessors_and_a_retry_of_the_same_batc
     other.unlock(other.lock(LOCK, "ingestion/3", timeout_s=1))
 
 
+def test_an_idle_job_passes_its_turn_only_over_another_jobs_record_and_only_while_the_lock_is_free(coordinators):
+    c, other = coordinators(), coordinators()
+    c.start()
+    assert c.pass_turn(LOCK, "ingestion") is None, "nobody registered yet: nothing to pass"
+    with other.batch(RETENTION, "retention/1", timeout_s=2):
+        assert c.pass_turn(LOCK, "ingestion") is None, "a batch holds the lock"
+    replaced = c.pass_turn(LOCK, "ingestion")
+    assert replaced is not None and replaced["owner"] == "retention/1"
+    assert c.last_registered(LOCK)["owner"] == "ingestion/idle"
+    assert c.pass_turn(LOCK, "ingestion") is None, "already the last registered job"
+    with other.batch(MUTATION, "mutation/1", timeout_s=2):
+        pass  # mutation may follow ingestion, idle or not
+    assert c.last_registered(LOCK)["owner"] == "mutation/1"
+
+
+def test_passing_a_turn_gives_way_to_a_registration_that_races_it(coordinators, monkeypatch):
+    c, intruder = coordinators(), coordinators()
+    with c.batch(RETENTION, "retention/1", timeout_s=2):
+        pass
+    intruder.start()
+    real_get = c.client.get_async
+
+    def get_then_race(path, *args, **kwargs):
+        result = real_get(path, *args, **kwargs)
+        result.get()
+        intruder.client.set(path, b'{"job": "retention", "owner": "retention/2"}')
+        return result
+
+    monkeypatch.setattr(c.client, "get_async", get_then_race)
+    assert c.pass_turn(LOCK, "ingestion") is None
+    monkeypatch.undo()
+    assert c.last_registered(LOCK)["owner"] == "retention/2"
+
+
+def test_only_a_job_another_job_waits_for_passes_its_turn(stack, root, tmp_path):
+    defaults = resource(stack, root, tmp_path)
+    assert [
+        s for s in ("ingestion", "mutation", "retention", "rewards_members") if defaults.passes_turn_when_idle(s)
+    ] == ["ingestion"]
+    # Mutation allowed after anything: nobody waits for ingestion.
+    relaxed = resource(stack, root, tmp_path, mutation=resources_module.JobConfig(job_name="mutation", predecessors=[]))
+    assert not relaxed.passes_turn_when_idle("ingestion")
+
+
 def test_register_is_a_compare_and_swap_on_the_predecessor_znode(coordinators, monkeypatch):
     c, intruder = coordinators(), coordinators()
     with c.batch(INGESTION, "ingestion/1", timeout_s=2):
@@ -664,6 +708,33 @@ def test_sensor_holds_a_batch_that_gave_up_until_its_predecessor_rule_allows_it(
             resources=resources,
         )
         assert out.success
+    other.close()
+
+
+def test_a_mutation_batch_after_retention_goes_once_ingestion_finds_nothing_to_ingest(
+    spark, stack, kafka, lake_root, root, monkeypatch
+):
+    """Mutation waits after retention for fresh activities; an ingestion topic with nothing uncommitted has none
+    to bring, so ingestion's idle tick passes its turn and the mutation batch is launched without the bounded wait."""
+    from engagement_platform.engagement.mutation.assets import engagement_mutation_sensor
+
+    _, _, resources, other = mutation_after_retention(stack, kafka, lake_root, root, monkeypatch, 3600)
+    activities = f"test.activities.{uuid.uuid4().hex[:10]}"
+    kafka.create_topics({activities: 1})
+    monkeypatch.setenv("EP_ACTIVITIES_TOPIC", activities)
+    with DagsterInstance.ephemeral() as instance:
+
+        def tick(sensor):
+            with build_sensor_context(instance=instance, resources=resources) as ctx:
+                return sensor(ctx)
+
+        assert "waits for its turn" in skipped(tick(engagement_mutation_sensor))
+        message = skipped(tick(engagement_ingestion_sensor))
+        assert "no new messages" in message and f"passed its turn on {LOCK} after retention/1" in message, message
+        assert other.last_registered(LOCK)["owner"] == "ingestion/idle"
+        requested = tick(engagement_mutation_sensor)
+        assert isinstance(requested, SensorResult) and requested.run_requests, requested
+        assert "passed its turn" not in skipped(tick(engagement_ingestion_sensor)), "once is enough"
     other.close()
 
 
