@@ -129,6 +129,28 @@ def holder_owner(identity: str) -> str:
     return str(parsed.get("owner") or identity) if isinstance(parsed, dict) else identity
 
 
+def turn_passed_over(job: str, predecessor_sets: Mapping[str, frozenset[str]]) -> frozenset[str]:
+    """The last registered jobs that `job`, finding nothing to do, may replace with its own (idle) registration
+    (pure). Replacing X with `job` changes, for every job Z, "may Z follow X" into "may Z follow `job`"; an idle
+    job has no work any other job should wait for, so the change may unblock a Z that waits for `job` (job is in
+    Z's set, X is not) and must change nothing else: no Z that may follow X but not `job` is blocked, and `job`
+    itself neither (an idle mutation must not let the next mutation batch skip ingestion). An empty set admits
+    anyone and takes no part."""
+    rules = {name: jobs for name, jobs in predecessor_sets.items() if jobs}
+
+    def may_follow(follower: str, last: str) -> bool:
+        return follower not in rules or last in rules[follower]
+
+    return frozenset(
+        last
+        for last in predecessor_sets
+        if last != job
+        and any(may_follow(z, job) and not may_follow(z, last) for z in rules if z != job)
+        and all(may_follow(z, last) <= may_follow(z, job) for z in rules if z != job)
+        and may_follow(job, last) == may_follow(job, job)
+    )
+
+
 class CoordinatorResource(ConfigurableResource):
     """The ZooKeeper job coordinator and the checkpoint store: the one resource every stream run uses
     for its batch lifecycle (plan lookup, acquire, fenced commits, checkpoint states, release).
@@ -330,29 +352,27 @@ class CoordinatorResource(ConfigurableResource):
         new batch's run or a retry: a run launched now would only wait."""
         return self._turn_wait(stream, batch_id, lock_name, predecessor=False)
 
-    def passes_turn_when_idle(self, stream: str) -> bool:
-        """Whether an idle tick of this stream registers it (Coordinator.pass_turn): only a job another job waits
-        for, one that lists it among a predecessor set that does not admit every job (mutation waits for
-        ingestion's fresh activities, and there are none when ingestion's topic is fully committed)."""
+    def turn_passed_over(self, stream: str) -> frozenset[str]:
+        """The last registered jobs an idle tick of this stream replaces (Coordinator.pass_turn): see
+        `turn_passed_over`. With the defaults ingestion passes over retention, and nobody else passes."""
         if stream not in ENGAGEMENT_STREAMS:
-            return False
-        jobs = [getattr(self, name) for name in ENGAGEMENT_STREAMS]
-        mine = getattr(self, stream)
-        names = {job.job_name for job in jobs}
-        return any(
-            job is not mine and mine.job_name in job.predecessors and not names <= set(job.predecessors) for job in jobs
-        )
+            return frozenset()
+        sets = {
+            getattr(self, name).job_name: frozenset(getattr(self, name).predecessors) for name in ENGAGEMENT_STREAMS
+        }
+        return turn_passed_over(getattr(self, stream).job_name, sets)
 
     def pass_turn(self, stream: str, lock_name: str | None = None) -> str | None:
         """On an idle tick (the stream's topic fully committed): register the stream as having run with nothing to
-        do when another job waits for it, and say so for the skip reason; None when nothing was written (also when
-        ZooKeeper cannot be asked: the waiting job's bounded wait still ends)."""
-        if not self.is_enabled or not self.passes_turn_when_idle(stream):
+        do when a job that waits for it registered last, and say so for the skip reason; None when nothing was
+        written (also when ZooKeeper cannot be asked: the waiting job's bounded wait still ends)."""
+        over = self.turn_passed_over(stream) if self.is_enabled else frozenset()
+        if not over:
             return None
         job = self.job_spec(stream, lock_name)
         try:
             with self._asking() as zk:
-                replaced = zk.pass_turn(job.lock_name, job.job_name)
+                replaced = zk.pass_turn(job.lock_name, job.job_name, over)
         except (CoordinationGaveUp, KazooException, KazooTimeoutError):
             return None
         if replaced is None:

@@ -406,12 +406,12 @@ class Coordinator:
             return None, None
         return (json.loads(data) if data else None), stat.mtime
 
-    def pass_turn(self, lock_name: str, job_name: str) -> dict | None:
+    def pass_turn(self, lock_name: str, job_name: str, over: frozenset[str]) -> dict | None:
         """Register `job_name` as having run with nothing to do (owner "<job>/idle"), for a stream that found
         its topic fully committed: a job that may follow only it (an ID rewrite after fresh activities) need not
-        wait for a batch that has nothing to bring. Only while the lock is free and another job registered last;
-        a compare-and-swap on the znode's version, so a batch that registers meanwhile wins and this gives way.
-        The record it replaced, or None when it wrote nothing."""
+        wait for a batch that has nothing to bring. Only while the lock is free and the last registered job is
+        one in `over` (those another job may not follow); a compare-and-swap on the znode's version, so a batch
+        that registers meanwhile wins and this gives way. The record it replaced, or None when it wrote nothing."""
         if self.holder(lock_name) is not None:
             return None
         path = self.predecessor_path(lock_name)
@@ -420,7 +420,7 @@ class Coordinator:
         except NoNodeError:
             return None  # nobody registered yet: every job may start anyway
         current = json.loads(data) if data else None
-        if not current or current.get("job") == job_name:
+        if not current or current.get("job") == job_name or current.get("job") not in over:
             return None
         record = {"job": job_name, "owner": f"{job_name}/idle", "token": None, "at": datetime.now(UTC).isoformat()}
         try:

@@ -181,15 +181,17 @@ def test_register_accepts_only_allowed_predecessors_and_a_retry_of_the_same_batc
 def test_an_idle_job_passes_its_turn_only_over_another_jobs_record_and_only_while_the_lock_is_free(coordinators):
     c, other = coordinators(), coordinators()
     c.start()
-    assert c.pass_turn(LOCK, "ingestion") is None, "nobody registered yet: nothing to pass"
+    over = frozenset({"retention"})
+    assert c.pass_turn(LOCK, "ingestion", over) is None, "nobody registered yet: nothing to pass"
     with other.batch(RETENTION, "retention/1", timeout_s=2):
-        assert c.pass_turn(LOCK, "ingestion") is None, "a batch holds the lock"
-    replaced = c.pass_turn(LOCK, "ingestion")
+        assert c.pass_turn(LOCK, "ingestion", over) is None, "a batch holds the lock"
+    replaced = c.pass_turn(LOCK, "ingestion", over)
     assert replaced is not None and replaced["owner"] == "retention/1"
     assert c.last_registered(LOCK)["owner"] == "ingestion/idle"
-    assert c.pass_turn(LOCK, "ingestion") is None, "already the last registered job"
+    assert c.pass_turn(LOCK, "ingestion", over) is None, "already the last registered job"
     with other.batch(MUTATION, "mutation/1", timeout_s=2):
         pass  # mutation may follow ingestion, idle or not
+    assert c.pass_turn(LOCK, "ingestion", over) is None, "mutation is not a job anyone waits behind"
     assert c.last_registered(LOCK)["owner"] == "mutation/1"
 
 
@@ -207,19 +209,29 @@ def test_passing_a_turn_gives_way_to_a_registration_that_races_it(coordinators, 
         return result
 
     monkeypatch.setattr(c.client, "get_async", get_then_race)
-    assert c.pass_turn(LOCK, "ingestion") is None
+    assert c.pass_turn(LOCK, "ingestion", frozenset({"retention"})) is None
     monkeypatch.undo()
     assert c.last_registered(LOCK)["owner"] == "retention/2"
 
 
-def test_only_a_job_another_job_waits_for_passes_its_turn(stack, root, tmp_path):
+def test_an_idle_job_passes_over_only_the_jobs_that_hold_back_a_job_waiting_for_it(stack, root, tmp_path):
     defaults = resource(stack, root, tmp_path)
-    assert [
-        s for s in ("ingestion", "mutation", "retention", "rewards_members") if defaults.passes_turn_when_idle(s)
-    ] == ["ingestion"]
+    passed = {s: defaults.turn_passed_over(s) for s in ("ingestion", "mutation", "retention", "rewards_members")}
+    # Mutation waits for ingestion after retention; an idle mutation must not let the next mutation skip ingestion.
+    assert passed == {
+        "ingestion": {"retention"},
+        "mutation": frozenset(),
+        "retention": frozenset(),
+        "rewards_members": frozenset(),
+    }
     # Mutation allowed after anything: nobody waits for ingestion.
     relaxed = resource(stack, root, tmp_path, mutation=resources_module.JobConfig(job_name="mutation", predecessors=[]))
-    assert not relaxed.passes_turn_when_idle("ingestion")
+    assert not relaxed.turn_passed_over("ingestion")
+    # Retention only after mutation or itself (TTL waits for the ID rewrites): an idle mutation lets it go after
+    # ingestion; an idle ingestion passes over nothing, since replacing retention would block retention's next batch.
+    sets = {job.job_name: job.predecessors for job in (INGESTION, MUTATION, RETENTION)}
+    assert resources_module.turn_passed_over("mutation", sets) == {"ingestion"}
+    assert resources_module.turn_passed_over("ingestion", sets) == frozenset()
 
 
 def test_register_is_a_compare_and_swap_on_the_predecessor_znode(coordinators, monkeypatch):
