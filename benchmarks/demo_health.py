@@ -9,7 +9,9 @@ sensor) for a while and prints exactly the figures a user evaluating the platfor
   its runs, the producers, Spark's Python workers) at the end of the warm-up, its min and max afterwards
   (bound: flat within 10%);
 - each Kafka stream's lag (messages on its topic it has not committed), sampled: max and last;
-- Dagster runs by job and status, sensor ticks by status: any failed run or failed tick is a failure.
+- Dagster runs by job and status, sensor ticks by status: any failed run or failed tick is a failure;
+- CPU by process class, and what the load average counts (runnable and blocked tasks, sampled every 0.5 s; iowait):
+  a load above the cores busy comes from tasks queueing in bursts or waiting on the disk.
 
 The platform runs in its own state folder (`.state/demo-health`, wiped at start) on the default ports, so no
 other stack may be running. Exit status 1 if any bound is not met. The headline figures go to benchmarks/results/.
@@ -24,6 +26,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter
@@ -113,6 +116,30 @@ def machine_busy_seconds() -> float:
     (run workers live a few seconds) that samples every 10 s mostly miss."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(fields[:8]) - fields[3] - fields[4]) / CLK  # all but idle and iowait
+
+
+class TaskStates(threading.Thread):
+    """What the load average counts, sampled every half second (the load's own sampling is every 5 s): tasks
+    (threads) running or runnable, less the sampler itself, and tasks blocked in uninterruptible sleep (mostly
+    disk I/O, e.g. a server's fsync). A load above the cores busy is runnable tasks queueing in bursts, or blocked
+    ones. `totals()`: cumulative (samples, running, blocked, iowait seconds), differenced over a window."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.samples = self.running = self.blocked = 0
+
+    def run(self) -> None:
+        while True:
+            stat = Path("/proc/stat").read_text()
+            fields = dict(line.split(maxsplit=1) for line in stat.split("\n") if line.startswith("procs_"))
+            self.running += int(fields["procs_running"]) - 1
+            self.blocked += int(fields["procs_blocked"])
+            self.samples += 1
+            time.sleep(0.5)
+
+    def totals(self) -> dict[str, float]:
+        iowait = int(Path("/proc/stat").read_text().split(maxsplit=6)[5]) / CLK
+        return {"state_samples": self.samples, "running": self.running, "blocked": self.blocked, "iowait_s": iowait}
 
 
 def rss_by_class(first: dict, last: dict, pids: set[int]) -> dict[str, tuple[float, float]]:
@@ -276,6 +303,8 @@ def main() -> int:
         start_new_session=True,
     )
     samples: list[dict] = []
+    states = TaskStates()
+    states.start()
     try:
         print(f"UI answered after {wait_for_ui(args.port, platform):.0f} s (install, stack, Dagster); log {log.name}")
         lag_env = {
@@ -296,7 +325,15 @@ def main() -> int:
                 "lag": stream_lags(lag_env),
             }
             print(json.dumps(sample), flush=True)
-            samples.append({**sample, "pids": rss, "cpu": process_cpu(rss), "machine_busy": machine_busy_seconds()})
+            samples.append(
+                {
+                    **sample,
+                    "pids": rss,
+                    "cpu": process_cpu(rss),
+                    "machine_busy": machine_busy_seconds(),
+                    **states.totals(),
+                }
+            )
             time.sleep(max(0.0, args.sample_seconds - (time.monotonic() - start - elapsed)))
         at_end = load_average()
         if args.screenshots:  # after the measured window, before the stop: the README's pictures of this very run
@@ -365,6 +402,14 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
         f"    not seen by a sample (short-lived: run workers, CLI calls): {busy - sum(classes.values()):.0f} CPU s = "
         f"{(busy - sum(classes.values())) / window:.2f} cores; the machine in all: {busy / window:.2f} cores busy"
     )
+    iowait = (after[-1]["iowait_s"] - after[0]["iowait_s"]) / window
+    state_samples = max(after[-1]["state_samples"] - after[0]["state_samples"], 1)
+    running = (after[-1]["running"] - after[0]["running"]) / state_samples
+    blocked = (after[-1]["blocked"] - after[0]["blocked"]) / state_samples
+    print(
+        f"  what the load counts ({state_samples} samples, every 0.5 s): runnable tasks mean {running:.2f}, blocked "
+        f"(uninterruptible, mostly disk I/O) mean {blocked:.2f}; iowait {iowait:.2f} cores"
+    )
     print("  stream lag in messages (max after warm-up / last):", json.dumps(lag))
     print("  runs:", json.dumps(outcome["runs"], indent=1))
     print(
@@ -391,6 +436,9 @@ def report(samples: list[dict], at_end: tuple[float, float, float], outcome: dic
             "failed_runs": len(outcome["failed_runs"]),
             "failed_ticks": len(outcome["failed_ticks"]),
             "cores_busy": round(busy / window, 2),
+            "runnable_tasks_mean": round(running, 2),
+            "blocked_tasks_mean": round(blocked, 2),
+            "cores_iowait": round(iowait, 2),
         },
         target={
             "load_1min_mean": f"< {args.max_load}",
