@@ -929,8 +929,8 @@ def test_a_stream_sensor_requests_no_run_while_the_lock_is_held(coordinators, st
 def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait_in_its_metadata(
     coordinators, stack, root, tmp_path
 ):
-    """Lock timeout 0.5 s, lock held 3 s by another client: the run does not fail, it waits (logging each
-    round), commits, and its materialization says how long it waited."""
+    """Lock timeout 0.5 s, lock held by another client until the run has waited for it at least 2.6 s: the run
+    does not fail, it waits (logging each round), commits, and its materialization says how long it waited."""
     stream = clicks_stream(lock_name=CLICKS_LOCK, run_batch=count_clicks)
     lake_root = str(tmp_path / "lake")
     plan = BatchPlan("clicks", 1, KafkaSlice("demo.clicks", (OffsetRange(0, 0, 5),)))
@@ -947,7 +947,17 @@ def test_a_run_that_finds_the_lock_held_waits_its_turn_and_commits_with_the_wait
     )
     holder = coordinators()
     held = holder.lock(CLICKS_LOCK, "backfill/1", timeout_s=2)
-    release = threading.Timer(3.0, holder.unlock, [held])
+
+    def release_once_the_run_waited() -> None:
+        # Timed from the run's own contender znode, not from now: a run's set-up time varies with the machine's load.
+        recipe = holder.client.Lock(f"{holder.root}/locks/{CLICKS_LOCK}")
+        deadline = time.monotonic() + 60
+        while len(recipe.contenders()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(2.6)
+        holder.unlock(held)
+
+    release = threading.Thread(target=release_once_the_run_waited)
     release.start()
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions(stream.partitions.name, [plan.partition_key])
