@@ -100,19 +100,29 @@ def demo_produce(args) -> None:
     gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
     mutator = MutationGenerator(seed=args.seed + 1)
     gdpr = GdprGenerator(seed=args.seed + 2)
+    client = KafkaClient(settings.kafka_bootstrap_servers)
+    # The messages due in each slice go out together, as one request per partition: a sender that woke and sent
+    # per message made the broker handle a request per few messages, for the same traffic.
+    linger_ms = max(int(args.slice_seconds * 1000), 20)
     producer = ReplacingProducer(
-        KafkaClient(settings.kafka_bootstrap_servers).producer
+        lambda: client.producer(**{"linger.ms": linger_ms})
     )  # survives a broker that forgot it
     sent, started = 0, time.monotonic()
     print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
     try:
         while args.count <= 0 or sent < args.count:
+            due = int((time.monotonic() - started + args.slice_seconds) * args.rate)
+            if sent >= due:
+                producer.poll(0)
+                time.sleep(args.slice_seconds)
+                continue
             key, value = gen.message()
             producer.produce(topic, key=key, value=value)
             sent += 1
             if key != b"bad":
-                mutator.observe(json.loads(value))
-                gdpr.observe(json.loads(value))
+                record = json.loads(value)
+                mutator.observe(record)
+                gdpr.observe(record)
             if args.mutations_every and sent % args.mutations_every == 0:
                 request = mutator.request(datetime.now(UTC))
                 if request:
@@ -123,10 +133,6 @@ def demo_produce(args) -> None:
                 request = gdpr.request(datetime.now(UTC))
                 if request:
                     producer.produce(gdpr_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
-            producer.poll(0)
-            ahead = sent / args.rate - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
             if sent % (args.rate * 30) == 0:
                 print(f"produced {sent}", flush=True)
     except KeyboardInterrupt:
@@ -355,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument(
         "--gdpr-every", type=int, default=2000, help="one retention/erasure request per this many activities (0: none)"
+    )
+    p.add_argument(
+        "--slice-seconds", type=float, default=0.1, help="send the messages due in each slice of this length together"
     )
     p.set_defaults(fn=demo_produce)
 
