@@ -22,7 +22,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import UTC, date
+from datetime import date
 
 from engagement_platform.settings import load_settings
 
@@ -90,55 +90,12 @@ def create_topics(args) -> None:
 
 
 def demo_produce(args) -> None:
-    from datetime import datetime
+    from engagement_platform.engagement.demo_traffic import DemoTraffic, produce_demo_traffic
 
-    from engagement_platform.engagement.demo import ActivityGenerator, GdprGenerator, MutationGenerator
-    from engagement_platform.streams.kafka import KafkaClient, ReplacingProducer
-
-    settings = load_settings()
-    topic, mutations_topic, gdpr_topic = settings.ingestion.topic, settings.mutation.topic, settings.retention.topic
-    gen = ActivityGenerator(seed=args.seed, orgs=args.orgs, bad_ratio=args.bad_ratio)
-    mutator = MutationGenerator(seed=args.seed + 1)
-    gdpr = GdprGenerator(seed=args.seed + 2)
-    client = KafkaClient(settings.kafka_bootstrap_servers)
-    # The messages due in each slice go out together, as one request per partition: a sender that woke and sent
-    # per message made the broker handle a request per few messages, for the same traffic.
-    linger_ms = max(int(args.slice_seconds * 1000), 20)
-    producer = ReplacingProducer(
-        lambda: client.producer(**{"linger.ms": linger_ms})
-    )  # survives a broker that forgot it
-    sent, started = 0, time.monotonic()
-    print(f"producing ~{args.rate}/s engagement activities to {topic} (Ctrl-C stops)", flush=True)
-    try:
-        while args.count <= 0 or sent < args.count:
-            due = int((time.monotonic() - started + args.slice_seconds) * args.rate)
-            if sent >= due:
-                producer.poll(0)
-                time.sleep(args.slice_seconds)
-                continue
-            key, value = gen.message()
-            producer.produce(topic, key=key, value=value)
-            sent += 1
-            if key != b"bad":
-                record = json.loads(value)
-                mutator.observe(record)
-                gdpr.observe(record)
-            if args.mutations_every and sent % args.mutations_every == 0:
-                request = mutator.request(datetime.now(UTC))
-                if request:
-                    producer.produce(
-                        mutations_topic, key=request["org_id"].encode(), value=json.dumps(request).encode()
-                    )
-            if args.gdpr_every and sent % args.gdpr_every == 0:
-                request = gdpr.request(datetime.now(UTC))
-                if request:
-                    producer.produce(gdpr_topic, key=request["org_id"].encode(), value=json.dumps(request).encode())
-            if sent % (args.rate * 30) == 0:
-                print(f"produced {sent}", flush=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        producer.flush(10)
+    traffic = DemoTraffic(
+        args.rate, args.count, args.orgs, args.bad_ratio, args.seed, args.mutations_every, args.gdpr_every
+    )
+    produce_demo_traffic(load_settings(), traffic, args.slice_seconds)
 
 
 def changes(args) -> None:
