@@ -357,10 +357,11 @@ class CoordinatorResource(ConfigurableResource):
         `turn_passed_over`. With the defaults ingestion passes over retention, and nobody else passes."""
         if stream not in ENGAGEMENT_STREAMS:
             return frozenset()
-        sets = {
-            getattr(self, name).job_name: frozenset(getattr(self, name).predecessors) for name in ENGAGEMENT_STREAMS
-        }
-        return turn_passed_over(getattr(self, stream).job_name, sets)
+        mine = getattr(self, stream)
+        jobs = [getattr(self, name) for name in ENGAGEMENT_STREAMS]
+        # Only the jobs that share its lock register on the same predecessor znode.
+        sets = {job.job_name: frozenset(job.predecessors) for job in jobs if job.lock_name == mine.lock_name}
+        return turn_passed_over(mine.job_name, sets)
 
     def pass_turn(self, stream: str, lock_name: str | None = None) -> str | None:
         """On an idle tick (the stream's topic fully committed): register the stream as having run with nothing to

@@ -229,6 +229,14 @@ def test_an_idle_job_passes_over_only_the_jobs_that_hold_back_a_job_waiting_for_
     # Mutation allowed after anything: nobody waits for ingestion.
     relaxed = resource(stack, root, tmp_path, mutation=resources_module.JobConfig(job_name="mutation", predecessors=[]))
     assert not relaxed.turn_passed_over("ingestion")
+    # Mutation on a lock of its own: its rule reads another znode, which ingestion never writes.
+    apart = resource(
+        stack,
+        root,
+        tmp_path,
+        mutation=resources_module.JobConfig(lock_name="elsewhere", job_name="mutation", predecessors=["ingestion"]),
+    )
+    assert not apart.turn_passed_over("ingestion")
     # Retention only after mutation or itself (TTL waits for the ID rewrites): an idle mutation lets it go after
     # ingestion; an idle ingestion passes over nothing, since replacing retention would block retention's next batch.
     sets = {job.job_name: job.predecessors for job in (INGESTION, MUTATION, RETENTION)}
