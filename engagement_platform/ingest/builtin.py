@@ -278,7 +278,7 @@ def _as(column: Column, type_: str) -> Column:
     return column.try_cast("timestamp").cast("date") if type_ == "date" else column.try_cast(type_)
 
 
-def _bound(value: float | str | None) -> str:
+def shown_bound(value: float | str | None) -> str:
     if value is None:
         return ""
     return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
@@ -361,7 +361,7 @@ class Range(ColumnValidator):
             outside = outside | (value < F.lit(low))
         if high is not None:
             outside = outside | (value > F.lit(high))
-        bounds = f"[{_bound(low)}, {_bound(high)}]"
+        bounds = f"[{shown_bound(low)}, {shown_bound(high)}]"
         message = F.format_string(f"%s is outside {bounds}", value.cast("string"))
         return [F.when(value.isNotNull() & outside, self.err(self.params.column, "out_of_range", message, value))]
 

@@ -21,11 +21,39 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 SCHEMA = "kafka_partition int, kafka_offset long, value binary"
+SLICE_SIZE = 1_000_000  # offsets per Spark task: split big ranges so both cores read
 
 
 class OffsetSlice(InputPartition):
     def __init__(self, partition: int, start: int, end: int):
         self.partition, self.start, self.end = partition, start, end
+
+
+def offset_slices(ranges: list[tuple[int, int, int]], slice_size: int = SLICE_SIZE) -> list[OffsetSlice]:
+    """(partition, start, end) ranges cut into slices of at most `slice_size` offsets (at least one slice)."""
+    slices = []
+    for partition, start, end in ranges:
+        for lo in range(start, end, slice_size):
+            slices.append(OffsetSlice(partition, lo, min(end, lo + slice_size)))
+    return slices or [OffsetSlice(0, 0, 0)]
+
+
+def read_slice(bootstrap_servers: str, kafka_config: dict, topic: str, part: OffsetSlice) -> Iterator[pa.RecordBatch]:
+    """One slice's messages as Arrow batches of (kafka_partition, kafka_offset, value)."""
+    import pyarrow as pa
+
+    from engagement_platform.streams.kafka import KafkaClient, OffsetRange
+
+    client = KafkaClient(bootstrap_servers, kafka_config)
+    for chunk in client.fetch(topic, [OffsetRange(part.partition, part.start, part.end)]):
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(part.partition, len(chunk)).cast(pa.int32()),  # a slice is one partition
+                pa.array([m.offset() for m in chunk], pa.int64()),
+                pa.array([m.value() for m in chunk], pa.binary()),
+            ],
+            names=["kafka_partition", "kafka_offset", "value"],
+        )
 
 
 class KafkaOffsetsDataSource(DataSource):
@@ -47,31 +75,13 @@ class KafkaOffsetsReader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.bootstrap = options["bootstrap_servers"]
         self.topic = options["topic"]
-        self.ranges = [tuple(map(int, r)) for r in json.loads(options["ranges"])]
-        self.slice_size = int(options.get("slice_size", "1000000"))
+        self.ranges = [(int(p), int(s), int(e)) for p, s, e in json.loads(options["ranges"])]
+        self.slice_size = int(options.get("slice_size", str(SLICE_SIZE)))
         self.kafka_config = json.loads(options.get("kafka_config", "{}"))
 
     def partitions(self) -> list[OffsetSlice]:
-        slices = []
-        for partition, start, end in self.ranges:
-            for lo in range(start, end, self.slice_size):
-                slices.append(OffsetSlice(partition, lo, min(end, lo + self.slice_size)))
-        return slices or [OffsetSlice(0, 0, 0)]
+        return offset_slices(self.ranges, self.slice_size)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
         part = cast(OffsetSlice, partition)  # one of those partitions() returned
-
-        from engagement_platform.streams.kafka import KafkaClient, OffsetRange
-
-        client = KafkaClient(self.bootstrap, self.kafka_config)
-        for chunk in client.fetch(self.topic, [OffsetRange(part.partition, part.start, part.end)]):
-            yield pa.RecordBatch.from_arrays(
-                [
-                    pa.repeat(part.partition, len(chunk)).cast(pa.int32()),  # a slice is one partition
-                    pa.array([m.offset() for m in chunk], pa.int64()),
-                    pa.array([m.value() for m in chunk], pa.binary()),
-                ],
-                names=["kafka_partition", "kafka_offset", "value"],
-            )
+        yield from read_slice(self.bootstrap, self.kafka_config, self.topic, part)

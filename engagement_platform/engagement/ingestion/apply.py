@@ -41,7 +41,8 @@ from engagement_platform.engagement.tables import (
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows, validated_kafka_frame
+from engagement_platform.ingest.kafka_tasks import VECTORIZED, validated_tasks
+from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
@@ -79,6 +80,7 @@ class IngestResult:
     org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     records_suppressed: int = 0  # records naming an erased subject: dropped, stored nowhere
+    record_path: str = VECTORIZED  # where the records were parsed and validated (kafka_tasks.record_path)
 
     def metadata(self) -> dict:
         return batch_metadata(
@@ -89,6 +91,7 @@ class IngestResult:
             rows_appended=self.rows_appended,
             rows_rejected=self.rows_rejected,
             records_suppressed=self.records_suppressed,
+            record_path=self.record_path,
         )
 
 
@@ -228,6 +231,7 @@ def ingest_batch(
     checkpoints: CheckpointStore,
     bootstrap_servers: str,
     plan: BatchPlan,
+    record_path: str = VECTORIZED,
 ) -> IngestResult:
     """Spark tasks parse, validate and write the valid rows as data files (written_files.py); the driver
     checks the keys for duplicates, rewrites the rare file holding one, then commits the files, the
@@ -244,14 +248,15 @@ def ingest_batch(
         delete_uncommitted(lake, ENGAGEMENT_ACTIVITY, tag)  # what an earlier attempt wrote before it died
         lake.ensure(ENGAGEMENT_ACTIVITY)  # the table exists before any file is written into its folder
     ingested_at = datetime.now(UTC)  # this attempt's clock: the pin fixes what the keys are checked against
-    frame = validated_kafka_frame(spark, ingestion_pipeline(plan.topic), bootstrap_servers, plan)
     # the latest suppression list, not the pinned one: an erasure between a crashed attempt and this re-run
     # must hold for every step not committed yet (retention shares the lock, so it cannot change mid-batch)
     suppressed = load_suppressed(lake, ENGAGEMENT_ERASED_SUBJECTS, load_settings().erasure.secret)
     task = write_task(
         lake.uri(ENGAGEMENT_ACTIVITY.name), tag, plan.batch_id, ingested_at, written, lake.storage_options, suppressed
     )
-    handed = collect_handoff(frame.mapInArrow(task, HANDOFF_SCHEMA))
+    pipeline = Pipeline.from_config(ingestion_pipeline(plan.topic))
+    frame, path = validated_tasks(spark, pipeline, bootstrap_servers, plan, task, HANDOFF_SCHEMA, wanted=record_path)
+    handed = collect_handoff(frame)
     failpoint(STREAM, DATA_FILES)  # the executors' files are written, nothing is committed
     files = [WrittenFile.from_json(text) for text in handed[FILES]["file"].to_pylist()] if FILES in handed else []
     keys = handed.get(KEYS, pa.table({c: pa.array([], t) for c, t in KEY_TYPES.items()}))
@@ -317,6 +322,7 @@ def ingest_batch(
         org_ids,
         seconds,
         records_suppressed=hits.num_rows,
+        record_path=path,
     )
 
 

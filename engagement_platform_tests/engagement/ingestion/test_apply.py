@@ -14,6 +14,9 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_NOTIFICATIONS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
+from engagement_platform.ingest.kafka_tasks import SPARK, VECTORIZED
+from engagement_platform.lake.checkpoints import CheckpointStore
+from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import unreferenced_files
 from engagement_platform.streams.planning import plan_next_batch
 from engagement_platform_tests.support.activities import BAD_RECORDS, produce_activities
@@ -172,3 +175,29 @@ def test_a_key_sent_again_in_a_later_batch_is_quarantined_not_appended(
     assert {r["raw"] for r in q} == {json.dumps(r).encode() for r in resent.values()}
     assert all("written by batch 1" in r["message"] for r in q)
     assert duplicate_engagement_ids(lake) == 0
+
+
+def test_the_vectorized_record_path_writes_what_the_spark_path_writes(spark, kafka, topic, lake, checkpoints, tmp_path):
+    """The same slice through the DuckDB plan in the tasks and through Spark's parser: the same activity rows
+    and the same quarantine reasons at the same positions."""
+    produce_activities(kafka, topic, 300, bad=BAD_RECORDS)
+    p = plan(kafka, checkpoints, topic)
+    vectorized = ingest_batch(spark, lake, checkpoints, kafka.bootstrap_servers, p)
+    spark_lake = DeltaLake(str(tmp_path / "spark_path"))
+    spark_checkpoints = CheckpointStore(spark_lake)
+    assert spark_checkpoints.record_plan(p)
+    on_spark = ingest_batch(spark, spark_lake, spark_checkpoints, kafka.bootstrap_servers, p, record_path=SPARK)
+
+    assert (vectorized.record_path, on_spark.record_path) == (VECTORIZED, SPARK)
+    assert (vectorized.rows_appended, vectorized.rows_rejected) == (on_spark.rows_appended, on_spark.rows_rejected)
+
+    def rows(at):
+        table = at.read(ENGAGEMENT_ACTIVITY.name).drop_columns(["ingestion_time"])
+        return sorted(table.to_pylist(), key=lambda r: r["engagement_id"])
+
+    def reasons(at):
+        q = at.read(QUARANTINE_ENGAGEMENT_INGESTION.name).to_pylist()
+        return sorted((r["source_partition"], r["source_offset"], r["error_code"], r["raw"]) for r in q)
+
+    assert rows(lake) == rows(spark_lake) and len(rows(lake)) == 300
+    assert reasons(lake) == reasons(spark_lake)

@@ -1,0 +1,81 @@
+"""A planned Kafka slice through a pipeline inside Spark tasks, handed to the stream's own task function.
+
+With a vectorized plan (vector_plan.py) each task reads its offsets with confluent-kafka, runs the DuckDB
+plan on the Arrow batch it holds and passes the result to `then` (which writes files and hands back what
+the driver commits): raw records never leave the task and never become JVM rows. A pipeline with a stage
+that has no vectorized form runs its plan in Spark as before (the kafka_offsets source, from_json, column
+expressions) and `then` gets the same columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+
+from engagement_platform.ingest.errors import RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.pipeline import Pipeline, validated_kafka_frame
+from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT
+from engagement_platform.ingest.sql_types import NoSqlForm
+from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
+from engagement_platform.settings import load_settings
+from engagement_platform.spark.kafka_source import offset_slices, read_slice
+from engagement_platform.streams.kafka_files import for_executors
+from engagement_platform.streams.planning import BatchPlan
+
+TaskFunction = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+SPARK, VECTORIZED = "spark", "vectorized"
+RAW_SCHEMA = pa.schema(
+    [(ROW_ID, pa.int64()), (SOURCE_PARTITION, pa.int32()), (SOURCE_OFFSET, pa.int64()), (RAW, pa.binary())]
+)
+
+
+def record_path(pipeline: Pipeline, wanted: str = VECTORIZED) -> tuple[VectorPlan | None, str]:
+    """(the vectorized plan or None, why the pipeline runs where it runs)."""
+    if wanted == SPARK:
+        return None, SPARK
+    try:
+        return compile_plan(pipeline), VECTORIZED
+    except NoSqlForm as exc:
+        return None, f"{SPARK} ({exc})"
+
+
+def slice_rows(messages: list[pa.RecordBatch]) -> pa.Table:
+    """Messages (kafka_partition, kafka_offset, value) as the plan's raw rows, each with its stable row id."""
+    if not messages:
+        return RAW_SCHEMA.empty_table()
+    table = pa.Table.from_batches(messages)
+    partition, offset = table["kafka_partition"], table["kafka_offset"]
+    row_id = pc.add(pc.shift_left(pc.cast(partition, pa.int64()), KAFKA_PARTITION_SHIFT), offset)
+    return pa.table([row_id, partition, offset, table["value"]], schema=RAW_SCHEMA)
+
+
+def validated_tasks(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    then: TaskFunction,
+    schema: str,
+    kafka_config: dict | None = None,
+    wanted: str = VECTORIZED,
+) -> tuple[DataFrame, str]:
+    """(the frame of `then`'s output over the slice's validated records, the record path taken)."""
+    vector, path = record_path(pipeline, wanted)
+    if vector is None:
+        frame = validated_kafka_frame(spark, pipeline.config, bootstrap_servers, plan, kafka_config, pipeline.transform)
+        return frame.mapInArrow(then, schema), path
+    slices = offset_slices([(r.partition, r.start, r.end) for r in plan.ranges])
+    config = for_executors(load_settings().kafka_config if kafka_config is None else kafka_config)
+    topic = plan.topic
+
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in ids:
+            for i in batch.column(0).to_pylist():
+                rows = slice_rows(list(read_slice(bootstrap_servers, config, topic, slices[i])))
+                yield from then(iter(vector.run(rows).to_batches()))
+
+    frame = spark.range(0, len(slices), 1, numPartitions=len(slices))
+    return frame.mapInArrow(run, schema), path

@@ -1,0 +1,209 @@
+"""A pipeline compiled to one DuckDB query that runs inside a Spark task on the Arrow batch it holds.
+
+parse (JSON into the source columns) -> each converter -> conform -> every validator at once, as a chain of
+projections; a row's `_errors` list gets a stage's errors only while it is still clean, exactly as the Spark
+plan of pipeline.py does. The result has the same columns as `Pipeline.transform` (carried columns, typed
+target columns, `_errors`, and raw bytes plus input JSON on rejected rows), so the code after it does not
+care which path ran. The rules (JSON, text to types, messages) are written down in
+docs/reference/record-format.md and checked against a slow reference (engagement_platform_tests/ingest).
+
+`compile_plan` raises NoSqlForm when a stage has no vectorized form (a DataFrame-contract plugin, a decimal
+column, a CSV source): the pipeline then runs on Spark, and `paths()` says which one each stage took.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engagement_platform.ingest.builtin import Conform
+from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.pipeline import Pipeline, PipelineBuildError
+from engagement_platform.ingest.plugins import NoParams
+from engagement_platform.ingest.sources import INPUT, PARSER
+from engagement_platform.ingest.sql_steps import SqlError, SqlStep, sql_step
+from engagement_platform.ingest.sql_types import SQL_TYPES, NoSqlForm, ident, literal
+from engagement_platform.ingest.tables import SPARK_TO_ARROW
+
+ERROR_SQL_TYPE = "STRUCT(" + ", ".join(f"{f} VARCHAR" for f in ERROR_FIELDS) + ")"
+NO_ERRORS = f"CAST([] AS {ERROR_SQL_TYPE}[])"
+ERROR_ARROW_TYPE = pa.list_(pa.struct([(f, pa.string()) for f in ERROR_FIELDS]))
+TEXT, SIZE = "_text", "_size"
+JSON_FORMATS = ("kafka", "jsonl", "json")
+
+
+@dataclass(frozen=True)
+class Check:
+    stage: str
+    plugin: str
+    error: SqlError
+
+    def struct(self) -> str:
+        fields = {
+            "stage": literal(self.stage),
+            "plugin": literal(self.plugin),
+            "column_name": literal(self.error.column) if self.error.column is not None else "NULL",
+            "error_code": literal(self.error.code),
+            "message": self.error.message,
+            "value": self.error.value or "NULL",
+        }
+        return "{" + ", ".join(f"{literal(k)}: CAST({v} AS VARCHAR)" for k, v in fields.items()) + "}"
+
+    def when(self) -> str:
+        return f"coalesce({self.error.when}, false)"
+
+
+def gather(checks: list[Check], prior: str | None = ERRORS) -> str:
+    """SQL: the `prior` errors, or when there are none, the checks' errors (conditions evaluated once per
+    clean row, the error structs built only on rows that have one)."""
+    if not checks:
+        return prior or NO_ERRORS
+    any_error = " OR ".join(c.when() for c in checks)
+    items = ", ".join(f"CASE WHEN {c.when()} THEN {c.struct()} END" for c in checks)
+    found = f"list_filter([{items}], x -> x IS NOT NULL)"
+    if prior is None:
+        return f"CASE WHEN {any_error} THEN {found} ELSE {NO_ERRORS} END"
+    return f"CASE WHEN len({prior}) > 0 THEN {prior} WHEN {any_error} THEN {found} ELSE {prior} END"
+
+
+@dataclass(frozen=True)
+class VectorPlan:
+    pipeline: str
+    sql: str
+    schema: pa.Schema
+    max_record_bytes: int
+    stage_paths: tuple[tuple[str, str], ...]
+
+    def paths(self) -> dict[str, str]:
+        return dict(self.stage_paths)
+
+    def run(self, raw: pa.Table) -> pa.Table:
+        """raw: _row_id, _source_partition, _source_offset, _raw (binary) -> the pipeline's result."""
+        import duckdb
+
+        con = duckdb.connect(config={"threads": 1})
+        try:
+            con.register("src", with_text(raw, self.max_record_bytes))
+            return con.execute(self.sql).fetch_arrow_table().cast(self.schema)
+        finally:
+            con.close()
+
+
+def with_text(raw: pa.Table, limit: int) -> pa.Table:
+    """`raw` plus the record's text (null when empty, oversized or not UTF-8) and its size in bytes."""
+    values = raw[RAW].combine_chunks() if raw.num_rows else pa.array([], pa.binary())
+    size = pc.binary_length(values)
+    try:
+        text = pc.cast(values, pa.string())
+    except pa.ArrowInvalid:  # rare: find the records that are not UTF-8, one by one
+        text = pa.array([_utf8(v) for v in values.to_pylist()], pa.string())
+    fits = pc.and_(pc.greater(size, 0), pc.less_equal(size, limit))
+    text = pc.if_else(fits, text, pa.scalar(None, pa.string()))
+    return raw.append_column(TEXT, text).append_column(SIZE, pc.cast(size, pa.int64()))
+
+
+def _utf8(value: bytes | None) -> str | None:
+    try:
+        return value.decode("utf-8") if value is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def parse_checks(source_format: str, limit: int) -> list[Check]:
+    expected = "one JSON object" if source_format in JSON_FORMATS else source_format
+    return [
+        Check(PARSE, PARSER, SqlError(f"{RAW} IS NULL OR {SIZE} = 0", None, "empty_record", literal("record has no content"))),
+        Check(PARSE, PARSER, SqlError(
+            f"{SIZE} > {limit}", None, "oversized", f"'record is ' || {SIZE} || ' bytes, limit {limit}'"
+        )),
+        Check(PARSE, PARSER, SqlError(
+            f"{SIZE} > 0 AND {SIZE} <= {limit} AND NOT _object", None, "malformed_record",
+            literal(f"record is not {expected}"), f"left({TEXT}, 200)",
+        )),
+    ]  # fmt: skip
+
+
+def compile_plan(pipeline: Pipeline) -> VectorPlan:
+    """The pipeline as one DuckDB query; NoSqlForm when a stage has no vectorized form."""
+    config = pipeline.config
+    source = config.source
+    if source.format not in JSON_FORMATS:
+        raise NoSqlForm(f"a {source.format} source has no vectorized parse")
+    typed = [c for c, t in source.columns.items() if t != "string"]
+    if typed:
+        raise NoSqlForm(f"source columns {typed} are not text")
+    columns = {c: "string" for c in source.columns}
+    structure = literal(json.dumps({c: "VARCHAR" for c in source.columns}))
+    limit = source.max_record_bytes
+    object_test = (
+        f"CASE WHEN {TEXT} IS NOT NULL AND json_valid({TEXT}) THEN json_type({TEXT}) = 'OBJECT' ELSE false END"
+    )
+    carried = f"{ROW_ID}, {SOURCE_PARTITION}, {SOURCE_OFFSET}, {RAW}"
+    parsed_columns = ", ".join(f"{INPUT}.{ident(c)} AS {ident(c)}" for c in source.columns)
+    ctes = [
+        f"checked AS (SELECT *, {object_test} AS _object FROM src)",
+        f"parsed AS (SELECT {carried}, {TEXT}, {SIZE}, _object, "
+        f"CASE WHEN _object THEN json_transform({TEXT}, {structure}) END AS {INPUT} FROM checked)",
+        f"s0 AS (SELECT {carried}, {INPUT}, {parsed_columns}, {gather(parse_checks(source.format, limit), prior=None)} AS {ERRORS} FROM parsed)",
+    ]
+    paths = [(f"parse:{source.format}", "duckdb")]
+
+    def add(step: SqlStep, checks: list[Check]) -> None:
+        outputs = {name: expr for name, (expr, _) in step.columns.items()}
+        dropped = [c for c in (*outputs, *step.drops) if c in columns]
+        exclude = ", ".join(ident(c) for c in (*dropped, ERRORS))
+        selected = ", ".join(f"{expr} AS {ident(name)}" for name, expr in outputs.items())
+        n = len(ctes) - 2
+        ctes.append(
+            f"s{n} AS (SELECT * EXCLUDE ({exclude}){', ' + selected if selected else ''}, {gather(checks)} AS {ERRORS} "
+            f"FROM s{n - 1})"
+        )
+        for c in step.drops:
+            columns.pop(c, None)
+        columns.update({name: type_ for name, (_, type_) in step.columns.items()})
+
+    for conv in pipeline.converters:
+        step = sql_step(conv, dict(columns))
+        add(step, [Check(conv.stage, conv.name, e) for e in step.errors])
+        paths.append((f"convert:{conv.name}", "duckdb"))
+    target = config.target.columns
+    missing = [c for c in target if c not in columns]
+    if missing:
+        raise PipelineBuildError(
+            f"pipeline {config.name}: target columns {missing} come from no source column and no converter "
+            f"(columns after the converters: {list(columns)})"
+        )
+    conform = sql_step(Conform("conform", NoParams(), target, {}), dict(columns))
+    add(conform, [Check("convert", "conform", e) for e in conform.errors])
+    checks = []
+    for validator in pipeline.validators:
+        step = sql_step(validator, dict(columns))
+        checks += [Check(validator.stage, validator.name, e) for e in step.errors]
+        paths.append((f"validate:{validator.name}", "duckdb"))
+    add(SqlStep(), checks)
+    last = f"s{len(ctes) - 3}"
+    for name, spec in target.items():
+        if spec.type not in SQL_TYPES:
+            raise NoSqlForm(f"target type {spec.type} of '{name}' has no vectorized form")
+    bad = f"len({ERRORS}) > 0"
+    final = (
+        f"SELECT {ROW_ID}, {SOURCE_PARTITION}, {SOURCE_OFFSET}, "
+        + "".join(f"{ident(c)}, " for c in target)
+        + f"{ERRORS}, CASE WHEN {bad} THEN {RAW} END AS {RAW}, CASE WHEN {bad} THEN to_json({INPUT}) END AS {INPUT} "
+        f"FROM {last}"
+    )
+    schema = pa.schema(
+        [
+            (ROW_ID, pa.int64()),
+            (SOURCE_PARTITION, pa.int32()),
+            (SOURCE_OFFSET, pa.int64()),
+            *[(c, SPARK_TO_ARROW[spec.type]) for c, spec in target.items()],
+            (ERRORS, ERROR_ARROW_TYPE),
+            (RAW, pa.binary()),
+            (INPUT, pa.string()),
+        ]
+    )
+    return VectorPlan(config.name, "WITH " + ",\n".join(ctes) + "\n" + final, schema, limit, tuple(paths))
