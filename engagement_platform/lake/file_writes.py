@@ -142,18 +142,37 @@ def stats_columns(spec: TableSpec) -> list[str]:
 def delta_stats(rows: pa.Table, columns: Iterable[str]) -> str:
     """Delta's per-file statistics of `rows` for `columns` (dates as YYYY-MM-DD, timestamps as UTC ISO with
     milliseconds: the minimum floored and the maximum rounded up, so a bound never excludes a row)."""
-    mins, maxs, nulls = {}, {}, {}
-    for name in columns:
-        column = rows[name]
-        nulls[name] = column.null_count
-        if column.null_count == len(column) or not _has_bounds(column.type):
-            continue
-        bounds = pc.min_max(column)
-        low, high = _json_bound(bounds["min"], column.type, up=False), _json_bound(bounds["max"], column.type, up=True)
-        if low is not None and high is not None:
-            mins[name], maxs[name] = low, high
+    return next(iter(partition_stats(rows, [], columns).values()), _stats_json(0, {}, {}, {}))
+
+
+def partition_stats(rows: pa.Table, partition_by: list[str], columns: Iterable[str]) -> dict[tuple, str]:
+    """delta_stats of each partition's rows, keyed by its partition values (as Python values): one hash
+    aggregation over all partitions, since a call per file and column costs more than a small file's data."""
+    columns = list(columns)
+    bounded = [c for c in columns if _has_bounds(rows[c].type)]
+    aggregates = [(c, "min_max") for c in bounded] + [(c, "count", pc.CountOptions("only_null")) for c in columns]
+    out = {}
+    grouped = rows.group_by(partition_by, use_threads=False).aggregate([*aggregates, ([], "count_all")])
+    for found in grouped.to_pylist():
+        key = tuple(found[c] for c in partition_by)
+        nulls = {c: found[f"{c}_count"] for c in columns}
+        count = found["count_all"]
+        mins, maxs = {}, {}
+        for name in bounded:
+            bounds = found[f"{name}_min_max"]
+            if nulls[name] == count:
+                continue
+            type_ = rows[name].type
+            low, high = _json_bound(bounds["min"], type_, up=False), _json_bound(bounds["max"], type_, up=True)
+            if low is not None and high is not None:
+                mins[name], maxs[name] = low, high
+        out[key] = _stats_json(count, mins, maxs, nulls)
+    return out
+
+
+def _stats_json(count: int, mins: dict, maxs: dict, nulls: dict) -> str:
     return json.dumps(
-        {"numRecords": rows.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, separators=(",", ":")
+        {"numRecords": count, "minValues": mins, "maxValues": maxs, "nullCount": nulls}, separators=(",", ":")
     )
 
 
@@ -168,8 +187,7 @@ def _has_bounds(type_: pa.DataType) -> bool:
     )
 
 
-def _json_bound(scalar: pa.Scalar, type_: pa.DataType, up: bool) -> Any:
-    value = scalar.as_py()
+def _json_bound(value: Any, type_: pa.DataType, up: bool) -> Any:
     if value is None:
         return None
     if pa.types.is_floating(type_):
@@ -243,6 +261,7 @@ def write_files(
     fs, root = filesystem(table_uri, storage_options)
     rows = rows.select(spec.schema.names).cast(spec.schema)
     columns = stats_columns(spec)
+    stats = partition_stats(rows, list(spec.partition_by), columns) if rows.num_rows else {}
     written = []
     for values, part in partition_slices(rows, spec.partition_by):
         data = part.drop_columns(list(spec.partition_by))
@@ -265,7 +284,12 @@ def write_files(
             out.write(payload)
         written.append(
             WrittenFile(
-                relative, payload.size, values, delta_stats(part, columns), int(time.time() * 1000), part.num_rows
+                relative,
+                payload.size,
+                values,
+                stats[tuple(part[c][0].as_py() for c in spec.partition_by)],
+                int(time.time() * 1000),
+                part.num_rows,
             )
         )
     return written

@@ -19,6 +19,7 @@ from engagement_platform.lake.file_writes import (
     commit_files,
     delete_uncommitted,
     delta_stats,
+    partition_stats,
     rewrite_files,
     unreferenced_files,
     write_files,
@@ -136,3 +137,64 @@ def test_every_row_lies_within_its_files_bounds(values):
 
     assert all(parse(stats["minValues"]["t"]) <= s <= parse(stats["maxValues"]["t"]) for s in stamps)
     assert parse(stats["maxValues"]["t"]) - max(stamps) < timedelta(milliseconds=1)
+
+
+def stats_one_column_at_a_time(part: pa.Table, columns: list[str]) -> dict:
+    """The slow, obvious statistics: each column of one partition's rows on its own."""
+    import math
+
+    import pyarrow.compute as pc
+
+    mins, maxs, nulls = {}, {}, {}
+    for name in columns:
+        column = part[name]
+        nulls[name] = column.null_count
+        if column.null_count == len(column):
+            continue
+        low, high = pc.min_max(column)["min"].as_py(), pc.min_max(column)["max"].as_py()
+        if isinstance(low, float) and (math.isnan(low) or math.isnan(high) or math.isinf(low) or math.isinf(high)):
+            continue
+        if isinstance(low, str) and (len(low) > MAX_STAT_CHARS or len(high) > MAX_STAT_CHARS):
+            continue
+        if isinstance(low, datetime):
+            low = low.astimezone(UTC).replace(microsecond=low.microsecond // 1000 * 1000)
+            up = high.astimezone(UTC)
+            rounded = up.replace(microsecond=up.microsecond // 1000 * 1000)
+            high = rounded + timedelta(milliseconds=1) if rounded != up else rounded
+            low, high = (t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z" for t in (low, high))
+        mins[name], maxs[name] = low, high
+    return {"numRecords": part.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c", None]),
+            st.none() | st.integers(-5, 5),
+            st.none() | st.floats(allow_nan=True, allow_infinity=True),
+            st.none() | st.text(max_size=3),
+            st.none() | st.datetimes(min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1)),
+        ),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_statistics_of_all_partitions_at_once_equal_each_partitions_own(values):
+    org, n, x, s, t = zip(*values)
+    table = pa.table(
+        {
+            "org": pa.array(org, pa.string()),
+            "n": pa.array(n, pa.int64()),
+            "x": pa.array(x, pa.float64()),
+            "s": pa.array(s, pa.string()),
+            "t": pa.array([v.replace(tzinfo=UTC) if v else None for v in t], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    columns = ["n", "x", "s", "t"]
+    found = partition_stats(table, ["org"], columns)
+    assert set(found) == {(o,) for o in org}
+    for (key,), text in found.items():
+        part = table.filter(pa.compute.is_null(table["org"]) if key is None else pa.compute.equal(table["org"], key))
+        assert json.loads(text) == stats_one_column_at_a_time(part, columns)
+    assert json.loads(delta_stats(table, columns)) == stats_one_column_at_a_time(table, columns)
