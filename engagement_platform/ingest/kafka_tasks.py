@@ -15,12 +15,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.errors import RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, validated_kafka_frame
 from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT
 from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
+from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.spark.kafka_source import offset_slices, read_slice
 from engagement_platform.streams.kafka_files import for_executors
 from engagement_platform.streams.planning import BatchPlan
@@ -79,3 +81,33 @@ def validated_tasks(
 
     frame = spark.range(0, len(slices), 1, numPartitions=len(slices))
     return frame.mapInArrow(run, schema), path
+
+
+ROWS = "rows"  # the handoff kind of validated rows sent back to the driver
+
+
+def validate_kafka_slice(
+    spark: SparkSession,
+    config: PipelineConfig,
+    bootstrap_servers: str,
+    plan: BatchPlan,
+    kafka_config: dict | None = None,
+    transform: Callable[[DataFrame], DataFrame] | None = None,
+) -> pa.Table:
+    """One planned Kafka slice (the plan's topic and exact offset ranges) parsed and validated, back on the
+    driver as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame, for a stream that
+    adds Spark checks of its own (its slice then runs on the Spark path)."""
+    if transform is not None:
+        return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config, transform).toArrow()
+    pipeline = Pipeline.from_config(config)
+    vector, _ = record_path(pipeline)
+
+    def hand_back(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = list(batches)
+        if rows:
+            yield from handoff(ROWS, pa.Table.from_batches(rows))
+
+    if vector is None:
+        return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config).toArrow()
+    frame, _ = validated_tasks(spark, pipeline, bootstrap_servers, plan, hand_back, HANDOFF_SCHEMA, kafka_config)
+    return collect_handoff(frame).get(ROWS, vector.schema.empty_table())

@@ -6,7 +6,7 @@ comes back to the driver and splits into the target rows (no errors) and the qua
 per error, with the record's raw bytes, input columns and source position). `errors_frame`,
 `good_frame` and `quarantine_frame` give the same split as Spark DataFrames, with the quarantine
 built the composable-ingest talk's way: the unioned errors joined back to the input by row id. Kafka-fed streams
-run a planned slice through `validate_kafka_slice` and add what they check on the driver (a batch-level
+run a planned slice through `kafka_tasks.validate_kafka_slice` and add what they check on the driver (a batch-level
 rule) with `reject_on_driver`, in the same error schema.
 """
 
@@ -182,20 +182,6 @@ def quarantine_frame(errors: DataFrame, parsed: DataFrame) -> DataFrame:
 # ---- driver side ----------------------------------------------------------------------------------
 
 
-def validate_kafka_slice(
-    spark: SparkSession,
-    config: PipelineConfig,
-    bootstrap_servers: str,
-    plan: BatchPlan,
-    kafka_config: dict | None = None,
-    transform: Callable[[DataFrame], DataFrame] | None = None,
-) -> pa.Table:
-    """One planned Kafka slice (the plan's topic and exact offset ranges) read, parsed and validated in Spark,
-    back as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame (default: the
-    config's Pipeline), for a stream that adds checks of its own."""
-    return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config, transform).toArrow()
-
-
 def validated_kafka_frame(
     spark: SparkSession,
     config: PipelineConfig,
@@ -204,7 +190,7 @@ def validated_kafka_frame(
     kafka_config: dict | None = None,
     transform: Callable[[DataFrame], DataFrame] | None = None,
 ) -> DataFrame:
-    """validate_kafka_slice's frame, for a stream whose Spark tasks go on to write the rows themselves."""
+    """A planned Kafka slice read, parsed and validated by Spark (the Spark record path), as a frame."""
     parsed = read_kafka(spark, config.source, bootstrap_servers, plan.topic, plan.ranges_json(), kafka_config)
     return (transform or Pipeline.from_config(config).transform)(parsed)
 

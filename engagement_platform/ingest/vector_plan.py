@@ -24,6 +24,7 @@ from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, PARSE, RAW, 
 from engagement_platform.ingest.pipeline import Pipeline, PipelineBuildError
 from engagement_platform.ingest.plugins import NoParams
 from engagement_platform.ingest.sources import INPUT, PARSER
+from engagement_platform.ingest.sql_let import hoist
 from engagement_platform.ingest.sql_steps import SqlError, SqlStep, sql_step
 from engagement_platform.ingest.sql_types import SQL_TYPES, NoSqlForm, ident, literal
 from engagement_platform.ingest.tables import SPARK_TO_ARROW
@@ -33,6 +34,7 @@ NO_ERRORS = f"CAST([] AS {ERROR_SQL_TYPE}[])"
 ERROR_ARROW_TYPE = pa.list_(pa.struct([(f, pa.string()) for f in ERROR_FIELDS]))
 TEXT, SIZE = "_text", "_size"
 JSON_FORMATS = ("kafka", "jsonl", "json")
+JSON_SPACE = "' ' || chr(9) || chr(10) || chr(13)"  # the whitespace RFC 8259 allows around a value
 
 
 @dataclass(frozen=True)
@@ -86,23 +88,25 @@ class VectorPlan:
 
         con = duckdb.connect(config={"threads": 1})
         try:
-            con.register("src", with_text(raw, self.max_record_bytes))
+            con.register("src", with_text(raw))
             return con.execute(self.sql).fetch_arrow_table().cast(self.schema)
         finally:
             con.close()
 
 
-def with_text(raw: pa.Table, limit: int) -> pa.Table:
-    """`raw` plus the record's text (null when empty, oversized or not UTF-8) and its size in bytes."""
-    values = raw[RAW].combine_chunks() if raw.num_rows else pa.array([], pa.binary())
-    size = pc.binary_length(values)
+def with_text(raw: pa.Table) -> pa.Table:
+    """`raw` plus the record's text (null when not UTF-8) and its size in bytes. The plan parses only the
+    texts within the size limit: nothing here copies the values."""
+    text = pa.chunked_array([_as_text(chunk) for chunk in raw[RAW].chunks], pa.string())
+    size = pc.cast(pc.binary_length(raw[RAW]), pa.int64())
+    return raw.append_column(TEXT, text).append_column(SIZE, size)
+
+
+def _as_text(values: pa.Array) -> pa.Array:
     try:
-        text = pc.cast(values, pa.string())
+        return pc.cast(values, pa.string())
     except pa.ArrowInvalid:  # rare: find the records that are not UTF-8, one by one
-        text = pa.array([_utf8(v) for v in values.to_pylist()], pa.string())
-    fits = pc.and_(pc.greater(size, 0), pc.less_equal(size, limit))
-    text = pc.if_else(fits, text, pa.scalar(None, pa.string()))
-    return raw.append_column(TEXT, text).append_column(SIZE, pc.cast(size, pa.int64()))
+        return pa.array([_utf8(v) for v in values.to_pylist()], pa.string())
 
 
 def _utf8(value: bytes | None) -> str | None:
@@ -138,9 +142,11 @@ def compile_plan(pipeline: Pipeline) -> VectorPlan:
     columns = {c: "string" for c in source.columns}
     structure = literal(json.dumps({c: "VARCHAR" for c in source.columns}))
     limit = source.max_record_bytes
-    object_test = (
-        f"CASE WHEN {TEXT} IS NOT NULL AND json_valid({TEXT}) THEN json_type({TEXT}) = 'OBJECT' ELSE false END"
-    )
+    # a valid JSON text is an object exactly when it starts with '{' (cheaper than json_type, a second parse)
+    # nested CASEs: DuckDB evaluates both sides of an AND, and an oversized record must never be parsed
+    fits = f"{SIZE} > 0 AND {SIZE} <= {limit} AND {TEXT} IS NOT NULL"
+    is_object = f"starts_with(ltrim({TEXT}, {JSON_SPACE}), '{{')"
+    object_test = f"CASE WHEN {fits} THEN (CASE WHEN json_valid({TEXT}) THEN {is_object} ELSE false END) ELSE false END"
     carried = f"{ROW_ID}, {SOURCE_PARTITION}, {SOURCE_OFFSET}, {RAW}"
     parsed_columns = ", ".join(f"{INPUT}.{ident(c)} AS {ident(c)}" for c in source.columns)
     ctes = [
@@ -150,17 +156,31 @@ def compile_plan(pipeline: Pipeline) -> VectorPlan:
         f"s0 AS (SELECT {carried}, {INPUT}, {parsed_columns}, {gather(parse_checks(source.format, limit), prior=None)} AS {ERRORS} FROM parsed)",
     ]
     paths = [(f"parse:{source.format}", "duckdb")]
+    steps = ["s0"]
 
     def add(step: SqlStep, checks: list[Check]) -> None:
+        n = len(steps)
         outputs = {name: expr for name, (expr, _) in step.columns.items()}
+        errors = [c.error for c in checks]
+        texts = [*outputs.values(), *(t or "" for e in errors for t in (e.when, e.message, e.value))]
+        hoisted = hoist(texts, ident, f"__once_{n}_")
+        source = steps[-1]
+        for k, level in enumerate(hoisted.levels):  # each level reads the columns of the ones before it
+            lets = ", ".join(f"{expr} AS {ident(name)}" for name, expr in level.items())
+            ctes.append(f"s{n}_once{k} AS (SELECT *, {lets} FROM {source})")
+            source = f"s{n}_once{k}"
+        rewritten = iter(hoisted.texts)
+        outputs = {name: next(rewritten) for name in outputs}
+        checks = [
+            Check(c.stage, c.plugin, SqlError(next(rewritten), c.error.column, c.error.code, next(rewritten),
+                                              next(rewritten) or None))
+            for c in checks
+        ]  # fmt: skip
         dropped = [c for c in (*outputs, *step.drops) if c in columns]
-        exclude = ", ".join(ident(c) for c in (*dropped, ERRORS))
-        selected = ", ".join(f"{expr} AS {ident(name)}" for name, expr in outputs.items())
-        n = len(ctes) - 2
-        ctes.append(
-            f"s{n} AS (SELECT * EXCLUDE ({exclude}){', ' + selected if selected else ''}, {gather(checks)} AS {ERRORS} "
-            f"FROM s{n - 1})"
-        )
+        exclude = ", ".join(ident(c) for c in (*dropped, *hoisted.hidden(), ERRORS))
+        selected = "".join(f", {expr} AS {ident(name)}" for name, expr in outputs.items())
+        ctes.append(f"s{n} AS (SELECT * EXCLUDE ({exclude}){selected}, {gather(checks)} AS {ERRORS} FROM {source})")
+        steps.append(f"s{n}")
         for c in step.drops:
             columns.pop(c, None)
         columns.update({name: type_ for name, (_, type_) in step.columns.items()})
@@ -184,7 +204,7 @@ def compile_plan(pipeline: Pipeline) -> VectorPlan:
         checks += [Check(validator.stage, validator.name, e) for e in step.errors]
         paths.append((f"validate:{validator.name}", "duckdb"))
     add(SqlStep(), checks)
-    last = f"s{len(ctes) - 3}"
+    last = steps[-1]
     for name, spec in target.items():
         if spec.type not in SQL_TYPES:
             raise NoSqlForm(f"target type {spec.type} of '{name}' has no vectorized form")
