@@ -88,11 +88,15 @@ def parse_errors(source: SourceSpec, raw: Column, size: Column, text: Column, co
 
 def read_lines_file(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
     """CSV or JSON lines: one record per line, numbered from 1 (the header line counts)."""
+    return parse_text(raw_lines(spark, source, path, split_bytes), source)
+
+
+def raw_lines(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
+    """A lines file's records unparsed: _row_id, _source_partition, _source_offset (the line number), _raw."""
     skip = 1 if source.format == "csv" and _truthy(source.options.get("header", False)) else 0
     opts = landing_source.options(path, skip, split_bytes, load_settings().storage_options)
     lines = spark.read.format("landing_lines").options(**opts).load()
-    rows = lines.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW)
-    return parse_text(rows, source)
+    return lines.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW)
 
 
 def read_json_document(spark: SparkSession, source: SourceSpec, path: str) -> DataFrame:

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result
-from engagement_platform.ingest.sources import read_file
+from engagement_platform.ingest.record_tasks import validate_lines_file
 from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
@@ -107,6 +107,7 @@ class LandingResult:
     seconds: dict[str, float] = field(default_factory=dict)
     records_suppressed: int = 0  # naming an erased subject: dropped, stored nowhere
     files: list[FileCounts] = field(default_factory=list)
+    record_path: str = ""  # where the records were parsed and validated (record_tasks.record_path)
 
     @property
     def error_rate(self) -> float:
@@ -122,6 +123,7 @@ class LandingResult:
             "rows_written": self.rows_written,
             "rows_rejected": self.rows_rejected,
             "records_suppressed": self.records_suppressed,
+            "record_path": self.record_path,
             "errors": self.errors,
             "error_rate": round(self.error_rate, 6),
             **{f"errors_{k}": v for k, v in sorted(self.errors_by_code.items())},
@@ -132,10 +134,10 @@ class LandingResult:
 
 def compute_file(
     spark: SparkSession, config: PipelineConfig, path: str, batch_id: int, at: datetime, split_bytes: int | None = None
-) -> tuple[pa.Table, pa.Table, int]:
-    """(target rows, quarantine rows, records read) for one file."""
+) -> tuple[pa.Table, pa.Table, int, str]:
+    """(target rows, quarantine rows, records read, the record path) for one file."""
     pipeline = Pipeline.from_config(config)
-    result = pipeline.transform(read_file(spark, config.source, path, split_bytes)).toArrow()
+    result, record_path = validate_lines_file(spark, pipeline, path, split_bytes)
     good, quarantine = split_result(
         result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at)
     )
@@ -143,7 +145,7 @@ def compute_file(
     good = good.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
         "ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))
     )
-    return good, quarantine, result.num_rows
+    return good, quarantine, result.num_rows, record_path
 
 
 def run_file_batch(
@@ -165,9 +167,9 @@ def run_file_batch(
     at = datetime.now(UTC)
     results = [compute_file(spark, config, planned.path, plan.batch_id, at) for planned in files]
     # Spark's Arrow result of a file with no rows may type its columns differently (e.g. null): promote.
-    good = pa.concat_tables([g for g, _, _ in results], promote_options="permissive")
-    quarantine = pa.concat_tables([q for _, q, _ in results], promote_options="permissive")
-    read = sum(n for _, _, n in results)
+    good = pa.concat_tables([r[0] for r in results], promote_options="permissive")
+    quarantine = pa.concat_tables([r[1] for r in results], promote_options="permissive")
+    read = sum(r[2] for r in results)
     steps, suppressed_n = [], 0
     tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None
     if tables:  # records naming an erased subject are dropped, counted by hash (landing/suppressed.py)
@@ -210,7 +212,8 @@ def run_file_batch(
         versions,
         seconds,
         records_suppressed=suppressed_n,
-        files=file_counts(files, [n for _, _, n in results], quarantine),
+        files=file_counts(files, [r[2] for r in results], quarantine),
+        record_path=", ".join(sorted({r[3] for r in results})),
     )
 
 

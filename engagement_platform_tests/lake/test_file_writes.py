@@ -13,13 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.file_stats import MAX_STAT_CHARS, delta_stats, partition_stats
 from engagement_platform.lake.file_writes import (
     HIVE_NULL,
-    MAX_STAT_CHARS,
     commit_files,
     delete_uncommitted,
-    delta_stats,
-    partition_stats,
     rewrite_files,
     unreferenced_files,
     write_files,

@@ -378,3 +378,45 @@ def test_a_config_that_gains_a_column_keeps_writing_to_its_table_and_a_type_chan
         run_file_batch(spark, lake, checkpoints, config, third)
     assert "column 'points' is integer in the table and long in the config" in str(refused.value)
     assert lake.table(config.target.table).version() == version and not checkpoints.is_done(stream_name(config), 3)
+
+
+def test_a_json_lines_file_runs_on_the_vectorized_path_with_the_csv_files_rows_and_reasons(
+    spark, lake, checkpoints, tmp_path
+):
+    """The rewards-members records as JSON lines: parsed and checked by the DuckDB plan in the tasks, the same
+    typed rows and the same reasons as the CSV file's."""
+    data = yaml.safe_load((REPO / "pipelines" / "rewards_members.yaml").read_text())
+    data["source"] = {**data["source"], "format": "jsonl", "path": "members/*.jsonl", "options": {}}
+    config_path = tmp_path / "members_jsonl.yaml"
+    config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = load_pipeline(config_path)
+    names = ["id", "name", "bday", "level", "email", "points"]
+    csv_lines = [LINES[i] for i in (1, 2, 5, 6, 7, 8, 10)]  # every CSV line that parses (as numbered in ERRORS)
+    # an empty CSV field reads as null: the JSON records leave such keys out
+    records = [{k: v for k, v in zip(names, line.split(",")) if v} for line in csv_lines]
+    lines = [json.dumps(r) for r in records] + ['{"id": "3", "name": ', "[1]"]
+    path = tmp_path / "members.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    plan = file_plan(config, 1, str(path), path.stat().st_size)
+    assert checkpoints.record_plan(plan)
+    result = run_file_batch(spark, lake, checkpoints, config, plan)
+
+    assert result.record_path == "vectorized"
+    target = lake.read(config.target.table).sort_by("member_id").to_pylist()
+    assert [{k: r[k] for k in GOOD[0]} for r in target] == GOOD
+    quarantine = lake.read(config.target.quarantine_table).to_pylist()
+    by_line: dict[int, list] = {}
+    for r in quarantine:
+        by_line.setdefault(r["source_offset"], []).append(
+            (r["stage"], r["plugin"], r["column_name"], r["error_code"], r["message"])
+        )
+    malformed = [("parse", "parser", None, "malformed_record", "record is not one JSON object")]
+    assert {line: sorted(found) for line, found in by_line.items()} == {
+        3: ERRORS[6],
+        4: ERRORS[7],
+        5: ERRORS[8],
+        6: ERRORS[9],
+        8: malformed,
+        9: malformed,
+    }
+    assert {r["source_offset"]: r["raw"] for r in quarantine}[8] == lines[7].encode()

@@ -41,8 +41,8 @@ from engagement_platform.engagement.tables import (
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, RAW, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.kafka_tasks import VECTORIZED, validated_tasks
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, quarantine_rows
+from engagement_platform.ingest.record_tasks import VECTORIZED, validated_tasks
 from engagement_platform.ingest.sources import INPUT, fetch_values
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
@@ -80,7 +80,7 @@ class IngestResult:
     org_ids: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     records_suppressed: int = 0  # records naming an erased subject: dropped, stored nowhere
-    record_path: str = VECTORIZED  # where the records were parsed and validated (kafka_tasks.record_path)
+    record_path: str = VECTORIZED  # where the records were parsed and validated (record_tasks.record_path)
 
     def metadata(self) -> dict:
         return batch_metadata(

@@ -39,8 +39,8 @@ from engagement_platform.engagement.mutation.request_columns import (
 from engagement_platform.engagement.mutation.requests import MutationRequest
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.kafka_tasks import validate_kafka_slice
 from engagement_platform.ingest.pipeline import reject_on_driver
+from engagement_platform.ingest.record_tasks import validate_kafka_slice
 from engagement_platform.streams.planning import BatchPlan
 
 PIPELINE_FILE = Path(__file__).with_name("pipeline.yaml")

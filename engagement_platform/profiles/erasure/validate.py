@@ -14,8 +14,8 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import load_kafka_pipeline
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.kafka_tasks import validate_kafka_slice
 from engagement_platform.ingest.pipeline import reject_on_driver
+from engagement_platform.ingest.record_tasks import validate_kafka_slice
 from engagement_platform.lake.delta import DeltaLake, text_column
 from engagement_platform.profiles.tables import PROFILE_ERASURE_AUDIT
 from engagement_platform.streams.planning import BatchPlan

@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
-from engagement_platform.ingest.kafka_tasks import validate_kafka_slice
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
+from engagement_platform.ingest.record_tasks import validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.suppression_tables import (

@@ -14,7 +14,7 @@ from engagement_platform.engagement.tables import (
     ENGAGEMENT_NOTIFICATIONS,
     QUARANTINE_ENGAGEMENT_INGESTION,
 )
-from engagement_platform.ingest.kafka_tasks import SPARK, VECTORIZED
+from engagement_platform.ingest.record_tasks import SPARK, VECTORIZED
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import DeltaLake
 from engagement_platform.lake.file_writes import unreferenced_files

@@ -1,6 +1,6 @@
-"""A planned Kafka slice through a pipeline inside Spark tasks, handed to the stream's own task function.
+"""Records through a pipeline inside Spark tasks: a planned Kafka slice, or a landing file's lines.
 
-With a vectorized plan (vector_plan.py) each task reads its offsets with confluent-kafka, runs the DuckDB
+For a Kafka slice with a vectorized plan (vector_plan.py) each task reads its offsets with confluent-kafka, runs the DuckDB
 plan on the Arrow batch it holds and passes the result to `then` (which writes files and hands back what
 the driver commits): raw records never leave the task and never become JVM rows. A pipeline with a stage
 that has no vectorized form runs its plan in Spark as before (the kafka_offsets source, from_json, column
@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.errors import RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, validated_kafka_frame
-from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT
+from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, raw_lines, read_file
 from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
@@ -111,3 +111,23 @@ def validate_kafka_slice(
         return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config).toArrow()
     frame, _ = validated_tasks(spark, pipeline, bootstrap_servers, plan, hand_back, HANDOFF_SCHEMA, kafka_config)
     return collect_handoff(frame).get(ROWS, vector.schema.empty_table())
+
+
+def validate_lines_file(
+    spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None
+) -> tuple[pa.Table, str]:
+    """(a JSON lines landing file parsed and validated, the record path): with a vectorized plan each task
+    runs it on the lines it read and hands the rows back; otherwise Spark parses (CSV, JSON documents)."""
+    source = pipeline.config.source
+    vector, path_taken = record_path(pipeline) if source.format == "jsonl" else (None, f"{SPARK} ({source.format})")
+    if vector is None:
+        return pipeline.transform(read_file(spark, source, path, split_bytes)).toArrow(), path_taken
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        batches = list(batches)
+        rows = pa.Table.from_batches(batches).cast(RAW_SCHEMA) if batches else RAW_SCHEMA.empty_table()
+        yield from handoff(ROWS, vector.run(rows))
+
+    rows = raw_lines(spark, source, path, split_bytes).select(*RAW_SCHEMA.names)
+    found = collect_handoff(rows.mapInArrow(run, HANDOFF_SCHEMA))
+    return found.get(ROWS, vector.schema.empty_table()), path_taken
