@@ -6,7 +6,7 @@ comes back to the driver and splits into the target rows (no errors) and the qua
 per error, with the record's raw bytes, input columns and source position). `errors_frame`,
 `good_frame` and `quarantine_frame` give the same split as Spark DataFrames, with the quarantine
 built the composable-ingest talk's way: the unioned errors joined back to the input by row id. Kafka-fed streams
-run a planned slice through `kafka_tasks.validate_kafka_slice` and add what they check on the driver (a batch-level
+run a planned slice through `record_tasks.validate_kafka_slice` and add what they check on the driver (a batch-level
 rule) with `reject_on_driver`, in the same error schema.
 """
 
