@@ -124,8 +124,8 @@ def validate_lines_file(
         return pipeline.transform(read_file(spark, source, path, split_bytes)).toArrow(), path_taken
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        batches = list(batches)
-        rows = pa.Table.from_batches(batches).cast(RAW_SCHEMA) if batches else RAW_SCHEMA.empty_table()
+        read = list(batches)
+        rows = pa.Table.from_batches(read).cast(RAW_SCHEMA) if read else RAW_SCHEMA.empty_table()
         yield from handoff(ROWS, vector.run(rows))
 
     rows = raw_lines(spark, source, path, split_bytes).select(*RAW_SCHEMA.names)

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 from engagement_platform.ingest import builtin
 from engagement_platform.ingest.plugins import Plugin
-from engagement_platform.ingest.sql_types import SQL_TYPES, NoSqlForm, as_text, convert, ident, literal
+from engagement_platform.ingest.sql_types import (
+    SQL_TYPES,
+    NoSqlForm,
+    as_text,
+    convert,
+    day_literal,
+    ident,
+    instant_literal,
+    literal,
+    utc_day,
+)
 
 
 @dataclass(frozen=True)
@@ -86,7 +97,8 @@ def split(p: builtin.Split, columns: dict[str, str]) -> SqlStep:
         for i, name in enumerate(p.params.into)
     }
     need = p.params.min_parts or n
-    message = quoted(["'", f"${value}", f"' does not split into {need} parts on '{p.params.separator}'"])
+    shown = f"coalesce({value}, 'null')"  # a missing value is quoted as the Spark path's message quotes it
+    message = quoted(["'", f"${shown}", f"' does not split into {need} parts on '{p.params.separator}'"])
     error = SqlError(f"{value} IS NULL OR len({parts}) < {need}", p.params.column, "split_mismatch", message, value)
     return SqlStep(outputs, [error])
 
@@ -106,7 +118,7 @@ def cast(p: builtin.Cast, columns: dict[str, str]) -> SqlStep:
 def default_as(columns: dict[str, str], name: str, type_: str) -> str:
     """A fallback column as `type_`: a date from text goes through the timestamp rule to its UTC day."""
     if type_ == "date" and columns.get(name) == "string":
-        return f"CAST({convert(col(columns, name), 'string', 'timestamp')} AS DATE)"
+        return utc_day(convert(col(columns, name), "string", "timestamp"))
     return convert(col(columns, name), columns[name], type_)
 
 
@@ -179,18 +191,48 @@ def range_(p: builtin.Range, columns: dict[str, str]) -> SqlStep:
     value, type_ = col(columns, name), columns.get(name, "string")
     if type_ not in ("int", "integer", "short", "long", "bigint", "double", "float", "date", "timestamp"):
         raise NoSqlForm(f"range over a {type_} column has no vectorized form")
-    outside = []
-    for bound, op in ((p.params.min, "<"), (p.params.max, ">")):
-        if bound is not None:
-            typed = f"CAST({literal(str(bound))} AS {'DOUBLE' if isinstance(bound, float) else SQL_TYPES[type_]})"
-            outside.append(f"{value} {op} {typed}")
+    outside = [
+        f"{value} {op} {bound_literal(bound, type_)}"
+        for bound, op in ((p.params.min, "<"), (p.params.max, ">"))
+        if bound is not None
+    ]
     shown = f"[{builtin.shown_bound(p.params.min)}, {builtin.shown_bound(p.params.max)}]"
     text = as_text(value, type_)
     message = quoted([f"${text}", f" is outside {shown}"])
     return SqlStep(errors=[SqlError(" OR ".join(outside), name, "out_of_range", message, text)])
 
 
+def bound_literal(bound: float | str, type_: str) -> str:
+    """SQL: a range bound as a value of the column's type (a timestamp bound without an offset is UTC)."""
+    if isinstance(bound, float):
+        return f"CAST({literal(repr(bound))} AS DOUBLE)"
+    if type_ == "timestamp":
+        return instant_literal(bound)
+    if type_ == "date":
+        return day_literal(bound)
+    return f"CAST({literal(bound)} AS {SQL_TYPES[type_]})"
+
+
+@cache
+def re2_problem(pattern: str) -> str | None:
+    """Why DuckDB's RE2 refuses a pattern Python's re accepted (a lookahead, a backreference), or None. The
+    query would fail on its first row; the pipeline runs on Spark instead."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        con.execute("SELECT regexp_matches('', ?)", [pattern])
+        return None
+    except duckdb.Error as exc:
+        return str(exc)
+    finally:
+        con.close()
+
+
 def regex(p: builtin.Regex, columns: dict[str, str]) -> SqlStep:
+    problem = re2_problem(p.params.pattern)
+    if problem:
+        raise NoSqlForm(f"pattern '{p.params.pattern}' is not RE2 syntax: {problem}")
     value = col(columns, p.params.column)
     message = quoted(["'", f"${value}", f"' does not match {p.params.pattern}"])
     when = f"NOT regexp_matches({value}, {literal(p.params.pattern)})"
