@@ -22,9 +22,8 @@ from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, raw_lines,
 from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
-from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, dealt, handoff
+from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.spark.kafka_source import offset_slices, read_slice
-from engagement_platform.spark.local_input import task_slots
 from engagement_platform.streams.kafka_files import for_executors
 from engagement_platform.streams.planning import BatchPlan
 
@@ -71,19 +70,16 @@ def validated_tasks(
         frame = validated_kafka_frame(spark, pipeline.config, bootstrap_servers, plan, kafka_config, pipeline.transform)
         return frame.mapInArrow(then, schema), path
     slices = offset_slices([(r.partition, r.start, r.end) for r in plan.ranges])
-    # As many tasks as the session runs at once, each with as many slices as it takes: a task writes a file
-    # per partition value it holds, and a file's fixed cost is most of a small one's.
-    shares = dealt(slices, task_slots(spark) or len(slices))
     config = for_executors(load_settings().kafka_config if kafka_config is None else kafka_config)
     topic = plan.topic
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in ids:
             for i in batch.column(0).to_pylist():
-                messages = [b for s in shares[i] for b in read_slice(bootstrap_servers, config, topic, s)]
-                yield from then(iter(vector.run(slice_rows(messages)).to_batches()))
+                rows = slice_rows(list(read_slice(bootstrap_servers, config, topic, slices[i])))
+                yield from then(iter(vector.run(rows).to_batches()))
 
-    frame = spark.range(0, len(shares), 1, numPartitions=len(shares))
+    frame = spark.range(0, len(slices), 1, numPartitions=len(slices))
     return frame.mapInArrow(run, schema), path
 
 

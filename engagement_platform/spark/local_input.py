@@ -4,8 +4,6 @@ that fails for a missing file on a cluster is re-raised saying so, instead of as
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -25,15 +23,6 @@ def is_local_path(path: str) -> bool:
 
 def spark_master(spark: SparkSession) -> str:
     return spark.conf.get("spark.master", "local") or "local"
-
-
-def task_slots(spark: SparkSession) -> int | None:
-    """How many tasks the session runs at once when its master says so (local, local[N], local[*]); None for a
-    cluster, whose executors come and go."""
-    found = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", spark_master(spark))
-    if not found:
-        return None
-    return os.cpu_count() or 1 if found.group(1) == "*" else int(found.group(1) or 1)
 
 
 @contextmanager
