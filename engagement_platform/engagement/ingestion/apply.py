@@ -1,7 +1,8 @@
 """Ingestion stream: one planned Kafka slice -> engagement_activity + quarantine + notifications.
 
-compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses
-         and validates (pipeline.yaml); each Spark task writes its valid rows as Parquet files into
+compute: each Spark task reads its exact offsets and runs pipeline.yaml as one DuckDB query over the
+         Arrow batch it read (ingest/record_tasks.py; the Spark parser for a pipeline without a vectorized
+         form); each Spark task writes its valid rows as Parquet files into
          engagement_activity's folder (write_task.py) and hands back file actions, keys and rejected
          rows. On the driver, later copies of a key within the slice and keys engagement_activity
          already holds (at the version pinned in the data commit's metadata, streams/pin.py, so a
