@@ -14,6 +14,7 @@ from functools import cache
 
 from engagement_platform.ingest import builtin
 from engagement_platform.ingest.plugins import Plugin
+from engagement_platform.ingest.sql_let import once
 from engagement_platform.ingest.sql_types import (
     SQL_TYPES,
     NoSqlForm,
@@ -90,7 +91,7 @@ def split(p: builtin.Split, columns: dict[str, str]) -> SqlStep:
     if not p.params.separator:
         raise NoSqlForm("an empty separator has no vectorized form")
     value, sep, n = col(columns, p.params.column), literal(p.params.separator), len(p.params.into)
-    parts = f"string_split(trim({value}, ' '), {sep})"
+    parts = once(f"string_split(trim({value}, ' '), {sep})")  # read by every output and the check
     last = f"array_to_string(list_slice({parts}, {n}, len({parts})), {sep})"
     outputs = {  # a missing part is null, not an empty string
         name: (f"CASE WHEN len({parts}) > {i} THEN {last if i == n - 1 else f'{parts}[{i + 1}]'} END", "string")
