@@ -114,12 +114,14 @@ def validate_kafka_slice(
 
 
 def validate_lines_file(
-    spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None
+    spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None, wanted: str = VECTORIZED
 ) -> tuple[pa.Table, str]:
-    """(a JSON lines landing file parsed and validated, the record path): with a vectorized plan each task
-    runs it on the lines it read and hands the rows back; otherwise Spark parses (CSV, JSON documents)."""
+    """(a CSV or JSON lines landing file parsed and validated, the record path): with a vectorized plan each
+    task runs it on the lines it read and hands the rows back; otherwise Spark parses (a whole JSON document,
+    a stage with no vectorized form, or `wanted` == SPARK)."""
     source = pipeline.config.source
-    vector, path_taken = record_path(pipeline) if source.format == "jsonl" else (None, f"{SPARK} ({source.format})")
+    lines = source.format in ("csv", "jsonl")
+    vector, path_taken = record_path(pipeline, wanted) if lines else (None, f"{SPARK} ({source.format})")
     if vector is None:
         return pipeline.transform(read_file(spark, source, path, split_bytes)).toArrow(), path_taken
 

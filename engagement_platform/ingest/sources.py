@@ -65,13 +65,15 @@ def parse_text(rows: DataFrame, source: SourceSpec, keep: tuple[str, ...] = ()) 
     )
 
 
+def expected_record(source: SourceSpec) -> str:
+    """What a record of this source must be: the malformed_record message says it."""
+    if source.format == "csv":
+        return f"a CSV line with {len(source.columns)} fields"
+    return "one JSON object"
+
+
 def parse_errors(source: SourceSpec, raw: Column, size: Column, text: Column, corrupt: Column) -> list[Column]:
-    expected = {
-        "csv": f"a CSV line with {len(source.columns)} fields",
-        "jsonl": "one JSON object",
-        "json": "one JSON object",
-        "kafka": "one JSON object",
-    }[source.format]
+    expected = expected_record(source)
     limit = source.max_record_bytes
     return [
         F.when(raw.isNull() | (size == 0), error(PARSE, PARSER, None, "empty_record", "record has no content")),

@@ -8,23 +8,24 @@ care which path ran. The rules (JSON, text to types, messages) are written down 
 docs/reference/record-format.md and checked against a slow reference (engagement_platform_tests/ingest).
 
 `compile_plan` raises NoSqlForm when a stage has no vectorized form (a DataFrame-contract plugin, a decimal
-column, a CSV source): the pipeline then runs on Spark, and `paths()` says which one each stage took.
+column, a CSV option other than the separator and quote): the pipeline then runs on Spark, and `paths()` says which one each stage took.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from engagement_platform.ingest.builtin import Conform
+from engagement_platform.ingest.config import SourceSpec
 from engagement_platform.ingest.errors import ERROR_FIELDS, ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, PipelineBuildError
 from engagement_platform.ingest.plugins import NoParams
-from engagement_platform.ingest.sources import INPUT, PARSER
+from engagement_platform.ingest.sources import INPUT, PARSER, expected_record
 from engagement_platform.ingest.sql_let import hoist
+from engagement_platform.ingest.sql_parse import SIZE, TEXT, WELL_FORMED, parse_ctes, source_columns
 from engagement_platform.ingest.sql_steps import SqlError, SqlStep, sql_step
 from engagement_platform.ingest.sql_types import SQL_TYPES, NoSqlForm, ident, literal
 from engagement_platform.ingest.tables import SPARK_TO_ARROW
@@ -32,9 +33,6 @@ from engagement_platform.ingest.tables import SPARK_TO_ARROW
 ERROR_SQL_TYPE = "STRUCT(" + ", ".join(f"{f} VARCHAR" for f in ERROR_FIELDS) + ")"
 NO_ERRORS = f"CAST([] AS {ERROR_SQL_TYPE}[])"
 ERROR_ARROW_TYPE = pa.list_(pa.struct([(f, pa.string()) for f in ERROR_FIELDS]))
-TEXT, SIZE = "_text", "_size"
-JSON_FORMATS = ("kafka", "jsonl", "json")
-JSON_SPACE = "' ' || chr(9) || chr(10) || chr(13)"  # the whitespace RFC 8259 allows around a value
 
 
 @dataclass(frozen=True)
@@ -120,16 +118,16 @@ def _utf8(value: bytes | None) -> str | None:
         return None
 
 
-def parse_checks(source_format: str, limit: int) -> list[Check]:
-    expected = "one JSON object" if source_format in JSON_FORMATS else source_format
+def parse_checks(source: SourceSpec) -> list[Check]:
+    limit = source.max_record_bytes
     return [
         Check(PARSE, PARSER, SqlError(f"{RAW} IS NULL OR {SIZE} = 0", None, "empty_record", literal("record has no content"))),
         Check(PARSE, PARSER, SqlError(
             f"{SIZE} > {limit}", None, "oversized", f"'record is ' || {SIZE} || ' bytes, limit {limit}'"
         )),
         Check(PARSE, PARSER, SqlError(
-            f"{SIZE} > 0 AND {SIZE} <= {limit} AND NOT _object", None, "malformed_record",
-            literal(f"record is not {expected}"), f"left({TEXT}, 200)",
+            f"{SIZE} > 0 AND {SIZE} <= {limit} AND NOT {WELL_FORMED}", None, "malformed_record",
+            literal(f"record is not {expected_record(source)}"), f"left({TEXT}, 200)",
         )),
     ]  # fmt: skip
 
@@ -138,26 +136,15 @@ def compile_plan(pipeline: Pipeline) -> VectorPlan:
     """The pipeline as one DuckDB query; NoSqlForm when a stage has no vectorized form."""
     config = pipeline.config
     source = config.source
-    if source.format not in JSON_FORMATS:
-        raise NoSqlForm(f"a {source.format} source has no vectorized parse")
     typed = [c for c, t in source.columns.items() if t != "string"]
     if typed:
         raise NoSqlForm(f"source columns {typed} are not text")
     columns = {c: "string" for c in source.columns}
-    structure = literal(json.dumps({c: "VARCHAR" for c in source.columns}))
-    limit = source.max_record_bytes
-    # a valid JSON text is an object exactly when it starts with '{' (cheaper than json_type, a second parse)
-    # nested CASEs: DuckDB evaluates both sides of an AND, and an oversized record must never be parsed
-    fits = f"{SIZE} > 0 AND {SIZE} <= {limit} AND {TEXT} IS NOT NULL"
-    is_object = f"starts_with(ltrim({TEXT}, {JSON_SPACE}), '{{')"
-    object_test = f"CASE WHEN {fits} THEN (CASE WHEN json_valid({TEXT}) THEN {is_object} ELSE false END) ELSE false END"
     carried = f"{ROW_ID}, {SOURCE_PARTITION}, {SOURCE_OFFSET}, {RAW}"
-    parsed_columns = ", ".join(f"{INPUT}.{ident(c)} AS {ident(c)}" for c in source.columns)
     ctes = [
-        f"checked AS (SELECT *, {object_test} AS _object FROM src)",
-        f"parsed AS (SELECT {carried}, {TEXT}, {SIZE}, _object, "
-        f"CASE WHEN _object THEN json_transform({TEXT}, {structure}) END AS {INPUT} FROM checked)",
-        f"s0 AS (SELECT {carried}, {INPUT}, {parsed_columns}, {gather(parse_checks(source.format, limit), prior=None)} AS {ERRORS} FROM parsed)",
+        *parse_ctes(source, carried),
+        f"s0 AS (SELECT {carried}, {INPUT}, {source_columns(source)}, "
+        f"{gather(parse_checks(source), prior=None)} AS {ERRORS} FROM parsed)",
     ]
     paths = [(f"parse:{source.format}", "duckdb")]
     steps = ["s0"]
@@ -230,4 +217,5 @@ def compile_plan(pipeline: Pipeline) -> VectorPlan:
             (INPUT, pa.string()),
         ]
     )
-    return VectorPlan(config.name, "WITH " + ",\n".join(ctes) + "\n" + final, schema, limit, tuple(paths))
+    sql = "WITH " + ",\n".join(ctes) + "\n" + final
+    return VectorPlan(config.name, sql, schema, source.max_record_bytes, tuple(paths))

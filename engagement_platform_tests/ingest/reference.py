@@ -480,7 +480,7 @@ def error(stage: str, plugin: str, column: str | None, code: str, message: str, 
 def parse(raw: bytes | None, config: PipelineConfig) -> tuple[dict[str, str | None] | None, list[dict]]:
     """(the record's source columns, or None when it did not parse; its parse errors)."""
     source = config.source
-    if source.format not in JSON_FORMATS:
+    if source.format not in (*JSON_FORMATS, "csv"):
         raise NotImplementedError(f"a {source.format} source is outside the contract")
     limit = source.max_record_bytes
     if raw is None or len(raw) == 0:
@@ -491,11 +491,53 @@ def parse(raw: bytes | None, config: PipelineConfig) -> tuple[dict[str, str | No
         text: str | None = raw.decode("utf-8")
     except UnicodeDecodeError:
         text = None  # no text to quote: the raw bytes are in the quarantine
-    fields = read_object(text) if text is not None else None
+    if source.format == "csv":
+        sep = str(source.options.get("sep", source.options.get("delimiter", ",")))
+        quote = str(source.options.get("quote", '"'))
+        values = read_csv_line(text, sep, quote) if text is not None else None
+        fields = dict(zip(source.columns, values)) if values and len(values) == len(source.columns) else None
+        expected = f"a CSV line with {len(source.columns)} fields"
+    else:
+        fields = read_object(text) if text is not None else None
+        expected = "one JSON object"
     if fields is None:
         shown = text[:MALFORMED_VALUE_CHARS] if text is not None else None
-        return None, [error("parse", "parser", None, "malformed_record", "record is not one JSON object", shown)]
+        return None, [error("parse", "parser", None, "malformed_record", f"record is not {expected}", shown)]
     return {column: fields.get(column) for column in source.columns}, []
+
+
+def read_csv_line(text: str, sep: str, quote: str) -> list[str | None] | None:
+    """A CSV line's fields, read a character at a time (RFC 4180): a field is plain (no separator, no quote;
+    empty is null) or quoted (a doubled quote inside is one quote; empty is ''). None when a quote is left
+    open, or anything but a separator follows a field (a quote inside a plain field, text after a closing one)."""
+    values: list[str | None] = []
+    at = 0
+    while True:
+        if at < len(text) and text[at] == quote:
+            chars, at = [], at + 1
+            while True:
+                if at == len(text):
+                    return None  # the quote is never closed
+                if text[at] == quote and text[at + 1 : at + 2] == quote:
+                    chars.append(quote)
+                    at += 2
+                elif text[at] == quote:
+                    at += 1
+                    break
+                else:
+                    chars.append(text[at])
+                    at += 1
+            values.append("".join(chars))
+        else:
+            start = at
+            while at < len(text) and text[at] not in (sep, quote):
+                at += 1
+            values.append(text[start:at] or None)
+        if at == len(text):
+            return values
+        if text[at] != sep:
+            return None
+        at += 1
 
 
 def conversion_error(
