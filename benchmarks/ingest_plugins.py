@@ -9,7 +9,8 @@ points) and validate (enum, range, regex, required); each bad row has exactly on
 expected quarantine is known row by row. The pipeline YAML is written next to it.
 
 End to end = `landing.run_file_batch`, exactly what a sensor-launched run does with a landing file:
-Spark parse -> converters -> conform -> validators, one Arrow result to the driver, split, Delta
+each Spark task runs the pipeline's vectorized plan (parse -> converters -> conform -> validators, one DuckDB
+query) on the lines it read, the results to the driver, split, Delta
 commits of the target and quarantine tables with their txn, checkpoint states. Warmed up on a small
 file first, then the big file is run twice (first run, steady state), plus its clean subset. Counts
 are verified: rows read = rows written + distinct quarantined rows, every stage quarantines exactly
@@ -46,6 +47,7 @@ from record import invocation, record_result  # noqa: E402
 from engagement_platform.ingest.config import PipelineConfig, load_pipeline  # noqa: E402
 from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result  # noqa: E402
 from engagement_platform.ingest.sources import read_file, read_lines_file  # noqa: E402
+from engagement_platform.ingest.vector_plan import compile_plan  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake, TableSpec  # noqa: E402
 from engagement_platform.landing.apply import file_plan, run_file_batch, target_spec  # noqa: E402
@@ -63,6 +65,7 @@ LEVELS = {
 GOOD_LEVELS = ["B", "S", "G", "bronze", "silver", "gold", "Gold", "b"]
 EMAIL_REGEX = r"^[^@\s]+@[^@\s]+\.[a-z]+$"
 POINTS_MAX = 1_000_000
+TARGET_ROWS_PER_S, TARGET_RATIO = 250_000, 1.0
 BIRTH_MIN = "1900-01-01"
 
 PIPELINE_YAML = f"""\
@@ -380,6 +383,24 @@ def profile(spark, config: PipelineConfig, path: Path) -> list[tuple[str, float]
     return out
 
 
+def plan_cpu_us_per_row(pipeline: Pipeline, path: Path) -> float:
+    """CPU-us per row of the pipeline's vectorized plan alone on the file's lines (what each task runs)."""
+    lines = path.read_bytes().split(b"\n")[1:-1]  # the header, and the empty text after the last newline
+    raw = pa.table(
+        {
+            "_row_id": pa.array(range(len(lines)), pa.int64()),
+            "_source_partition": pa.array([0] * len(lines), pa.int32()),
+            "_source_offset": pa.array(range(len(lines)), pa.int64()),
+            "_raw": pa.array(lines, pa.binary()),
+        }
+    )
+    plan = compile_plan(pipeline)
+    plan.run(raw.slice(0, 1000))  # DuckDB's first query
+    t = time.process_time()
+    plan.run(raw)
+    return (time.process_time() - t) / len(lines) * 1e6
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -467,6 +488,7 @@ def main() -> None:
             ff_written_dirty = lake.read(ff_spec.name, filters=[("batch_id", "=", 1)], columns=["member_id"]).num_rows
 
             profiled = profile(spark, config, data.dirty) if args.profile else []
+            plan_us = plan_cpu_us_per_row(pipeline, data.dirty)
         finally:
             if spark is not None:
                 spark.stop()  # release the session while the server is up (else the client retries for minutes at exit)
@@ -534,11 +556,16 @@ def main() -> None:
         for label, s in profiled:
             print(f"  {label}" + ("" if s != s else f": {s:.2f} s"))
     again_rate = again.records_read / again_s
+    print(
+        f"record path: {result.record_path}; the plan alone (parse + convert + validate, one core, in this process): "
+        f"{plan_us:.2f} CPU-us per row"
+    )
     print("---- summary")
     print(
         f"framework end to end on {data.rows:,} rows with {(data.rows - data.good) / data.rows:.1%} bad: {rate:,.0f} rows/s "
-        f"(first run of the file after the warm-up; {again_rate:,.0f} rows/s steady state) - target >= 50,000 rows/s: "
-        f"{'met' if rate >= 50_000 else 'NOT met'}"
+        f"(first run of the file after the warm-up; {again_rate:,.0f} rows/s steady state) - target >= {TARGET_ROWS_PER_S:,} "
+        f"rows/s and >= {TARGET_RATIO} of the fail-fast baseline: "
+        f"{'met' if rate >= TARGET_ROWS_PER_S and rate / ff_rate >= TARGET_RATIO else 'NOT met'}"
     )
     stopped = (
         f"stops at the first bad row after {ff_dirty_s:.2f} s, loading {ff_written_dirty:,} rows"
@@ -576,8 +603,9 @@ def main() -> None:
             "rows_per_s": round(rate),
             "steady_state_rows_per_s": round(again_rate),
             "ratio_to_baseline": round(rate / ff_rate, 2),
+            "plan_cpu_us_per_row": round(plan_us, 2),
         },
-        target={"rows_per_s": ">= 50000"},
+        target={"rows_per_s": f">= {TARGET_ROWS_PER_S}", "ratio_to_baseline": f">= {TARGET_RATIO}"},
         baseline={"what": "fail-fast Spark job on the clean subset", "rows_per_s": round(ff_rate)},
         load_before=load_before,
     )

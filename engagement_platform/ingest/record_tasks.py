@@ -2,7 +2,8 @@
 
 For a Kafka slice with a vectorized plan (vector_plan.py) each task reads its offsets with confluent-kafka, runs the DuckDB
 plan on the Arrow batch it holds and passes the result to `then` (which writes files and hands back what
-the driver commits): raw records never leave the task and never become JVM rows. A pipeline with a stage
+the driver commits): raw records never leave the task and never become JVM rows. A landing file's tasks each
+read a byte range of the file themselves (landing_source.span_lines) and hand their rows back. A pipeline with a stage
 that has no vectorized form runs its plan in Spark as before (the kafka_offsets source, from_json, column
 expressions) and `then` gets the same columns.
 """
@@ -18,12 +19,13 @@ from pyspark.sql import DataFrame, SparkSession
 from engagement_platform.ingest.config import PipelineConfig
 from engagement_platform.ingest.errors import RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, validated_kafka_frame
-from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, raw_lines, read_file
+from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, header_lines, read_file
 from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.spark.kafka_source import offset_slices, read_slice
+from engagement_platform.spark.landing_source import SPLIT_BYTES, file_spans, span_lines
 from engagement_platform.streams.kafka_files import for_executors
 from engagement_platform.streams.planning import BatchPlan
 
@@ -117,7 +119,7 @@ def validate_lines_file(
     spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None, wanted: str = VECTORIZED
 ) -> tuple[pa.Table, str]:
     """(a CSV or JSON lines landing file parsed and validated, the record path): with a vectorized plan each
-    task runs it on the lines it read and hands the rows back; otherwise Spark parses (a whole JSON document,
+    task reads a byte range of the file, runs the plan on its lines and hands the rows back; otherwise Spark parses (a whole JSON document,
     a stage with no vectorized form, or `wanted` == SPARK)."""
     source = pipeline.config.source
     lines = source.format in ("csv", "jsonl")
@@ -125,11 +127,18 @@ def validate_lines_file(
     if vector is None:
         return pipeline.transform(read_file(spark, source, path, split_bytes)).toArrow(), path_taken
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        read = list(batches)
-        rows = pa.Table.from_batches(read).cast(RAW_SCHEMA) if read else RAW_SCHEMA.empty_table()
-        yield from handoff(ROWS, vector.run(rows))
+    storage = load_settings().storage_options if "://" in path else {}  # executors share no environment
+    spans = file_spans(path, storage, split_bytes or SPLIT_BYTES, header_lines(source))
 
-    rows = raw_lines(spark, source, path, split_bytes).select(*RAW_SCHEMA.names)
-    found = collect_handoff(rows.mapInArrow(run, HANDOFF_SCHEMA))
+    def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in ids:
+            for i in batch.column(0).to_pylist():
+                lines = span_lines(spans[i], storage)
+                offsets = lines.column(0)
+                partition = pa.repeat(pa.scalar(0, pa.int32()), len(offsets))
+                rows = pa.Table.from_arrays([offsets, partition, offsets, lines.column(1)], schema=RAW_SCHEMA)
+                yield from handoff(ROWS, vector.run(rows))
+
+    frame = spark.range(0, len(spans), 1, numPartitions=len(spans))
+    found = collect_handoff(frame.mapInArrow(run, HANDOFF_SCHEMA))
     return found.get(ROWS, vector.schema.empty_table()), path_taken

@@ -93,10 +93,14 @@ def read_lines_file(spark: SparkSession, source: SourceSpec, path: str, split_by
     return parse_text(raw_lines(spark, source, path, split_bytes), source)
 
 
+def header_lines(source: SourceSpec) -> int:
+    """How many lines at the top of a lines file are not records."""
+    return 1 if source.format == "csv" and _truthy(source.options.get("header", False)) else 0
+
+
 def raw_lines(spark: SparkSession, source: SourceSpec, path: str, split_bytes: int | None = None) -> DataFrame:
     """A lines file's records unparsed: _row_id, _source_partition, _source_offset (the line number), _raw."""
-    skip = 1 if source.format == "csv" and _truthy(source.options.get("header", False)) else 0
-    opts = landing_source.options(path, skip, split_bytes, load_settings().storage_options)
+    opts = landing_source.options(path, header_lines(source), split_bytes, load_settings().storage_options)
     lines = spark.read.format("landing_lines").options(**opts).load()
     return lines.select(F.col(SOURCE_OFFSET).alias(ROW_ID), F.lit(0).alias(SOURCE_PARTITION), SOURCE_OFFSET, RAW)
 

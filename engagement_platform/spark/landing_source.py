@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 SCHEMA = "_source_offset long, _raw binary"
+SPLIT_BYTES = 16 << 20  # a lines file is read in byte ranges of about this size, a task each
 
 
 class LineSpan(InputPartition):
@@ -59,49 +60,60 @@ def line_spans(data: bytes, split_bytes: int) -> list[tuple[int, int, int]]:
     return spans
 
 
+def open_file(path: str, storage_options: dict) -> pa.NativeFile:
+    from engagement_platform.lake.file_writes import filesystem
+
+    fs, where = filesystem(path, storage_options)
+    return fs.open_input_file(where)
+
+
+def file_spans(path: str, storage_options: dict, split_bytes: int, skip_lines: int) -> list[LineSpan]:
+    """The byte ranges a lines file is read in, one task each (at least one, for an empty file)."""
+    with open_file(path, storage_options) as f:
+        data = f.read()
+    spans = [LineSpan(path, s, e, line, skip_lines) for s, e, line in line_spans(data, split_bytes)]
+    return spans or [LineSpan(path, 0, 0, 1, 0)]
+
+
+BLANK = rb"^[ \t\n\r\x0b\x0c]*$"  # what bytes.strip() removes: a line of only these is not a record
+
+
+def span_lines(span: LineSpan, storage_options: dict) -> pa.RecordBatch:
+    """_source_offset (the line number), _raw: a span's records, a trailing CR dropped, blank lines and the
+    first `skip_lines` lines of the file left out (pyarrow kernels over the span's bytes, no loop per line)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    with open_file(span.path, storage_options) as f:
+        f.seek(span.start)
+        data = f.read(span.end - span.start)
+    lines = pc.split_pattern(pa.array([data], pa.binary()), pattern=b"\n")[0].values
+    if len(lines) and len(lines[-1].as_py()) == 0:
+        lines = lines.slice(0, len(lines) - 1)  # the span's final newline ends the last line, it starts none
+    numbers = pa.array(np.arange(span.first_line, span.first_line + len(lines), dtype=np.int64))
+    lines = pc.if_else(pc.ends_with(lines, pattern=b"\r"), pc.binary_slice(lines, 0, -1), lines)
+    records = pc.and_(pc.greater(numbers, span.skip_lines), pc.invert(pc.match_substring_regex(lines, pattern=BLANK)))
+    return pa.RecordBatch.from_arrays(
+        [numbers.filter(records), lines.filter(records)], names=["_source_offset", "_raw"]
+    )
+
+
 class LandingLinesReader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
         self.path = options["path"]
-        self.split_bytes = int(options.get("split_bytes", str(16 << 20)))
+        self.split_bytes = int(options.get("split_bytes", str(SPLIT_BYTES)))
         self.skip_lines = int(options.get("skip_lines", "0"))
         self.storage_options = json.loads(options.get("storage_options") or "{}")
 
     def _open(self, path: str) -> pa.NativeFile:
-        from engagement_platform.lake.file_writes import filesystem
-
-        fs, where = filesystem(path, self.storage_options)
-        return fs.open_input_file(where)
+        return open_file(path, self.storage_options)
 
     def partitions(self) -> list[LineSpan]:
-        with self._open(self.path) as f:
-            data = f.read()
-        spans = line_spans(data, self.split_bytes)
-        return [LineSpan(self.path, s, e, line, self.skip_lines) for s, e, line in spans] or [
-            LineSpan(self.path, 0, 0, 1, 0)
-        ]
+        return file_spans(self.path, self.storage_options, self.split_bytes, self.skip_lines)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-
-        span = cast(LineSpan, partition)  # one of those partitions() returned
-        with self._open(span.path) as f:
-            f.seek(span.start)
-            data = f.read(span.end - span.start)
-        lines = data.split(b"\n")
-        if lines and lines[-1] == b"":
-            lines.pop()  # the file's (or span's) final newline ends the last line, it starts none
-        numbers, raws = [], []
-        for i, line in enumerate(lines):
-            number = span.first_line + i
-            if number <= span.skip_lines:
-                continue
-            line = line[:-1] if line.endswith(b"\r") else line
-            if line.strip():  # blank lines are not records
-                numbers.append(number)
-                raws.append(line)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(numbers, pa.int64()), pa.array(raws, pa.binary())], names=["_source_offset", "_raw"]
-        )
+        yield span_lines(cast(LineSpan, partition), self.storage_options)  # one of those partitions() returned
 
 
 DOCUMENT_SCHEMA = "_source_offset long, _raw binary, _document_error boolean"

@@ -568,7 +568,9 @@ def test_line_spans_cover_the_data_exactly_and_number_lines_right(data, split_by
 
 @settings(max_examples=100, deadline=None)
 @given(
-    data=st.lists(st.sampled_from([b"\n", b"\r\n", b"x", b"yz", b"  ", b"\xe9"]), max_size=60).map(b"".join),
+    data=st.lists(
+        st.sampled_from([b"\n", b"\r\n", b"\r", b"x", b"yz", b"  ", b"\t\x0b\x0c", b"\xe9"]), max_size=60
+    ).map(b"".join),
     split_bytes=st.integers(min_value=1, max_value=30),
     skip_lines=st.integers(min_value=0, max_value=2),
 )
