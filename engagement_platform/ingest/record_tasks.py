@@ -25,7 +25,7 @@ from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.spark.kafka_source import offset_slices, read_slice
-from engagement_platform.spark.landing_source import SPLIT_BYTES, file_spans, span_lines
+from engagement_platform.spark.landing_source import file_spans, span_lines
 from engagement_platform.streams.kafka_files import for_executors
 from engagement_platform.streams.planning import BatchPlan
 
@@ -85,6 +85,11 @@ def validated_tasks(
     return frame.mapInArrow(run, schema), path
 
 
+def task_slots(spark: SparkSession) -> int:
+    """The tasks Spark runs at once by default (the session's spark.default.parallelism; 2 when unset)."""
+    return max(1, int(spark.conf.get("spark.default.parallelism", None) or 2))
+
+
 ROWS = "rows"  # the handoff kind of validated rows sent back to the driver
 
 
@@ -115,20 +120,26 @@ def validate_kafka_slice(
     return collect_handoff(frame).get(ROWS, vector.schema.empty_table())
 
 
-def validate_lines_file(
-    spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None, wanted: str = VECTORIZED
-) -> tuple[pa.Table, str]:
-    """(a CSV or JSON lines landing file parsed and validated, the record path): with a vectorized plan each
-    task reads a byte range of the file, runs the plan on its lines and hands the rows back; otherwise Spark parses (a whole JSON document,
-    a stage with no vectorized form, or `wanted` == SPARK)."""
+def validated_file_tasks(
+    spark: SparkSession,
+    pipeline: Pipeline,
+    path: str,
+    then: TaskFunction,
+    schema: str,
+    split_bytes: int | None = None,
+    wanted: str = VECTORIZED,
+) -> tuple[DataFrame, str]:
+    """(the frame of `then`'s output over a landing file's validated records, the record path taken). With a
+    vectorized plan each task reads a byte range of a CSV or JSON lines file, runs the plan on its lines and
+    passes the result to `then`; otherwise Spark parses (a whole JSON document, a stage with no vectorized
+    form, or `wanted` == SPARK) and `then` gets the same columns."""
     source = pipeline.config.source
     lines = source.format in ("csv", "jsonl")
     vector, path_taken = record_path(pipeline, wanted) if lines else (None, f"{SPARK} ({source.format})")
     if vector is None:
-        return pipeline.transform(read_file(spark, source, path, split_bytes)).toArrow(), path_taken
-
+        return pipeline.transform(read_file(spark, source, path, split_bytes)).mapInArrow(then, schema), path_taken
     storage = load_settings().storage_options if "://" in path else {}  # executors share no environment
-    spans = file_spans(path, storage, split_bytes or SPLIT_BYTES, header_lines(source))
+    spans = file_spans(path, storage, split_bytes, header_lines(source), task_slots(spark))
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in ids:
@@ -137,8 +148,21 @@ def validate_lines_file(
                 offsets = lines.column(0)
                 partition = pa.repeat(pa.scalar(0, pa.int32()), len(offsets))
                 rows = pa.Table.from_arrays([offsets, partition, offsets, lines.column(1)], schema=RAW_SCHEMA)
-                yield from handoff(ROWS, vector.run(rows))
+                yield from then(iter(vector.run(rows).to_batches()))
 
-    frame = spark.range(0, len(spans), 1, numPartitions=len(spans))
-    found = collect_handoff(frame.mapInArrow(run, HANDOFF_SCHEMA))
-    return found.get(ROWS, vector.schema.empty_table()), path_taken
+    return spark.range(0, len(spans), 1, numPartitions=len(spans)).mapInArrow(run, schema), path_taken
+
+
+def validate_lines_file(
+    spark: SparkSession, pipeline: Pipeline, path: str, split_bytes: int | None = None, wanted: str = VECTORIZED
+) -> tuple[pa.Table, str]:
+    """(a landing file parsed and validated, back on the driver as one Arrow table; the record path): what a
+    batch would write and quarantine, without writing (the streams' tasks write their files themselves)."""
+
+    def hand_back(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = list(batches)
+        if rows:
+            yield from handoff(ROWS, pa.Table.from_batches(rows))
+
+    frame, path_taken = validated_file_tasks(spark, pipeline, path, hand_back, HANDOFF_SCHEMA, split_bytes, wanted)
+    return collect_handoff(frame).get(ROWS, pa.table({})), path_taken  # no records: a table without columns

@@ -2,10 +2,13 @@
 
 plan:    the sensor fixes the files waiting (a FileSetSlice: each file's path and size, up to the source's
          max_files_per_batch / max_bytes_per_batch) as batch N of stream `ingest.<pipeline>` in the checkpoint store.
-compute: per file, parse -> converters -> validators in Spark; one Arrow result per file split on the driver.
-         A pipeline with a `suppression:` section drops the records of erased subjects (landing/suppressed.py).
-commit:  target table, then quarantine table (then the suppressed counts), each with the txn (app id, batch id); then done.
-A re-run of the same batch re-reads the same files and skips the tables that already hold it.
+compute: per file, Spark tasks parse -> convert -> validate its records (the vectorized plan, or Spark), write the
+         target rows as Parquet files into the target's folder and hand back the files, the quarantine rows and
+         counts (file_task.py). A pipeline with a `suppression:` section drops the records of erased subjects
+         there (landing/suppressed.py).
+commit:  the target's files, then the quarantine table (then the suppressed counts), each with the txn (app id,
+         batch id); then done. A re-run of the same batch re-reads the same files, deletes what a dead attempt
+         wrote and never committed, and skips the tables that already hold it (its tasks then write nothing).
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
-from engagement_platform.ingest.pipeline import Pipeline, QuarantineContext, split_result
-from engagement_platform.ingest.record_tasks import validate_lines_file
+from engagement_platform.ingest.pipeline import Pipeline
+from engagement_platform.ingest.record_tasks import validated_file_tasks
 from engagement_platform.ingest.tables import quarantine_spec, target_spec
 from engagement_platform.lake.checkpoints import CheckpointStore
-from engagement_platform.lake.delta import DeltaLake
+from engagement_platform.lake.delta import BatchTxn, DeltaLake
+from engagement_platform.lake.file_writes import WrittenFile, commit_files, delete_uncommitted, writer_tag
+from engagement_platform.lake.quarantine import QUARANTINE_SCHEMA
 from engagement_platform.lake.suppression_tables import (
     hits_table,
     load_suppressed,
@@ -32,9 +37,10 @@ from engagement_platform.lake.suppression_tables import (
     suppressed_step,
     suppression_of,
 )
+from engagement_platform.landing.file_task import COUNTS, QUARANTINE, SUPPRESSED, FileTask, written_files
 from engagement_platform.landing.files import LandedFile, file_size, landed_files
-from engagement_platform.landing.suppressed import drop_suppressed_records
 from engagement_platform.settings import load_settings
+from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
 from engagement_platform.streams.batch import CommitStep, commit_batch
 from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
@@ -132,20 +138,32 @@ class LandingResult:
         }
 
 
-def compute_file(
-    spark: SparkSession, config: PipelineConfig, path: str, batch_id: int, at: datetime, split_bytes: int | None = None
-) -> tuple[pa.Table, pa.Table, int, str]:
-    """(target rows, quarantine rows, records read, the record path) for one file."""
-    pipeline = Pipeline.from_config(config)
-    result, record_path = validate_lines_file(spark, pipeline, path, split_bytes)
-    good, quarantine = split_result(
-        result, pipeline.target_columns, QuarantineContext(config.name, batch_id, str(path), at)
+@dataclass(frozen=True)
+class FileOutcome:
+    files: list[WrittenFile]  # written into the target's folder by the tasks, not committed yet
+    quarantine: pa.Table
+    hits: pa.Table  # (scope, hash) of each record naming an erased subject
+    records_read: int
+    rows_written: int
+    record_path: str
+
+
+def compute_file(spark: SparkSession, task: FileTask, split_bytes: int | None = None) -> FileOutcome:
+    """One file through the pipeline in Spark tasks, which write its target rows (file_task.py)."""
+    pipeline = Pipeline.from_config(task.config)
+    frame, record_path = validated_file_tasks(
+        spark, pipeline, task.source, task.function(), HANDOFF_SCHEMA, split_bytes
     )
-    n = good.num_rows
-    good = good.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
-        "ingested_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))
+    handed = collect_handoff(frame)
+    counts = handed.get(COUNTS, pa.table({"read": pa.array([], pa.int64()), "written": pa.array([], pa.int64())}))
+    return FileOutcome(
+        written_files(handed),
+        handed.get(QUARANTINE, QUARANTINE_SCHEMA.empty_table()),
+        handed.get(SUPPRESSED, hits_table([])),
+        sum(counts["read"].to_pylist()),
+        sum(counts["written"].to_pylist()),
+        record_path,
     )
-    return good, quarantine, result.num_rows, record_path
 
 
 def run_file_batch(
@@ -160,37 +178,44 @@ def run_file_batch(
                 f"{planned.path} changed since it was planned ({planned.size} bytes then, {size} now): "
                 "landing files must be complete when they appear (write elsewhere, then rename)"
             )
+    target, quarantined = target_spec(config), quarantine_spec(config)
     # The target takes the config's new columns, or the batch is refused before anything is read or written.
-    lake.ensure_config_schema(target_spec(config))
+    lake.ensure_config_schema(target)
     seconds = {}
     t0 = time.perf_counter()
     at = datetime.now(UTC)
-    results = [compute_file(spark, config, planned.path, plan.batch_id, at) for planned in files]
-    # Spark's Arrow result of a file with no rows may type its columns differently (e.g. null): promote.
-    good = pa.concat_tables([r[0] for r in results], promote_options="permissive")
-    quarantine = pa.concat_tables([r[1] for r in results], promote_options="permissive")
-    read = sum(r[2] for r in results)
-    steps, suppressed_n = [], 0
+    tag = writer_tag(app_id(config), plan.batch_id)
+    write = not lake.already_committed(target.name, BatchTxn(app_id(config), plan.batch_id))
+    if write:
+        delete_uncommitted(lake, target, tag)  # what an earlier attempt's tasks wrote before it died
     tables = suppression_of(lake, config.suppression.list_table) if config.suppression else None
-    if tables:  # records naming an erased subject are dropped, counted by hash (landing/suppressed.py)
-        erased, counts = tables
-        good, quarantine, hits = drop_suppressed_records(
-            good, quarantine, config.suppression, load_suppressed(lake, erased, load_settings().erasure.secret)
+    # records naming an erased subject are dropped in the tasks, counted by hash (landing/suppressed.py)
+    suppressed = load_suppressed(lake, tables[0], load_settings().erasure.secret) if tables else None
+    outcomes = [
+        compute_file(
+            spark,
+            FileTask(config, planned.path, plan.batch_id, at, lake.uri(target.name), tag, write, lake.storage_options,
+                     suppressed),
         )
+        for planned in files
+    ]  # fmt: skip
+    written = [f for o in outcomes for f in o.files]
+    quarantine = pa.concat_tables([o.quarantine for o in outcomes])
+    hits = pa.concat_tables([o.hits for o in outcomes])
+    read = sum(o.records_read for o in outcomes)
+    rows_written = sum(o.rows_written for o in outcomes)
+    steps = []
+    if tables:
         steps.append(
-            suppressed_step(
-                lake, counts, suppressed_rows(counts, hits_table(hits), stream_name(config), plan.batch_id, at)
-            )
+            suppressed_step(lake, tables[1], suppressed_rows(tables[1], hits, stream_name(config), plan.batch_id, at))
         )
-        suppressed_n = len(hits)
     seconds["compute"] = time.perf_counter() - t0
-    target, quarantined = target_spec(config), quarantine_spec(config)
     t1 = time.perf_counter()
     versions = commit_batch(
         plan,
         app_id(config),
         [
-            CommitStep(target.name, lambda txn, _: lake.append(target, good, txn)),
+            CommitStep(target.name, lambda txn, _: commit_files(lake, target, written, txn)),
             CommitStep(quarantined.name, lambda txn, _: lake.append(quarantined, quarantine, txn)),
             *steps,
         ],
@@ -205,15 +230,15 @@ def run_file_batch(
     return LandingResult(
         plan,
         read,
-        good.num_rows,
-        read - good.num_rows - suppressed_n,
+        rows_written,
+        read - rows_written - hits.num_rows,
         quarantine.num_rows,
         codes,
         versions,
         seconds,
-        records_suppressed=suppressed_n,
-        files=file_counts(files, [r[2] for r in results], quarantine),
-        record_path=", ".join(sorted({r[3] for r in results})),
+        records_suppressed=hits.num_rows,
+        files=file_counts(files, [o.records_read for o in outcomes], quarantine),
+        record_path=", ".join(sorted({o.record_path for o in outcomes})),
     )
 
 

@@ -67,10 +67,21 @@ def open_file(path: str, storage_options: dict) -> pa.NativeFile:
     return fs.open_input_file(where)
 
 
-def file_spans(path: str, storage_options: dict, split_bytes: int, skip_lines: int) -> list[LineSpan]:
-    """The byte ranges a lines file is read in, one task each (at least one, for an empty file)."""
+def balanced_split(size: int, slots: int) -> int:
+    """A split size near SPLIT_BYTES that cuts `size` bytes into a multiple of `slots` ranges: every wave of
+    tasks keeps every slot busy (5 ranges on 2 cores would leave one idle while the last one runs)."""
+    waves = max(1, -(-size // (SPLIT_BYTES * slots)))
+    return max(1, -(-size // (waves * slots)))
+
+
+def file_spans(
+    path: str, storage_options: dict, split_bytes: int | None, skip_lines: int, slots: int = 1
+) -> list[LineSpan]:
+    """The byte ranges a lines file is read in, one task each (at least one, for an empty file); without a
+    `split_bytes`, balanced over `slots` task slots."""
     with open_file(path, storage_options) as f:
         data = f.read()
+    split_bytes = split_bytes or balanced_split(len(data), slots)
     spans = [LineSpan(path, s, e, line, skip_lines) for s, e, line in line_spans(data, split_bytes)]
     return spans or [LineSpan(path, 0, 0, 1, 0)]
 

@@ -581,6 +581,16 @@ def test_reading_the_spans_gives_every_line_once_with_its_number(tmp_path_factor
     assert records == expected_records(data, skip_lines)
 
 
+@given(size=st.integers(1, 10**10), slots=st.integers(1, 64))
+def test_a_balanced_split_cuts_a_file_into_a_multiple_of_the_slots(size, slots):
+    split = landing_source.balanced_split(size, slots)
+    waves = -(-size // (landing_source.SPLIT_BYTES * slots))  # the fewest with ranges of at most SPLIT_BYTES
+    ranges = -(-size // split)
+    assert split <= landing_source.SPLIT_BYTES and ranges <= waves * slots
+    if size >= (waves * slots) ** 2:  # a file far larger than the ranges (rounding aside: a 5-byte file in 4 ranges)
+        assert ranges == waves * slots
+
+
 def test_split_bytes_must_be_positive():
     with pytest.raises(ValueError, match="split_bytes must be positive"):
         landing_source.line_spans(b"a\nb\n", 0)
