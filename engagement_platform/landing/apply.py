@@ -41,9 +41,11 @@ from engagement_platform.landing.file_task import COUNTS, QUARANTINE, SUPPRESSED
 from engagement_platform.landing.files import LandedFile, file_size, landed_files
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff
-from engagement_platform.streams.batch import CommitStep, commit_batch
+from engagement_platform.streams.batch import CommitStep, commit_batch, failpoint
 from engagement_platform.streams.planning import BatchPlan, FileSetSlice, FileSlice
 from engagement_platform.streams.spec import BatchContext, StreamSpec
+
+DATA_FILES = "data_files"  # the failpoint step after the tasks wrote the batch's target files
 
 
 def stream_name(config: PipelineConfig) -> str:
@@ -200,6 +202,7 @@ def run_file_batch(
         for planned in files
     ]  # fmt: skip
     written = [f for o in outcomes for f in o.files]
+    failpoint(stream_name(config), DATA_FILES)  # the tasks' files are written, nothing is committed
     quarantine = pa.concat_tables([o.quarantine for o in outcomes])
     hits = pa.concat_tables([o.hits for o in outcomes])
     read = sum(o.records_read for o in outcomes)

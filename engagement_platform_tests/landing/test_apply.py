@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pytest
 import yaml
 
@@ -16,13 +17,14 @@ from engagement_platform.ingest.config import SuppressionSpec, load_pipeline
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.ingest.record_tasks import SPARK, VECTORIZED, validate_lines_file
 from engagement_platform.lake.delta import BatchTxn
+from engagement_platform.lake.file_writes import filesystem
 from engagement_platform.lake.suppression import subject_hash
 from engagement_platform.lake.suppression_tables import erased_subjects_spec
-from engagement_platform.landing.apply import app_id, file_plan, files_plan, run_file_batch, stream_name
+from engagement_platform.landing.apply import DATA_FILES, app_id, file_plan, files_plan, run_file_batch, stream_name
 from engagement_platform.landing.checks import evaluate_pipeline_checks
 from engagement_platform.landing.retention import expire_landed_files, expired_landed_files
 from engagement_platform.settings import load_settings
-from engagement_platform_tests.support.crash import crash_then_rerun
+from engagement_platform_tests.support.crash import crash_then_rerun, finished, killed_at
 
 REPO = Path(__file__).resolve().parents[2]
 MAX_RECORD_BYTES = 120
@@ -308,20 +310,35 @@ def test_landed_files_leave_once_ingested_and_older_than_half_the_erasure_window
     assert deleted == [str(path)] and not path.exists() and waiting.exists()
 
 
+def data_files(lake, table: str) -> list[str]:
+    """The Parquet files in a table's folder, committed or not."""
+    fs, root = filesystem(lake.uri(table), lake.storage_options)
+    found = fs.get_file_info(pafs.FileSelector(root, recursive=True))
+    return [i.path for i in found if i.is_file and i.path.endswith(".parquet") and "/_delta_log/" not in i.path]
+
+
 @pytest.mark.lake_stores("local", "s3")  # exactly-once on an object store too
-@pytest.mark.parametrize("crash_after", ["target", "quarantine"])
+@pytest.mark.parametrize("crash_after", [DATA_FILES, "target", "quarantine"])
 def test_a_landing_batch_killed_after_a_commit_then_rerun_is_exactly_once(
     spark, stack, lake, lake_root, checkpoints, tmp_path, crash_after
 ):
-    """The CLI runs the planned file in a child process killed right after one table's commit; the re-run
-    commits only what is missing: every good row once, every rejected line's errors once, counts balanced."""
+    """The CLI runs the planned file in a child process killed right after the tasks wrote the target's files
+    or right after one table's commit; the re-run commits only what is missing (the dead attempt's files
+    deleted): every good row once, every rejected line's errors once, counts balanced."""
     config = load_pipeline(REPO / "pipelines" / "rewards_members.yaml")  # the shipped pipeline the CLI finds
     path = tmp_path / "store_1.csv"
     path.write_text("\n".join(LINES) + "\n")
     plan = file_plan(config, 1, str(path), path.stat().st_size)
     assert checkpoints.record_plan(plan)
-    table = config.target.table if crash_after == "target" else config.target.quarantine_table
-    rerun = crash_then_rerun(lake_root, lake, checkpoints, stream_name(config), app_id(config), 1, table)
+    if crash_after == DATA_FILES:
+        killed_at(stream_name(config), lake_root, 1, DATA_FILES)
+        assert data_files(lake, config.target.table)  # written by the dead attempt's tasks
+        assert lake.committed_version(config.target.table, app_id(config)) is None
+        rerun = finished(stream_name(config), lake_root, 1)
+        assert len(data_files(lake, config.target.table)) == len(lake.table(config.target.table).file_uris())
+    else:
+        table = config.target.table if crash_after == "target" else config.target.quarantine_table
+        rerun = crash_then_rerun(lake_root, lake, checkpoints, stream_name(config), app_id(config), 1, table)
     figures = json.loads(rerun.stdout.strip().splitlines()[-1])
     target, quarantine = (
         lake.read(config.target.table).to_pylist(),
