@@ -261,7 +261,7 @@ def quarantine_rows(bad: pa.Table, ctx: QuarantineContext, org_column: str = "or
         if ctx.kafka
         else pc.cast(offsets, pa.string())
     )
-    constant = lambda value, type_: pa.array([value] * n, type_)  # noqa: E731
+    constant = lambda value, type_: pa.repeat(pa.scalar(value, type_), n)  # noqa: E731
     columns = {
         "pipeline": constant(ctx.pipeline, pa.string()),
         "batch_id": constant(ctx.batch_id, pa.int64()),

@@ -90,10 +90,10 @@ def suppressed_rows(spec: TableSpec, hits: pa.Table, stream: str, batch_id: int,
         {
             scope: grouped["scope"],
             "subject_hash": grouped["subject_hash"],
-            "stream": pa.array([stream] * n, pa.string()),
-            "batch_id": pa.array([batch_id] * n, pa.int64()),
+            "stream": pa.repeat(pa.scalar(stream, pa.string()), n),
+            "batch_id": pa.repeat(pa.scalar(batch_id, pa.int64()), n),
             "records": pc.cast(grouped["subject_hash_count"], pa.int64()),
-            "recorded_at": pa.array([at] * n, _TS),
+            "recorded_at": pa.repeat(pa.scalar(at, _TS), n),
         },
         schema=spec.schema,
     )

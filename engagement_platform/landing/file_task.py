@@ -39,8 +39,8 @@ class FileTask:
 
     def target_rows(self, good: pa.Table) -> pa.Table:
         n = good.num_rows
-        return good.append_column("batch_id", pa.array([self.batch_id] * n, pa.int64())).append_column(
-            "ingested_at", pa.array([self.at] * n, pa.timestamp("us", tz="UTC"))
+        return good.append_column("batch_id", pa.repeat(pa.scalar(self.batch_id, pa.int64()), n)).append_column(
+            "ingested_at", pa.repeat(pa.scalar(self.at, pa.timestamp("us", tz="UTC")), n)
         )
 
     def function(self) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -37,8 +37,8 @@ def activity_rows(good: pa.Table, batch_id: int, ingested_at: datetime) -> pa.Ta
     return (
         good.drop_columns([c for c in (ERRORS, RAW, INPUT, ROW_ID) if c in good.column_names])
         .rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
-        .append_column("ingestion_time", pa.array([ingested_at] * n, pa.timestamp("us", tz="UTC")))
-        .append_column("batch_id", pa.array([batch_id] * n, pa.int64()))
+        .append_column("ingestion_time", pa.repeat(pa.scalar(ingested_at, pa.timestamp("us", tz="UTC")), n))
+        .append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), n))
     )
 
 

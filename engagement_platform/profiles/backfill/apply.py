@@ -345,8 +345,8 @@ def run_backfill_plan(
 
 def _with_batch(source: pa.Table, batch_id: int, at: datetime) -> pa.Table:
     n = source.num_rows
-    source = source.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
-        "processed_at", pa.array([at] * n, pa.timestamp("us", tz="UTC"))
+    source = source.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), n)).append_column(
+        "processed_at", pa.repeat(pa.scalar(at, pa.timestamp("us", tz="UTC")), n)
     )
     return source.select(SOURCE_SCHEMA.names).cast(SOURCE_SCHEMA)
 

@@ -143,8 +143,8 @@ def merge_raw(table, source: pa.Table, txn: BatchTxn) -> dict:
 
 def _merge_rows(rows: pa.Table, batch_id: int, now: datetime) -> pa.Table:
     n = rows.num_rows
-    rows = rows.append_column("batch_id", pa.array([batch_id] * n, pa.int64())).append_column(
-        "processed_at", pa.array([now] * n, pa.timestamp("us", tz="UTC"))
+    rows = rows.append_column("batch_id", pa.repeat(pa.scalar(batch_id, pa.int64()), n)).append_column(
+        "processed_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n)
     )
     return rows.select(SOURCE_SCHEMA.names).cast(SOURCE_SCHEMA)
 

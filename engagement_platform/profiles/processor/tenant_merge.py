@@ -125,7 +125,7 @@ def _read_files(
         fs, path = filesystem(uri, storage_options)
         tables.append(read_parquet(fs, path, columns=names).select(names))
     rows = sum(t.num_rows for t in tables)
-    columns = [pa.array([tenant] * rows, pa.string())]
+    columns = [pa.repeat(pa.scalar(tenant, pa.string()), rows)]
     for name in names:
         parts = [t[name].cast(schema.field(name).type) for t in tables]
         columns.append(pa.chunked_array([c for part in parts for c in part.chunks], schema.field(name).type))

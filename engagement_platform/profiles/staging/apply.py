@@ -103,8 +103,8 @@ def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> t
     n = good.num_rows
     good = (
         good.rename_columns({SOURCE_PARTITION: "source_partition", SOURCE_OFFSET: "source_offset"})
-        .append_column("batch_id", pa.array([plan.batch_id] * n, pa.int64()))
-        .append_column("staged_at", pa.array([staged_at] * n, pa.timestamp("us", tz="UTC")))
+        .append_column("batch_id", pa.repeat(pa.scalar(plan.batch_id, pa.int64()), n))
+        .append_column("staged_at", pa.repeat(pa.scalar(staged_at, pa.timestamp("us", tz="UTC")), n))
     )
     good = good.select(PROFILE_CDC_STAGING.schema.names).cast(PROFILE_CDC_STAGING.schema)
     context = QuarantineContext(STREAM, plan.batch_id, plan.topic, staged_at, kafka=True)
