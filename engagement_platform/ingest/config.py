@@ -89,7 +89,7 @@ class SourceSpec(_Strict):
     # Landing files waiting together are read as one batch (one run), up to these bounds: a backlog of
     # files is caught up in a few runs, not one run per file. A file larger than the byte bound is a batch alone.
     max_files_per_batch: int = Field(default=100, gt=0)
-    max_bytes_per_batch: int = Field(default=256 << 20, gt=0)  # every file's result is on the driver until the commit
+    max_bytes_per_batch: int = Field(default=256 << 20, gt=0)  # a batch's files, read by its tasks in one run
 
     @model_validator(mode="after")
     def _where_from(self) -> SourceSpec:

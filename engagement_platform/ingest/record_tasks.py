@@ -3,7 +3,8 @@
 For a Kafka slice with a vectorized plan (vector_plan.py) each task reads its offsets with confluent-kafka, runs the DuckDB
 plan on the Arrow batch it holds and passes the result to `then` (which writes files and hands back what
 the driver commits): raw records never leave the task and never become JVM rows. A landing file's tasks each
-read a byte range of the file themselves (landing_source.span_lines) and hand their rows back. A pipeline with a stage
+read a byte range of the file themselves (landing_source.span_lines) and pass their lines' result to `then`
+the same way. A pipeline with a stage
 that has no vectorized form runs its plan in Spark as before (the kafka_offsets source, from_json, column
 expressions) and `then` gets the same columns.
 """
