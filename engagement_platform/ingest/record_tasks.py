@@ -101,24 +101,28 @@ def validate_kafka_slice(
     plan: BatchPlan,
     kafka_config: dict | None = None,
     transform: Callable[[DataFrame], DataFrame] | None = None,
+    pipeline: Pipeline | None = None,
+    finish: Callable[[pa.Table], pa.Table] | None = None,
 ) -> pa.Table:
     """One planned Kafka slice (the plan's topic and exact offset ranges) parsed and validated, back on the
-    driver as one Arrow table with `_errors` per row. `transform`: parsed -> validated frame, for a stream that
-    adds Spark checks of its own (its slice then runs on the Spark path)."""
-    if transform is not None:
+    driver as one Arrow table with `_errors` per row. A stream with checks and columns of its own gives them
+    in both forms: `pipeline` (the config's pipeline with the stream's validators) and `finish` (Arrow ->
+    Arrow, run in the task after the plan) for the vectorized path, `transform` (parsed -> validated frame)
+    for Spark. A stream with only `transform` runs on Spark."""
+    pipeline = pipeline or Pipeline.from_config(config)
+    vector = record_path(pipeline)[0] if transform is None or finish is not None else None
+    if vector is None:
         return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config, transform).toArrow()
-    pipeline = Pipeline.from_config(config)
-    vector, _ = record_path(pipeline)
+    done = finish or (lambda rows: rows)
 
     def hand_back(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         rows = list(batches)
         if rows:
-            yield from handoff(ROWS, pa.Table.from_batches(rows))
+            yield from handoff(ROWS, done(pa.Table.from_batches(rows)))
 
-    if vector is None:
-        return validated_kafka_frame(spark, config, bootstrap_servers, plan, kafka_config).toArrow()
     frame, _ = validated_tasks(spark, pipeline, bootstrap_servers, plan, hand_back, HANDOFF_SCHEMA, kafka_config)
-    return collect_handoff(frame).get(ROWS, vector.schema.empty_table())
+    found = collect_handoff(frame)
+    return found[ROWS] if ROWS in found else done(vector.schema.empty_table())
 
 
 def validated_file_tasks(

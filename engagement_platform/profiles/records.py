@@ -19,13 +19,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from engagement_platform.ingest.config import PipelineConfig, load_kafka_pipeline
+from engagement_platform.ingest.errors import ERRORS
 from engagement_platform.ingest.pipeline import Pipeline
 from engagement_platform.ingest.plugins import ColumnValidator
-from engagement_platform.profiles.tables import BUCKET_SECONDS, BUCKET_SPARK_FORMAT
+from engagement_platform.ingest.sql_let import hoist
+from engagement_platform.ingest.sql_parse import JSON_SPACE
+from engagement_platform.ingest.sql_steps import SqlError, SqlStep, col
+from engagement_platform.ingest.sql_types import ident, literal, text_to
+from engagement_platform.profiles.tables import BUCKET_FORMAT, BUCKET_SECONDS, BUCKET_SPARK_FORMAT
 
 PIPELINE_FILE = Path(__file__).parent / "staging" / "pipeline.yaml"  # the CDC record as the dumper validates it
 # Parses any JSON object without knowing its schema (values as their text: cheaper than variants).
@@ -82,6 +88,42 @@ class JsonShape(ColumnValidator):
             ),
         ]
 
+    def sql_step(self, columns: dict[str, str]) -> SqlStep:
+        """The same checks on the vectorized path: RFC 8259 text of the right shape (the record reader's
+        tolerances, NaN and trailing commas, are refused here: the processor's parser refuses them)."""
+        fields, related = col(columns, "fields"), col(columns, "related_ids")
+        return SqlStep(
+            errors=[
+                SqlError(
+                    f"{fields} IS NOT NULL AND NOT {strict_json(fields, '{')}",
+                    "fields",
+                    "invalid_json",
+                    literal("fields is not a JSON object"),
+                    f"left({fields}, 200)",
+                ),
+                SqlError(
+                    f"{related} IS NOT NULL AND NOT {strict_json(related, '[')}",
+                    "related_ids",
+                    "invalid_json",
+                    literal("related_ids is not a JSON array of ids"),
+                    f"left({related}, 200)",
+                ),
+            ]
+        )
+
+
+JSON_STRING = r'"(?:[^"\\]|\\.)*"'
+# What the vectorized JSON reader tolerates and RFC 8259 does not, once the strings are taken out:
+# NaN / Infinity / Inf in any case, and a comma before a closing bracket.
+NOT_STRICT = r"[nN][aA][nN]|[iI][nN][fF]|,[ \t\r\n]*[}\]]"
+
+
+def strict_json(expr: str, opener: str) -> str:
+    """SQL: `expr` is one RFC 8259 JSON value that starts with `opener` ({ or [)."""
+    shape = f"starts_with(ltrim({expr}, {JSON_SPACE}), {literal(opener)})"
+    lax = f"regexp_matches(regexp_replace({expr}, {literal(JSON_STRING)}, '', 'g'), {literal(NOT_STRICT)})"
+    return f"(CASE WHEN json_valid({expr}) THEN {shape} AND NOT {lax} ELSE false END)"
+
 
 def profile_pipeline(config: PipelineConfig) -> Pipeline:
     pipeline = Pipeline.from_config(config)
@@ -123,3 +165,55 @@ def promoted_columns(fields: Column) -> dict[str, Column]:
         "country": fields.getItem("country"),
         "updated_at": fields.getItem("updated_at").try_cast("timestamp"),
     }
+
+
+PROMOTED = ("email", "country", "updated_at")
+
+
+def promoted_text(key: str) -> str:
+    """SQL: the text of `fields`' key `key` (the last occurrence wins, as in the processor's JSON fold): a string
+    value as itself, any other as its JSON text; null when absent. Reads `_keys` and `_values`, the object's
+    keys and values in order, repeats included."""
+    last = f"len(_keys) + 1 - list_position(list_reverse(_keys), {literal(key)})"
+    return f"CASE WHEN list_contains(_keys, {literal(key)}) THEN json_extract_string(_values[{last}], '$') END"
+
+
+def staging_columns_sql() -> str:
+    """The vectorized twin of with_staging_columns, over the plan's result (`rows`): on the records that
+    passed (the others get nulls; their `fields` may not be JSON at all)."""
+    good = f"len({ERRORS}) = 0"
+    promoted = ", ".join(f"{promoted_text(k)} AS {ident('_' + k)}" for k in PROMOTED)
+    ctes = [
+        f"members AS (SELECT *, CASE WHEN {good} THEN json_keys(fields) END AS _keys, "
+        f"CASE WHEN {good} THEN json_extract(fields, '$.*') END AS _values FROM rows)",
+        f"promoted AS (SELECT * EXCLUDE (_keys, _values), {promoted} FROM members)",
+    ]
+    texts = hoist([text_to(ident("_updated_at"), "timestamp")], ident, "__promoted_")
+    source = "promoted"
+    for k, level in enumerate(texts.levels):
+        lets = ", ".join(f"{expr} AS {ident(name)}" for name, expr in level.items())
+        ctes.append(f"let{k} AS (SELECT *, {lets} FROM {source})")
+        source = f"let{k}"
+    bucket_us = BUCKET_SECONDS * 1_000_000
+    bucket = f"strftime(make_timestamp(CAST(floor(epoch_us(cdc_ts) / {bucket_us}) * {bucket_us} AS BIGINT)), {literal(BUCKET_FORMAT)})"
+    related = f"CASE WHEN {good} AND related_ids IS NOT NULL THEN json_transform(related_ids, '[\"VARCHAR\"]') END"
+    hidden = ", ".join(ident(c) for c in (*texts.hidden(), *(f"_{k}" for k in PROMOTED), "related_ids"))
+    return (
+        "WITH " + ", ".join(ctes) + f" SELECT * EXCLUDE ({hidden}), {bucket} AS bucket, {related} AS related_ids, "
+        f"_email AS email, _country AS country, {texts.texts[0]} AS updated_at FROM {source}"
+    )
+
+
+def with_staging_columns_arrow(rows: pa.Table) -> pa.Table:
+    """Adds the staging columns to the vectorized plan's result, inside the task (one DuckDB query)."""
+    import duckdb
+
+    con = duckdb.connect(config={"threads": 1})
+    try:
+        con.register("rows", rows)
+        return con.execute(STAGING_SQL).fetch_arrow_table()
+    finally:
+        con.close()
+
+
+STAGING_SQL = staging_columns_sql()

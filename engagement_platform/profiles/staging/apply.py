@@ -1,7 +1,8 @@
 """CDC dumper: one planned slice of topic `profile.cdc` -> profile_cdc_staging + quarantine.
 
-compute: Spark reads the exact offsets (kafka_offsets data source); the ingest framework parses and
-         validates (pipeline.yaml + profiles/records.JsonShape); one Arrow result comes back.
+compute: Spark tasks read the exact offsets and run the ingest framework's vectorized plan (pipeline.yaml +
+         profiles/records.JsonShape) and the staging columns (records.with_staging_columns_arrow) as DuckDB
+         queries; one Arrow result comes back.
          Changes naming an erased identity (the suppression list, profiles/suppressed.py) are dropped
          and counted by hash.
 commit:  staging, then quarantine, then the suppressed counts, each an append carrying the txn (app id,
@@ -26,7 +27,7 @@ from pyspark.sql import SparkSession
 
 from engagement_platform.ingest.errors import ERRORS, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import QuarantineContext, quarantine_rows
-from engagement_platform.ingest.record_tasks import validate_kafka_slice
+from engagement_platform.ingest.record_tasks import VECTORIZED, record_path, validate_kafka_slice
 from engagement_platform.lake.checkpoints import CheckpointStore
 from engagement_platform.lake.delta import BatchTxn, DeltaLake
 from engagement_platform.lake.suppression_tables import (
@@ -36,7 +37,12 @@ from engagement_platform.lake.suppression_tables import (
     suppressed_rows,
     suppressed_step,
 )
-from engagement_platform.profiles.records import profile_cdc_pipeline, validated_cdc
+from engagement_platform.profiles.records import (
+    profile_cdc_pipeline,
+    profile_pipeline,
+    validated_cdc,
+    with_staging_columns_arrow,
+)
 from engagement_platform.profiles.suppressed import drop_suppressed_changes
 from engagement_platform.profiles.tables import (
     PROFILE_CDC_STAGING,
@@ -68,6 +74,7 @@ class StageResult:
     tenants: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     records_suppressed: int = 0  # naming an erased identity: dropped, stored nowhere
+    record_path: str = ""  # where the records were parsed and validated (record_tasks.record_path)
 
     def metadata(self) -> dict:
         return batch_metadata(
@@ -79,6 +86,7 @@ class StageResult:
             records_quarantined=self.records_quarantined,
             records_suppressed=self.records_suppressed,
             tenants=len(self.tenants),
+            record_path=self.record_path,
         )
 
 
@@ -88,12 +96,16 @@ def validate_cdc_slice(
     plan: BatchPlan,
     max_record_bytes: int | None = None,
     kafka_config: dict | None = None,
-) -> pa.Table:
-    """The slice parsed and validated in Spark, with the staging columns; `_errors` says what is wrong."""
+    wanted: str = VECTORIZED,
+) -> tuple[pa.Table, str]:
+    """(the slice parsed and validated, with the staging columns, `_errors` saying what is wrong; the record
+    path taken): the vectorized plan and staging query in the tasks, or `wanted` == SPARK, Spark's."""
     config = profile_cdc_pipeline(plan.topic, max_record_bytes)
-    return validate_kafka_slice(
-        spark, config, bootstrap_servers, plan, kafka_config, transform=partial(validated_cdc, config)
-    )
+    pipeline = profile_pipeline(config)
+    path = record_path(pipeline, wanted)[1]
+    vectorized = {"pipeline": pipeline, "finish": with_staging_columns_arrow} if path == VECTORIZED else {}
+    spark_form = partial(validated_cdc, config)
+    return validate_kafka_slice(spark, config, bootstrap_servers, plan, kafka_config, spark_form, **vectorized), path
 
 
 def split_staged(validated: pa.Table, plan: BatchPlan, staged_at: datetime) -> tuple[pa.Table, pa.Table]:
@@ -123,7 +135,7 @@ def stage_cdc_batch(
     """Stage one planned slice exactly once (a re-run of the same plan commits nothing twice)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    validated = validate_cdc_slice(spark, bootstrap_servers, plan, max_record_bytes, kafka_config)
+    validated, path = validate_cdc_slice(spark, bootstrap_servers, plan, max_record_bytes, kafka_config)
     seconds["read_validate"] = time.perf_counter() - t0
     staged_at = datetime.now(UTC)
     good, errors = split_staged(validated, plan, staged_at)
@@ -157,7 +169,7 @@ def stage_cdc_batch(
     seconds["commit"] = time.perf_counter() - t1
     bad = validated.num_rows - good.num_rows - hits.num_rows
     return StageResult(
-        plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds, hits.num_rows
+        plan, validated.num_rows, good.num_rows, bad, errors.num_rows, versions, tenants, seconds, hits.num_rows, path
     )
 
 

@@ -2,12 +2,14 @@
 
 import json
 import threading
+from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 import pytest
 
+from engagement_platform.ingest.record_tasks import SPARK, VECTORIZED
 from engagement_platform.profiles.processor.apply import process_tenant, read_profiles
-from engagement_platform.profiles.staging.apply import STREAM, app_id, stage_cdc_batch
+from engagement_platform.profiles.staging.apply import STREAM, app_id, split_staged, stage_cdc_batch, validate_cdc_slice
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, QUARANTINE_PROFILE_CDC, bucket_of
 from engagement_platform.streams.kafka import OffsetRange
 from engagement_platform.streams.planning import BatchPlan, KafkaSlice
@@ -87,6 +89,34 @@ def test_dumper_stages_good_records_and_quarantines_each_bad_kind(spark, kafka, 
         by_raw.setdefault(q["raw"], set()).add(q["error_code"])
         assert q["row_id"] == f"{topic}:{q['source_partition']}:{q['source_offset']}" and q["message"]
     assert by_raw == {raw: codes for raw, codes in BAD.values()}
+
+
+def test_the_vectorized_path_stages_what_the_spark_path_stages(spark, kafka, lake, checkpoints):
+    """The same slice through the DuckDB plan with its staging query and through Spark: the same staging rows
+    (bucket, ids, promoted columns) and the same error codes per record."""
+    topic = new_topic(kafka)
+    dated = record("acme", "90", 1, {"updated_at": "2026-01-05T10:06:59+01:00", "country": 49, "email": None})
+    kafka.produce(topic, encode([*good_records(), dated, *(raw for raw, _ in BAD.values())]))
+    plan = plan_all(kafka, checkpoints, topic)
+    at = datetime.now(UTC)
+
+    def staged(wanted: str) -> tuple[list[dict], dict, str]:
+        validated, path = validate_cdc_slice(spark, kafka.bootstrap_servers, plan, 2048, wanted=wanted)
+        good, errors = split_staged(validated, plan, at)
+        rows = sorted(good.drop_columns(["fields"]).to_pylist(), key=lambda r: r["primary_id"])
+        fields = {r["primary_id"]: json.loads(r["fields"]) if r["fields"] else None for r in good.to_pylist()}
+        codes: dict = {}
+        for r in errors.to_pylist():
+            codes.setdefault((r["source_partition"], r["source_offset"]), set()).add(r["error_code"])
+        return [{**r, "fields": fields[r["primary_id"]]} for r in rows], codes, path
+
+    vectorized, vectorized_codes, path = staged(VECTORIZED)
+    on_spark, spark_codes, spark_path = staged(SPARK)
+    assert (path, spark_path) == ("vectorized", "spark")
+    assert vectorized == on_spark and vectorized_codes == spark_codes
+    assert len(vectorized) == len(good_records()) + 1 and len(vectorized_codes) == len(BAD)
+    row = next(r for r in vectorized if r["primary_id"] == "90")
+    assert (row["country"], row["email"], row["updated_at"]) == ("49", None, datetime(2026, 1, 5, 9, 6, 59, tzinfo=UTC))
 
 
 def test_fields_given_as_a_json_string_are_accepted(spark, kafka, lake, checkpoints):
