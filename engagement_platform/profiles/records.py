@@ -121,7 +121,9 @@ NOT_STRICT = r"[nN][aA][nN]|[iI][nN][fF]|,[ \t\r\n]*[}\]]"
 def strict_json(expr: str, opener: str) -> str:
     """SQL: `expr` is one RFC 8259 JSON value that starts with `opener` ({ or [)."""
     shape = f"starts_with(ltrim({expr}, {JSON_SPACE}), {literal(opener)})"
-    lax = f"regexp_matches(regexp_replace({expr}, {literal(JSON_STRING)}, '', 'g'), {literal(NOT_STRICT)})"
+    # each string becomes a 0: what is left is numbers, literals and punctuation (an empty string would turn
+    # ["a","b"] into [,] and look like a trailing comma)
+    lax = f"regexp_matches(regexp_replace({expr}, {literal(JSON_STRING)}, '0', 'g'), {literal(NOT_STRICT)})"
     return f"(CASE WHEN json_valid({expr}) THEN {shape} AND NOT {lax} ELSE false END)"
 
 
