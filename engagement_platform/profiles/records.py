@@ -122,9 +122,12 @@ def strict_json(expr: str, opener: str) -> str:
     """SQL: `expr` is one RFC 8259 JSON value that starts with `opener` ({ or [)."""
     shape = f"starts_with(ltrim({expr}, {JSON_SPACE}), {literal(opener)})"
     # each string becomes a 0: what is left is numbers, literals and punctuation (an empty string would turn
-    # ["a","b"] into [,] and look like a trailing comma)
+    # ["a","b"] into [,] and look like a trailing comma); only a text where the pattern occurs at all, inside a
+    # string or not, pays for that rewrite
+    suspect = f"regexp_matches({expr}, {literal(NOT_STRICT)})"
     lax = f"regexp_matches(regexp_replace({expr}, {literal(JSON_STRING)}, '0', 'g'), {literal(NOT_STRICT)})"
-    return f"(CASE WHEN json_valid({expr}) THEN {shape} AND NOT {lax} ELSE false END)"
+    strict = f"(CASE WHEN {suspect} THEN NOT {lax} ELSE true END)"
+    return f"(CASE WHEN json_valid({expr}) THEN {shape} AND {strict} ELSE false END)"
 
 
 def profile_pipeline(config: PipelineConfig) -> Pipeline:
