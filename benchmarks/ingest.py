@@ -27,6 +27,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -42,9 +43,14 @@ from _stack import (  # noqa: E402
 )
 from record import invocation, record_result  # noqa: E402
 from spark_metrics import SparkMetrics, Split  # noqa: E402
+from task_phases import kafka_task_phases, phases_line  # noqa: E402
 
 from engagement_platform.engagement.demo import ActivityGenerator  # noqa: E402
 from engagement_platform.engagement.ingestion.apply import STREAM, ingest_batch  # noqa: E402
+from engagement_platform.engagement.ingestion.records import ingestion_pipeline  # noqa: E402
+from engagement_platform.engagement.ingestion.write_task import write_task  # noqa: E402
+from engagement_platform.engagement.tables import ENGAGEMENT_ACTIVITY  # noqa: E402
+from engagement_platform.ingest.pipeline import Pipeline  # noqa: E402
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import DeltaLake  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402
@@ -147,6 +153,18 @@ def main() -> None:
         connect_s = time.perf_counter() - t
 
         run = ingest_all(spark, env, marks, args.per_partition, "lake")
+        phase_lake = DeltaLake(str(Path(env["EP_STATE_DIR"]) / "task-phases"))
+        phase_lake.ensure(ENGAGEMENT_ACTIVITY)
+        writes = write_task(phase_lake.uri(ENGAGEMENT_ACTIVITY.name), "phases-b0000000001", 1, datetime.now(UTC), True)
+        phases = kafka_task_phases(
+            env["KAFKA_BOOTSTRAP_SERVERS"],
+            TOPIC,
+            0,
+            marks[0][0],
+            min(marks[0][1], marks[0][0] + args.per_partition),
+            Pipeline.from_config(ingestion_pipeline(TOPIC)),
+            ("write", lambda rows: list(writes(iter(rows.to_batches())))),
+        )
         on_s3 = None
         if args.lake == "s3":
             with s3_lake() as (bucket, options):
@@ -185,6 +203,7 @@ def main() -> None:
         f"= {run.driver_cpu / run.machine_cpu:.0%}"
     )
     print(f"split on local[2]: {run.split.line()}")
+    print(phases_line(phases))
     if on_cluster is not None:
         print(
             f"two-worker cluster ({executors} executors): {on_cluster.seconds:.1f} s, local[2] {run.seconds:.1f} s: "
@@ -235,6 +254,7 @@ def main() -> None:
             "events_per_s": round(total / run.seconds),
             "ratio_to_baseline": round(baseline_s / run.seconds, 2),
             "driver_cpu_share": round(run.driver_cpu / run.machine_cpu, 2),
+            **{f"task_cpu_us_{k}": v for k, v in phases.items() if k != "records"},
             **run.split.figures(),
             **scaling,
             **s3,

@@ -41,11 +41,17 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _stack import REPO, bench_stack, machine, wait_for_broker_idle  # noqa: E402
 from record import at_defaults, invocation, record_result  # noqa: E402
+from task_phases import kafka_task_phases, phases_line  # noqa: E402
 
 from engagement_platform.lake.checkpoints import CheckpointStore  # noqa: E402
 from engagement_platform.lake.delta import BatchTxn, DeltaLake  # noqa: E402
 from engagement_platform.profiles.processor.apply import process_tenant, process_tenants  # noqa: E402
 from engagement_platform.profiles.processor.progress import unprocessed_tenants  # noqa: E402
+from engagement_platform.profiles.records import (  # noqa: E402
+    profile_cdc_pipeline,
+    profile_pipeline,
+    with_staging_columns_arrow,
+)
 from engagement_platform.profiles.staging.apply import STREAM, stage_cdc_batch  # noqa: E402
 from engagement_platform.profiles.tables import RAW_SCHEMA, raw_table_spec  # noqa: E402
 from engagement_platform.spark.session import build_session  # noqa: E402
@@ -486,8 +492,12 @@ def main() -> None:
                 baseline = (sample, baseline_s, sum(r.changes_read for r in bres), (before, loadavg()))
         finally:
             spark.stop()  # before the stack stops: a client left open kept the process alive at exit
+        first, last = marks[0][0][1], marks[1][0][1]  # the batch round's offsets of partition 0: one task's slice
+        pipeline = profile_pipeline(profile_cdc_pipeline(TOPIC))
+        phases = kafka_task_phases(bootstrap, TOPIC, 0, first, last, pipeline, ("staging", with_staging_columns_arrow))
 
     print(f"machine: {machine()}")
+    print(phases_line(phases))
     print(
         f"raw tables: {args.tenants} tenants x {args.profiles:,} profiles = {args.tenants * args.profiles:,} rows; "
         + (f"built in {build_s:.1f} s" if built else f"reused from {cache.relative_to(REPO)}")
@@ -528,6 +538,7 @@ def main() -> None:
             "merge_s": round(r["merge_s"], 2),
             "records_per_s": round(r["read"] / (r["stage_s"] + r["merge_s"])),
             "batch_round_s": round(batch["stage_s"] + batch["merge_s"], 2),
+            **{f"task_cpu_us_{k}": v for k, v in phases.items() if k != "records"},
             **({"ratio_to_baseline": round(ratio, 1)} if ratio else {}),
         },
         target={"end_to_end_s": "<= 15"} if at_defaults(parser, args) else None,  # the bound is for 1.7M records
