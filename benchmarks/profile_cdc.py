@@ -492,7 +492,10 @@ def main() -> None:
                 baseline = (sample, baseline_s, sum(r.changes_read for r in bres), (before, loadavg()))
         finally:
             spark.stop()  # before the stack stops: a client left open kept the process alive at exit
-        first, last = marks[0][0][1], marks[1][0][1]  # the batch round's offsets of partition 0: one task's slice
+        # partition 0's offsets of the last round, up to a slice bound: what one staging task reads
+        last_round = 1 if args.skip_big else 2
+        first = marks[last_round - 1][0][1]
+        last = min(marks[last_round][0][1], first + args.per_partition)
         pipeline = profile_pipeline(profile_cdc_pipeline(TOPIC))
         phases = kafka_task_phases(bootstrap, TOPIC, 0, first, last, pipeline, ("staging", with_staging_columns_arrow))
 
