@@ -18,15 +18,15 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from engagement_platform.ingest.config import PipelineConfig
-from engagement_platform.ingest.errors import RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
+from engagement_platform.ingest.errors import ERRORS, PARSE, RAW, ROW_ID, SOURCE_OFFSET, SOURCE_PARTITION
 from engagement_platform.ingest.pipeline import Pipeline, validated_kafka_frame
-from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, header_lines, read_file
+from engagement_platform.ingest.sources import KAFKA_PARTITION_SHIFT, PARSER, header_lines, read_file
 from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform.settings import load_settings
 from engagement_platform.spark.handoff import HANDOFF_SCHEMA, collect_handoff, handoff
 from engagement_platform.spark.kafka_source import offset_slices, read_slice
-from engagement_platform.spark.landing_source import file_spans, span_lines
+from engagement_platform.spark.landing_source import LineSpan, document_elements, file_spans, open_file, span_lines
 from engagement_platform.streams.kafka_files import for_executors
 from engagement_platform.streams.planning import BatchPlan
 
@@ -135,27 +135,63 @@ def validated_file_tasks(
     wanted: str = VECTORIZED,
 ) -> tuple[DataFrame, str]:
     """(the frame of `then`'s output over a landing file's validated records, the record path taken). With a
-    vectorized plan each task reads a byte range of a CSV or JSON lines file, runs the plan on its lines and
-    passes the result to `then`; otherwise Spark parses (a whole JSON document, a stage with no vectorized
-    form, or `wanted` == SPARK) and `then` gets the same columns."""
+    vectorized plan each task reads a byte range of a CSV or JSON lines file (a whole JSON document: one task,
+    a record per element), runs the plan on its records and passes the result to `then`; otherwise Spark
+    parses (a stage with no vectorized form, or `wanted` == SPARK) and `then` gets the same columns."""
     source = pipeline.config.source
-    lines = source.format in ("csv", "jsonl")
-    vector, path_taken = record_path(pipeline, wanted) if lines else (None, f"{SPARK} ({source.format})")
+    vector, path_taken = record_path(pipeline, wanted)
     if vector is None:
         return pipeline.transform(read_file(spark, source, path, split_bytes)).mapInArrow(then, schema), path_taken
     storage = load_settings().storage_options if "://" in path else {}  # executors share no environment
-    spans = file_spans(path, storage, split_bytes, header_lines(source), task_slots(spark))
+    document = source.format == "json"
+    spans = (
+        [LineSpan(path, 0, 0, 0, 0)]  # a document is read whole, as one task
+        if document
+        else file_spans(path, storage, split_bytes, header_lines(source), task_slots(spark))
+    )
 
     def run(ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in ids:
             for i in batch.column(0).to_pylist():
-                lines = span_lines(spans[i], storage)
-                offsets = lines.column(0)
+                found = document_records(path, storage) if document else span_lines(spans[i], storage)
+                if isinstance(found, bytes):  # a document that is not JSON: one rejected record, its whole text
+                    yield from then(iter(broken_document(vector.schema, found).to_batches()))
+                    continue
+                offsets = found.column(0)
                 partition = pa.repeat(pa.scalar(0, pa.int32()), len(offsets))
-                rows = pa.Table.from_arrays([offsets, partition, offsets, lines.column(1)], schema=RAW_SCHEMA)
+                rows = pa.Table.from_arrays([offsets, partition, offsets, found.column(1)], schema=RAW_SCHEMA)
                 yield from then(iter(vector.run(rows).to_batches()))
 
     return spark.range(0, len(spans), 1, numPartitions=len(spans)).mapInArrow(run, schema), path_taken
+
+
+def document_records(path: str, storage_options: dict) -> pa.RecordBatch | bytes:
+    """A whole JSON document's elements as records (_source_offset: the element's index, _raw: its bytes), or
+    the document's bytes when it is not JSON."""
+    with open_file(path, storage_options) as f:
+        data = f.read()
+    elements, broken = document_elements(data)
+    if broken:
+        return data
+    return pa.RecordBatch.from_arrays(
+        [pa.array(range(len(elements)), pa.int64()), pa.array(elements, pa.binary())], names=[SOURCE_OFFSET, RAW]
+    )
+
+
+def broken_document(schema: pa.Schema, data: bytes) -> pa.Table:
+    """The plan's result for a document that is not JSON: one record at offset 0, rejected with its text."""
+    error = {
+        "stage": PARSE,
+        "plugin": PARSER,
+        "column_name": None,
+        "error_code": "malformed_record",
+        "message": "document is not valid JSON",
+        "value": data.decode("utf-8", "replace")[:200],
+    }
+    row = {name: None for name in schema.names} | {
+        ROW_ID: 0, SOURCE_PARTITION: 0, SOURCE_OFFSET: 0, ERRORS: [error], RAW: data
+    }  # fmt: skip
+    return pa.Table.from_pylist([row], schema=schema)
 
 
 def validate_lines_file(

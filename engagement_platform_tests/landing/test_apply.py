@@ -474,3 +474,42 @@ def test_a_csv_file_gives_the_same_rows_and_reasons_on_the_vectorized_and_the_sp
     reasons = {r["_source_offset"]: [e["error_code"] for e in r["_errors"]] for r in vectorized if r["_errors"]}
     assert reasons[4] == reasons[len(lines)] == ["malformed_record"]
     assert [r["member_id"] for r in vectorized if not r["_errors"]] == [1, 2, 9, 11, 12, 13]  # 10: "Lee," is no name
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        '[{"id": "1", "name": "Ann Lee", "email": "a@x.io", "points": "7"}, {"id": "x"}, 3, {"id": "4", "name": "Bo"}]',
+        '  {"id": "5", "name": "Cy Dee", "email": "c@x.io"}\n',
+        '[{"id": "9", ',  # not JSON: one record, its whole text
+        "[]",
+    ],
+)
+def test_a_json_document_gives_the_same_rows_and_reasons_on_the_vectorized_and_the_spark_path(
+    spark, tmp_path, document
+):
+    """A whole-document JSON landing file: its elements are records (offset: the element's index) on both
+    paths, and a document that is not JSON is one rejected record with its whole text."""
+    data = yaml.safe_load((REPO / "pipelines" / "rewards_members.yaml").read_text())
+    data["source"] = {**data["source"], "format": "json", "path": "members/*.json", "options": {}}
+    config_path = tmp_path / "members_json.yaml"
+    config_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    pipeline = Pipeline.from_config(load_pipeline(config_path))
+    path = tmp_path / "members.json"
+    path.write_text(document)
+
+    def rows(wanted: str) -> tuple[list[dict], str]:
+        result, taken = validate_lines_file(spark, pipeline, str(path), wanted=wanted)
+        if result.num_columns == 0:
+            return [], taken
+        found = sorted(result.drop_columns(["_input"]).to_pylist(), key=lambda r: r["_row_id"])
+        kept = ("_row_id", "_source_partition", "_source_offset", "_errors", "_raw")
+        return [r if not r["_errors"] else {k: r[k] for k in kept} for r in found], taken
+
+    vectorized, taken = rows(VECTORIZED)
+    on_spark, spark_taken = rows(SPARK)
+    assert (taken, spark_taken) == ("vectorized", "spark")
+    assert vectorized == on_spark
+    if document.startswith('[{"id": "9"'):
+        (broken,) = vectorized
+        assert broken["_raw"] == document.encode() and broken["_errors"][0]["message"] == "document is not valid JSON"
