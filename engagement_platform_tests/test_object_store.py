@@ -588,6 +588,7 @@ def test_a_written_file_costs_one_request_and_a_read_two(s3_server):
     chunk of an input stream). On a real store each request is a round trip; on the local endpoint, CPU."""
     import re
     import time
+    import uuid
 
     import pyarrow as pa
 
@@ -596,10 +597,18 @@ def test_a_written_file_costs_one_request_and_a_read_two(s3_server):
 
     log = s3_server.log  # the run's endpoint: its requests are counted from the line a step starts at
 
-    def requests_since(start: int) -> list[str]:
-        time.sleep(0.3)  # the endpoint writes its access log line after answering
-        lines = log.read_text().splitlines()[start:]
-        return [re.sub(r"\x1b\[[0-9;]*m", "", line).split('"')[1].split()[0] for line in lines if '"' in line]
+    def requests_since(start: int, name: str) -> list[str]:
+        """The methods of the requests on the file `name` logged since line `start`. The endpoint writes a
+        line after answering, so a marker request is sent after the step and the log read until it shows."""
+        marker = f"marker-{uuid.uuid4().hex}"
+        fs.get_file_info(f"{base}/{marker}")
+        deadline = time.monotonic() + 30
+        while True:
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in log.read_text().splitlines()[start:]]
+            if any(marker in line for line in lines) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        return [line.split('"')[1].split()[0] for line in lines if '"' in line and name in line.split('"')[1]]
 
     with s3_server.fresh_bucket() as options:
         root = f"s3://{options.pop('bucket')}/lake/t"
@@ -611,10 +620,11 @@ def test_a_written_file_costs_one_request_and_a_read_two(s3_server):
         rows = pa.table(
             {"org_id": ["a"] * 200_000, "n": list(range(200_000)), "text": [f"row {i}" for i in range(200_000)]}
         )
+        fs, base = filesystem(root, options)
         start = len(log.read_text().splitlines())
         (written,) = write_files(root, spec, rows, "test", options)
-        assert written.size > 1_000_000 and requests_since(start) == ["PUT"]
+        name = written.path.rsplit("/", 1)[-1]
+        assert written.size > 1_000_000 and requests_since(start, name) == ["PUT"]
         start = len(log.read_text().splitlines())
-        fs, base = filesystem(root, options)
         assert read_parquet(fs, f"{base}/{written.path}")["n"].to_pylist() == list(range(200_000))
-        assert requests_since(start) == ["HEAD", "GET"]
+        assert requests_since(start, name) == ["HEAD", "GET"]
