@@ -488,10 +488,10 @@ def test_request_time_is_fixed_by_the_request_and_future_times_are_refused(at, o
 TOKEN = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_", min_size=1, max_size=12)
 
 
-SUBJECT = TOKEN.filter(lambda t: t not in ("null", "true", "false"))  # JSON's literals are tokens, never ids
+SUBJECT_IDS = TOKEN.filter(lambda t: t not in ("null", "true", "false"))  # JSON's literals are tokens, never ids
 
 
-@given(st.lists(TOKEN, max_size=8), SUBJECT, st.booleans(), st.integers(0, 8))
+@given(st.lists(TOKEN, max_size=8), SUBJECT_IDS, st.booleans(), st.integers(0, 8))
 def test_mentions_finds_the_id_as_a_whole_token_in_json_text_and_bytes(tokens, subject, include, position):
     values = list(tokens)
     if include:
