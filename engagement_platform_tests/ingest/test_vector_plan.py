@@ -199,7 +199,11 @@ def plan_rows(plan: VectorPlan, pipeline: Pipeline, raw: pa.Table) -> list[dict]
 
 
 def assert_plan_matches_reference(name: str, records: list[bytes | None]) -> list[dict]:
-    pipeline, plan = pipeline_and_plan(name)
+    return assert_matches(*pipeline_and_plan(name), records)
+
+
+def assert_matches(pipeline: Pipeline, plan: VectorPlan, records: list[bytes | None]) -> list[dict]:
+    """Every record through the plan and through the reference: the same row, record by record."""
     raw = raw_table(records)
     rows = [(r["_row_id"], r["_source_partition"], r["_source_offset"], r["_raw"]) for r in raw.to_pylist()]
     expected = [as_compared(r) for r in run_reference(pipeline, rows)]

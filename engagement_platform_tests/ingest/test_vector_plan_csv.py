@@ -19,15 +19,12 @@ from engagement_platform.ingest.sql_types import NoSqlForm
 from engagement_platform.ingest.vector_plan import VectorPlan, compile_plan
 from engagement_platform_tests.ingest.generated_csv import csv_batches
 from engagement_platform_tests.ingest.generated_records import Column, RecordShape, plain_texts
-from engagement_platform_tests.ingest.reference import run_reference
 from engagement_platform_tests.ingest.test_vector_plan import (
     EXAMPLES,
     MEMBERS,
     REPO,
-    as_compared,
+    assert_matches,
     config_from,
-    plan_rows,
-    raw_table,
 )
 
 MEMBERS_LIMIT = 300
@@ -70,15 +67,7 @@ def pipeline_and_plan(name: str) -> tuple[Pipeline, VectorPlan]:
 
 
 def assert_plan_matches_reference(name: str, records: list[bytes | None]) -> list[dict]:
-    pipeline, plan = pipeline_and_plan(name)
-    raw = raw_table(records)
-    rows = [(r["_row_id"], r["_source_partition"], r["_source_offset"], r["_raw"]) for r in raw.to_pylist()]
-    expected = [as_compared(r) for r in run_reference(pipeline, rows)]
-    got = plan_rows(plan, pipeline, raw)
-    assert len(got) == len(expected)
-    for record, planned, reference in zip(records, got, expected):
-        assert planned == reference, f"record {record!r}"
-    return got
+    return assert_matches(*pipeline_and_plan(name), records)
 
 
 @EXAMPLES

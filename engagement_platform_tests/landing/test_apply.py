@@ -442,6 +442,17 @@ def test_a_json_lines_file_runs_on_the_vectorized_path_with_the_csv_files_rows_a
     assert {r["source_offset"]: r["raw"] for r in quarantine}[8] == lines[7].encode()
 
 
+def validated_rows(spark, pipeline: Pipeline, path: Path, wanted: str) -> tuple[list[dict], str]:
+    """(a file's validated rows in source order, the record path): a rejected row as its position, errors
+    and raw bytes only (its values go nowhere but the quarantine's input, which the paths show differently)."""
+    result, taken = validate_lines_file(spark, pipeline, str(path), wanted=wanted)
+    if result.num_columns == 0:
+        return [], taken
+    found = sorted(result.drop_columns(["_input"]).to_pylist(), key=lambda r: r["_row_id"])
+    kept = ("_row_id", "_source_partition", "_source_offset", "_errors", "_raw")
+    return [r if not r["_errors"] else {k: r[k] for k in kept} for r in found], taken
+
+
 def test_a_csv_file_gives_the_same_rows_and_reasons_on_the_vectorized_and_the_spark_path(spark, members, tmp_path):
     """The DuckDB plan's CSV parse against Spark's from_csv, on lines where their rules agree (quoted separators,
     spaces kept, empty fields null) and on every bad kind of the members file. They differ only in what a line
@@ -460,14 +471,8 @@ def test_a_csv_file_gives_the_same_rows_and_reasons_on_the_vectorized_and_the_sp
     path.write_text("\n".join(lines) + "\n")
     pipeline = Pipeline.from_config(config)
 
-    def rows(wanted: str) -> tuple[list[dict], str]:
-        result, taken = validate_lines_file(spark, pipeline, str(path), wanted=wanted)
-        found = sorted(result.drop_columns(["_input"]).to_pylist(), key=lambda r: r["_row_id"])
-        kept = ("_row_id", "_source_partition", "_source_offset", "_errors", "_raw")
-        return [r if not r["_errors"] else {k: r[k] for k in kept} for r in found], taken
-
-    vectorized, taken = rows(VECTORIZED)
-    on_spark, spark_taken = rows(SPARK)
+    vectorized, taken = validated_rows(spark, pipeline, path, VECTORIZED)
+    on_spark, spark_taken = validated_rows(spark, pipeline, path, SPARK)
     assert (taken, spark_taken) == ("vectorized", "spark")
     assert len(vectorized) == len(lines) - 2  # the header and the blank line are not records
     assert vectorized == on_spark
@@ -498,16 +503,8 @@ def test_a_json_document_gives_the_same_rows_and_reasons_on_the_vectorized_and_t
     path = tmp_path / "members.json"
     path.write_text(document)
 
-    def rows(wanted: str) -> tuple[list[dict], str]:
-        result, taken = validate_lines_file(spark, pipeline, str(path), wanted=wanted)
-        if result.num_columns == 0:
-            return [], taken
-        found = sorted(result.drop_columns(["_input"]).to_pylist(), key=lambda r: r["_row_id"])
-        kept = ("_row_id", "_source_partition", "_source_offset", "_errors", "_raw")
-        return [r if not r["_errors"] else {k: r[k] for k in kept} for r in found], taken
-
-    vectorized, taken = rows(VECTORIZED)
-    on_spark, spark_taken = rows(SPARK)
+    vectorized, taken = validated_rows(spark, pipeline, path, VECTORIZED)
+    on_spark, spark_taken = validated_rows(spark, pipeline, path, SPARK)
     assert (taken, spark_taken) == ("vectorized", "spark")
     assert vectorized == on_spark
     if document.startswith('[{"id": "9"'):
