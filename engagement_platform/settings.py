@@ -175,6 +175,13 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("EP_PROFILE_STAGING_RETENTION", "7d", "Merged staging buckets older than this are deleted.", "profiles"),
     Setting(
+        "EP_PROFILE_TENANTS_PER_RUN",
+        "100",
+        "Most tenants one processor run merges: the sensor groups tenants with staged changes, consecutive in "
+        "partition order, into runs of up to this many (1: a run per tenant).",
+        "profiles",
+    ),
+    Setting(
         "EP_SEGMENTS_DIR",
         "{repo}/segments",
         "Segment definitions: `<dir>/all/*.yaml` for every tenant, `<dir>/<tenant>/*.yaml` for one.",
@@ -298,6 +305,7 @@ class ProfileSettings:
     staging_retention_seconds: float  # EP_PROFILE_STAGING_RETENTION: merged staging buckets older than this are deleted
     segments_dir: str  # EP_SEGMENTS_DIR: segment definitions, <dir>/all/*.yaml and <dir>/<tenant>/*.yaml
     segments_compact_log_rows: int  # EP_SEGMENTS_COMPACT_LOG_ROWS: log rows past the base that trigger a compaction
+    tenants_per_run: int  # EP_PROFILE_TENANTS_PER_RUN: most tenants one processor run merges
 
 
 @dataclass(frozen=True)
@@ -430,6 +438,7 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             staging_retention_seconds=parse_duration(get("EP_PROFILE_STAGING_RETENTION")),
             segments_dir=get("EP_SEGMENTS_DIR"),
             segments_compact_log_rows=int(get("EP_SEGMENTS_COMPACT_LOG_ROWS")),
+            tenants_per_run=max(int(get("EP_PROFILE_TENANTS_PER_RUN")), 1),
         ),
         erasure=erasure,
         storage_options={name: env[name] for name in STORAGE_ENV if env.get(name)},

@@ -11,7 +11,7 @@ two writers (processor and backfill) and an asset key has one producer: the proc
 materialization of the tenant for every commit it makes. Both take the tenant lock.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -23,9 +23,10 @@ from engagement_platform.orchestration.ride_out import ride_out, spark_reconnect
 from engagement_platform.orchestration.runs import UNFINISHED
 from engagement_platform.orchestration.topics import Watermarks
 from engagement_platform.profiles.lag import staged_offsets, topic_lag
-from engagement_platform.profiles.locks import tenant_lock
+from engagement_platform.profiles.locks import tenant_lock, tenant_locks
 from engagement_platform.profiles.tables import PROFILE_CDC_STAGING, PROFILE_PROGRESS, QUARANTINE_PROFILE_CDC
 from engagement_platform.resources import CoordinatorResource, SparkResource, holder_owner
+from engagement_platform.streams.batch import AllLeases
 from engagement_platform.streams.coordinator import Lease, LockBusy
 
 GROUP = "profiles"
@@ -41,6 +42,9 @@ SEGMENTS_JOB = "profile_segments_job"
 # One per tenant: the processor sensor adds a tenant when its first changes are staged.
 profile_tenants = DynamicPartitionsDefinition(name="profile_tenants")
 T = TypeVar("T")
+# Dagster's run tags for a run of one partition, and of a partition range (a processor run of many tenants).
+PARTITION_TAG = "dagster/partition"
+RANGE_START_TAG, RANGE_END_TAG = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 
 
 def cdc_lag_metadata(watermarks: Watermarks, staged: dict[int, int]) -> dict:
@@ -54,34 +58,48 @@ def cdc_observation_metadata(checkpoints: CheckpointStore, watermarks: Watermark
     return cdc_lag_metadata(watermarks, staged_offsets(checkpoints))
 
 
+def run_tenants(tags: Mapping[str, str], keys: Sequence[str]) -> list[str]:
+    """The tenants a run of a tenant-partitioned job covers, from its tags: its partition, or every tenant of
+    its partition range in `keys` (the tenant partitions in the order they were added, which is a range's
+    order); [] for a run with neither."""
+    if PARTITION_TAG in tags:
+        return [tags[PARTITION_TAG]]
+    start, end = tags.get(RANGE_START_TAG), tags.get(RANGE_END_TAG)
+    if start is None or end is None or start not in keys or end not in keys:
+        return []
+    return list(keys[keys.index(start) : keys.index(end) + 1])
+
+
 def tenants_in_flight(
     instance: DagsterInstance, job_names: tuple[str, ...] = (PROCESSOR_JOB, SEGMENTS_JOB)
 ) -> set[str]:
-    """Tenants with an unfinished run of any of these jobs. Both jobs evaluate a tenant's segments, and two
-    evaluations of one tenant at once would clean up each other's uncommitted files: neither sensor requests
-    a run for a tenant another run is working on."""
-    return {
-        r.tags.get("dagster/partition")
-        for name in job_names
-        for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))
-    }
+    """Tenants with an unfinished run of any of these jobs (a run of a partition range covers each tenant of
+    the range). Both jobs evaluate a tenant's segments, and two evaluations of one tenant at once would clean
+    up each other's uncommitted files: neither sensor requests a run for a tenant another run is working on."""
+    runs = [
+        r for name in job_names for r in instance.get_runs(filters=RunsFilter(job_name=name, statuses=list(UNFINISHED)))
+    ]
+    keys = instance.get_dynamic_partitions(profile_tenants.name) if any(RANGE_START_TAG in r.tags for r in runs) else []
+    return {tenant for r in runs for tenant in run_tenants(r.tags, keys)}
 
 
 def tenant_locked(
     context: AssetExecutionContext,
     coordinator: CoordinatorResource,
     spark: SparkResource,
-    tenant: str,
+    tenants: str | list[str],
     owner: str,
     attempt: Callable[[], T],
 ) -> T:
-    """`attempt()` under the tenant lock (commits fenced), riding out passing faults (ride_out: a lost lease,
-    ZooKeeper, the broker or Spark away) for `ride_out_faults_s`, each new attempt planned afresh from the
-    tenant's progress (so what an earlier attempt committed is skipped) and on a new Spark session after
-    Spark was away. While another run of the tenant holds the lock, the run waits its turn (a log line per
-    round of the lock timeout) up to the coordinator's `max_lock_wait_s`; the seconds it waited become the
-    materialization's LOCK_WAIT_METADATA. Only a give-up after that, or faults past the bound, fail the run
-    tagged COORDINATION_TAG / UNAVAILABLE_TAG with nothing (more) committed: the next tick asks again."""
+    """`attempt()` under the locks of `tenants` (one tenant, or a run's partition range: taken in sorted order,
+    commits fenced by all of them), riding out passing faults (ride_out: a lost lease, ZooKeeper, the broker or
+    Spark away) for `ride_out_faults_s`, each new attempt planned afresh from the tenants' progress (so what an
+    earlier attempt committed is skipped) and on a new Spark session after Spark was away. While another run
+    holds a tenant's lock, the run waits its turn (a log line per round of the lock timeout) up to the
+    coordinator's `max_lock_wait_s` per lock; the seconds it waited become the materialization's
+    LOCK_WAIT_METADATA. Only a give-up after that, or faults past the bound, fail the run tagged
+    COORDINATION_TAG / UNAVAILABLE_TAG with nothing (more) committed: the next tick asks again."""
+    tenants = [tenants] if isinstance(tenants, str) else tenants
     zk = coordinator.coordinator() if coordinator.is_enabled else None
 
     def waiting(busy: LockBusy, waited_s: float) -> None:
@@ -91,20 +109,26 @@ def tenant_locked(
         )
 
     @contextmanager
-    def hold() -> Iterator[Lease | None]:
-        with tenant_lock(zk, tenant, owner, coordinator.lock_timeout_s, coordinator.max_lock_wait_s, waiting) as lease:
+    def hold() -> Iterator[Lease | AllLeases | None]:
+        if len(tenants) == 1:
+            locked = tenant_lock(
+                zk, tenants[0], owner, coordinator.lock_timeout_s, coordinator.max_lock_wait_s, waiting
+            )
+        else:
+            locked = tenant_locks(zk, tenants, owner, coordinator.lock_timeout_s, coordinator.max_lock_wait_s, waiting)
+        with locked as lease:
             if lease is not None:
-                context.log.info(f"{owner}: holding {lease} after waiting {lease.waited_s:.1f}s for it")
+                context.log.info(f"{owner}: holding {lease.lock_name} after waiting {lease.waited_s:.1f}s")
             yield lease
 
     return ride_out(
         context,
-        f"{owner}: tenant lock",
+        f"{owner}: tenant lock" + ("s" if len(tenants) > 1 else ""),
         attempt,
         hold,
         coordinator.ride_out_faults_s,
         spark_reconnect(spark),
-        tenant=tenant,
+        tenant=tenants[0] if len(tenants) == 1 else f"{tenants[0]}..{tenants[-1]} ({len(tenants)} tenants)",
     )
 
 

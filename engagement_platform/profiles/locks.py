@@ -56,19 +56,23 @@ def tenant_locks(
     owner: str,
     timeout_s: float = LOCK_TIMEOUT_S,
     patience_s: float | None = None,
-) -> Iterator[list[Lease]]:
+    on_wait: Callable[[LockBusy, float], None] | None = None,
+) -> Iterator[AllLeases | None]:
     """Hold several tenants' locks for the block (taken in sorted order, so two such runs cannot deadlock),
-    commits fenced by all of them and by the lock the run already holds; `coordinator` None = no locks."""
+    commits fenced by all of them and by the lock the run already holds; `coordinator` None = no locks. Each
+    lock is waited for as tenant_lock waits; the yielded fence's `waited_s` is the sum of the waits."""
     if coordinator is None:
-        yield []
+        yield None
         return
     held: list[Lease] = []
     try:
         for tenant in sorted(set(tenants)):
-            held.append(coordinator.wait_for_lock(tenant_lock_name(tenant), owner, timeout_s, patience_s))
+            held.append(coordinator.wait_for_lock(tenant_lock_name(tenant), owner, timeout_s, patience_s, on_wait))
         outer = active_lease()
-        with fenced(AllLeases(([outer] if outer is not None else []) + held)):
-            yield held
+        fence = AllLeases(([outer] if outer is not None else []) + held)
+        fence.waited_s = sum(lease.waited_s for lease in held)
+        with fenced(fence):
+            yield fence
     finally:
         for lease in reversed(held):
             coordinator.unlock(lease)

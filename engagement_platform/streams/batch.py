@@ -70,10 +70,15 @@ class AllLeases:
         self.token = ",".join(str(lease.token) for lease in leases)
         self.lock_name = ",".join(lease.lock_name for lease in leases)
         self.owner = ",".join(sorted({lease.owner for lease in leases}))
+        self.waited_s = sum(lease.waited_s for lease in leases)  # each lock's wait (set by wait_for_lock)
 
     def check(self) -> None:
+        """Every lease holds: one round trip per ZooKeeper session, not one per lease."""
+        by_session: dict[int, list[Lease]] = {}
         for lease in self.leases:
-            lease.check()
+            by_session.setdefault(id(lease.coordinator), []).append(lease)
+        for leases in by_session.values():
+            leases[0].coordinator.check_leases(leases)
 
 
 def active_lease() -> Lease | None:

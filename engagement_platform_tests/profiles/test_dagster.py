@@ -5,20 +5,29 @@ lock, and the lag sensor's freshness-style check."""
 import json
 
 import pytest
-from dagster import AssetCheckKey, AssetKey, DagsterInstance, SensorResult, build_sensor_context, materialize
+from dagster import (
+    AssetCheckKey,
+    AssetKey,
+    DagsterInstance,
+    Definitions,
+    SensorResult,
+    build_sensor_context,
+    materialize,
+)
 
 from engagement_platform.orchestration.checks import OFFSET_RANGES_CONTIGUOUS
 from engagement_platform.orchestration.runs import STREAM_TAG
-from engagement_platform.profiles.assets import profile_tenants
+from engagement_platform.profiles.assets import RANGE_END_TAG, RANGE_START_TAG, profile_tenants
 from engagement_platform.profiles.backfill.assets import profile_backfill
-from engagement_platform.profiles.processor.apply import processor_stream, read_profiles
-from engagement_platform.profiles.processor.assets import profile_raw
+from engagement_platform.profiles.processor.apply import processor_app_id, processor_stream, read_profiles
+from engagement_platform.profiles.processor.assets import profile_processor_job, profile_raw
 from engagement_platform.profiles.processor.checks import (
     EVERY_TENANT_LAG_UNDER_THRESHOLD,
     NO_DUPLICATE_PRIMARY_IDS,
     REPLICATION_LAG_UNDER_THRESHOLD,
 )
 from engagement_platform.profiles.processor.sensors import profile_lag_sensor, profile_processor_sensor
+from engagement_platform.profiles.segments.assets import profile_segments
 from engagement_platform.profiles.staging.assets import (
     profile_cdc_batches,
     profile_cdc_dumper_sensor,
@@ -164,7 +173,6 @@ def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_
     and the second attempt takes the lock on a new session, plans the tenant's batch again and merges it, once."""
     from engagement_platform.orchestration import ride_out
     from engagement_platform.profiles.processor import assets as processor_assets
-    from engagement_platform.profiles.processor.apply import processor_app_id
     from engagement_platform.streams.batch import active_lease
     from engagement_platform_tests.support.streams import expire_session
 
@@ -173,15 +181,15 @@ def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_
         cdc_topic, encode([record("acme", "789", 1, {"a": 1}, related=["788"]), record("acme", "788", 1, {"b": 2})])
     )
     stage_via_dagster(instance, resources)
-    process_tenant, leases = processor_assets.process_tenant, []
+    process_tenants, leases = processor_assets.process_tenants, []
 
     def losing_the_lease_at_first(*args):
         leases.append(active_lease())
         if len(leases) == 1:
             expire_session(leases[0].coordinator)
-        return process_tenant(*args)
+        return process_tenants(*args)
 
-    monkeypatch.setattr(processor_assets, "process_tenant", losing_the_lease_at_first)
+    monkeypatch.setattr(processor_assets, "process_tenants", losing_the_lease_at_first)
     _, _, ran = process_via_dagster(instance, resources)
     raw_meta = materialized(ran, "profile_raw")
     assert (raw_meta["attempts_in_run"], raw_meta["changes_read"]) == (2, 2)
@@ -191,6 +199,93 @@ def test_a_processor_run_that_loses_its_tenant_lock_tries_again_in_the_same_run_
     assert [int(c["fencing_token"]) for c in merges] == [second.token]
     rows = {r["primary_id"]: json.loads(r["fields"]) for r in read_profiles(lake, "acme").to_pylist()}
     assert rows == {"789": {"a": 1}, "788": {"b": 2}}
+
+
+def processor_job_run(instance, resources, request, raise_on_error=True):
+    """The processor job itself (profile_raw, then profile_segments) for a request of its sensor: the sensor
+    sees the job's runs, their outcomes and their tenants."""
+    job = Definitions(
+        assets=[profile_raw, profile_segments], jobs=[profile_processor_job], resources=resources
+    ).resolve_job_def(profile_processor_job.name)
+    return job.execute_in_process(
+        instance=instance, tags=request.tags, partition_key=request.partition_key, raise_on_error=raise_on_error
+    )
+
+
+def test_tenants_with_staged_changes_share_one_run_each_with_its_own_batch_and_materialization(
+    kafka, lake, cdc_topic, instance, resources, monkeypatch
+):
+    """Three tenants' changes: one run of the range of their partitions merges all three (a batch, a progress
+    row and a materialization per tenant, the checks over all three, segments evaluated for each); with two
+    tenants per run, a range of two and a run of one; a run of many that fails sends its tenants to runs of
+    their own."""
+    from engagement_platform.profiles.processor import assets as processor_assets
+
+    tenants = ["acme", "beta", "gamma"]
+    kafka.produce(
+        cdc_topic,
+        encode([record(t, f"{t}-{i}", i, {"n": i}) for t in tenants for i in (1, 2)]),
+    )
+    stage_via_dagster(instance, resources)
+
+    monkeypatch.setenv("EP_PROFILE_TENANTS_PER_RUN", "2")
+    two_per_run = tick(profile_processor_sensor, instance, resources)
+    assert [
+        (r.partition_key, r.tags.get(RANGE_START_TAG), r.tags.get(RANGE_END_TAG)) for r in two_per_run.run_requests
+    ] == [
+        (None, "acme", "beta"),
+        ("gamma", None, None),
+    ]
+    monkeypatch.delenv("EP_PROFILE_TENANTS_PER_RUN")
+    sensed = tick(profile_processor_sensor, instance, resources)
+    (request,) = sensed.run_requests
+    assert (request.tags[RANGE_START_TAG], request.tags[RANGE_END_TAG]) == ("acme", "gamma")
+    assert request.run_key == "profile_processor/acme..gamma/staging[0..1]"
+    for add in sensed.dynamic_partitions_requests:
+        instance.add_dynamic_partitions(profile_tenants.name, list(add.partition_keys))
+
+    poisoned = processor_assets.process_tenants
+
+    def failing(*args):
+        raise RuntimeError("a fault no retry in the run rides out")
+
+    monkeypatch.setattr(processor_assets, "process_tenants", failing)
+    assert not processor_job_run(instance, resources, request, raise_on_error=False).success
+    retried = tick(profile_processor_sensor, instance, resources)
+    assert sorted(r.partition_key for r in retried.run_requests) == tenants  # each alone, attempt 1 of its own
+    assert all("#attempt" not in r.run_key for r in retried.run_requests)
+
+    monkeypatch.setattr(processor_assets, "process_tenants", poisoned)
+    ran = processor_job_run(instance, resources, request)
+    raw = {
+        m.partition: values(m.metadata)
+        for m in (e.materialization for e in ran.get_asset_materialization_events())
+        if m.asset_key == profile_raw.key
+    }
+    assert {t: (meta["tenant"], meta["changes_read"], meta["tenants_in_run"]) for t, meta in raw.items()} == {
+        t: (t, 2, 3) for t in tenants
+    }
+    segments = [
+        m.partition
+        for m in (e.materialization for e in ran.get_asset_materialization_events())
+        if m.asset_key == profile_segments.key
+    ]
+    assert sorted(segments) == tenants
+    checks = {c.check_name: c for c in ran.get_asset_check_evaluations()}
+    assert checks[REPLICATION_LAG_UNDER_THRESHOLD].passed and checks[NO_DUPLICATE_PRIMARY_IDS].passed
+    assert values(checks[NO_DUPLICATE_PRIMARY_IDS].metadata)["rows"] == 6
+    for tenant in tenants:
+        assert sorted(r["primary_id"] for r in read_profiles(lake, tenant).to_pylist()) == [
+            f"{tenant}-1",
+            f"{tenant}-2",
+        ]
+        (merge,) = [
+            c for c in lake.table(f"profile_raw/{tenant}").history() if c.get("app_id") == processor_app_id(tenant)
+        ]
+        assert merge["lock_name"] == ",".join(f"profile_raw/{t}" for t in tenants)
+    progress = lake.read("profile_progress").to_pylist()
+    assert sorted(r["tenant"] for r in progress) == tenants
+    assert "merged" in tick(profile_processor_sensor, instance, resources).skip_message
 
 
 def test_backfill_asset_commits_under_the_tenant_lock_and_reports_the_raw_partition(

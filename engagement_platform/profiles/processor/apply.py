@@ -34,6 +34,7 @@ from engagement_platform.profiles.processor.commit import MERGE_THREADS, Process
 from engagement_platform.profiles.processor.planning import (
     plan_tenant_batches,
     processor_app_id,
+    processor_group_stream,
     processor_stream,
     staging_listings,
     staging_slice,
@@ -63,6 +64,7 @@ __all__ = [
     "process_tenant",
     "process_tenants",
     "processor_app_id",
+    "processor_group_stream",
     "processor_stream",
     "read_profiles",
     "run_tenant_batches",

@@ -1,7 +1,8 @@
 """The profile processor in Dagster: profile_raw, one partition per tenant (one Delta table per tenant);
-each run merges everything staged for the tenant since its last run, under the tenant lock, then
-evaluates the tenant's segments (profile_segments) in the same process: a run's fixed cost (a process,
-imports, Dagster set-up: ~2 s) is paid once per tenant and staging batch, not twice."""
+a run covers one tenant or a range of tenant partitions (the sensor groups tenants with work, up to
+EP_PROFILE_TENANTS_PER_RUN), merges everything staged for them since their last batches under their tenant
+locks, then evaluates their segments (profile_segments) in the same process: a run's fixed cost (a process,
+Dagster's set-up and events) is paid once per group of tenants, not once per tenant and job."""
 
 from confluent_kafka import KafkaException
 from dagster import (
@@ -29,8 +30,8 @@ from engagement_platform.profiles.assets import (
     tenant_locked,
 )
 from engagement_platform.profiles.lag import staged_offsets, tenant_lags
-from engagement_platform.profiles.processor.apply import process_tenant, processor_stream
-from engagement_platform.profiles.processor.checks import evaluate_raw_checks, raw_check_specs
+from engagement_platform.profiles.processor.apply import process_tenants, processor_group_stream, processor_stream
+from engagement_platform.profiles.processor.checks import evaluate_range_checks, raw_check_specs
 from engagement_platform.profiles.tables import PROFILE_PROGRESS
 from engagement_platform.resources import CoordinatorResource, KafkaResource, LakeResource, SparkResource
 from engagement_platform.settings import load_settings
@@ -52,25 +53,26 @@ def profile_raw(
     coordinator: CoordinatorResource,
 ) -> MaterializeResult:
     """Unified profiles of one tenant (one Delta table per tenant): one row per primary id, fields as a JSON
-    string, related ids of its identity-graph component; each run merges everything staged since the last."""
-    tenant = context.partition_key
-    result = tenant_locked(
+    string, related ids of its identity-graph component; each run merges everything staged since the last.
+    A run covers one tenant or a range of them (processor_group): one Spark pass, each tenant its own batch."""
+    tenants = list(context.partition_keys)
+    owner = f"{processor_group_stream(tenants)}/{context.run_id[:8]}"
+    results = tenant_locked(
         context,
         coordinator,
         spark,
-        tenant,
-        f"{processor_stream(tenant)}/{context.run_id[:8]}",
-        lambda: process_tenant(spark.spark_session, lake.lake, coordinator.checkpoints, tenant),
+        tenants,
+        owner,
+        lambda: process_tenants(spark.spark_session, lake.lake, coordinator.checkpoints, tenants),
     )
-    meta = result.metadata() if result is not None else {"tenant": tenant, "changes_read": 0}
-    if result is not None:
+    for tenant, result in results.items():
         report_table_commits(
             context,
             processor_stream(tenant),
             result.plan.batch_id,
             {k: v for k, v in result.versions.items() if k == PROFILE_PROGRESS.name},
         )
-    lag = tenant_lags(lake.lake, [tenant])[tenant]
+    lags = tenant_lags(lake.lake, tenants)
     try:  # the merge is committed: a broker away now costs the topic's lag figures, not a failed run
         cdc_lag = cdc_lag_metadata(
             kafka.client.watermarks(load_settings().profiles.cdc_topic), staged_offsets(lake.checkpoints)
@@ -79,17 +81,28 @@ def profile_raw(
         if unavailable_service(e) is None:
             raise
         cdc_lag = {"cdc_lag_unavailable": str(e)[:300]}
-    return MaterializeResult(
-        metadata={**meta, **lag.metadata(), **cdc_lag, **stranded_metadata(context)},
-        check_results=evaluate_raw_checks(lake.lake, tenant, lag),
-    )
+
+    def tenant_metadata(tenant: str) -> dict:
+        result = results.get(tenant)
+        return {**(result.metadata() if result else {"tenant": tenant, "changes_read": 0}), **lags[tenant].metadata()}
+
+    run_wide = {**cdc_lag, **stranded_metadata(context)}
+    if len(tenants) == 1:
+        metadata = {**tenant_metadata(tenants[0]), **run_wide}
+    else:  # each tenant partition's materialization carries its own figures; the run's are on every one
+        for tenant in tenants:
+            context.add_asset_metadata(tenant_metadata(tenant), partition_key=tenant)
+        metadata = {"tenants_in_run": len(tenants), "tenants_merged": len(results), **run_wide}
+    return MaterializeResult(metadata=metadata, check_results=evaluate_range_checks(lake.lake, lags))
 
 
-# Runs carry STREAM_TAG = profile_processor/<tenant> (from the sensor): one run per tenant at a time.
+# Runs carry STREAM_TAG = processor_group_stream(tenants) (from the sensor); the sensor never requests a tenant that a
+# run in flight covers, and the tenant locks keep two runs of one tenant apart in any case.
 profile_processor_job = define_asset_job(
     PROCESSOR_JOB,
     selection=AssetSelection.assets(RAW_ASSET, SEGMENTS_ASSET),
     partitions_def=profile_tenants,
     executor_def=in_process_executor,
-    description="Merge a tenant's staged CDC changes into its raw table, under the tenant lock, then evaluate its segments.",
+    description="Merge the staged CDC changes of a tenant, or of a range of tenants, into their raw tables under "
+    "the tenant locks, then evaluate their segments.",
 )

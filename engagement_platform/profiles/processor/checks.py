@@ -64,6 +64,32 @@ def evaluate_raw_checks(lake: DeltaLake, tenant: str, lag: TenantLag) -> list[As
     ]
 
 
+def evaluate_range_checks(lake: DeltaLake, lags: Mapping[str, TenantLag]) -> list[AssetCheckResult]:
+    """The raw checks of a run of several tenants: one result per check over all of them (Dagster keeps one
+    evaluation per check and run), passed when it passes for every tenant; the worst tenant and the sums as
+    metadata. A run of one tenant gets evaluate_raw_checks' results."""
+    if len(lags) == 1:
+        ((tenant, lag),) = lags.items()
+        return evaluate_raw_checks(lake, tenant, lag)
+    lag_outcome = every_tenant_lag(lags)
+    lag_outcome["metadata"] = {k: v for k, v in lag_outcome["metadata"].items() if not k.startswith(tuple(lags))}
+    counted = {tenant: duplicate_primary_ids(lake, tenant) for tenant in lags}
+    with_duplicates = sorted(t for t, (duplicates, _) in counted.items() if duplicates)
+    return [
+        AssetCheckResult(**{**lag_outcome, "check_name": REPLICATION_LAG_UNDER_THRESHOLD}),
+        AssetCheckResult(
+            check_name=NO_DUPLICATE_PRIMARY_IDS,
+            passed=not with_duplicates,
+            metadata={
+                "tenants": len(counted),
+                "duplicate_rows": sum(d for d, _ in counted.values()),
+                "rows": sum(r for _, r in counted.values()),
+                "tenants_with_duplicates": ", ".join(with_duplicates),
+            },
+        ),
+    ]
+
+
 def every_tenant_lag(lags: Mapping[str, TenantLag], threshold: float | None = None) -> dict:
     """The every-tenant lag check's outcome as AssetCheckResult / AssetCheckEvaluation keyword arguments:
     passed while no tenant lags more than the threshold; the worst lag and each tenant's figures as metadata."""

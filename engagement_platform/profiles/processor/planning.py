@@ -20,6 +20,11 @@ def processor_stream(tenant: str) -> str:
     return f"profile_processor/{validate_tenant(tenant)}"
 
 
+def processor_group_stream(tenants: list[str]) -> str:
+    """A run's stream: the tenant's, or "profile_processor/<first>..<last>" for a run of a range of tenants."""
+    return processor_stream(tenants[0]) if len(tenants) == 1 else f"{processor_stream(tenants[0])}..{tenants[-1]}"
+
+
 def processor_app_id(tenant: str) -> str:
     return f"profile.processor/{validate_tenant(tenant)}"
 
