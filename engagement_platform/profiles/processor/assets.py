@@ -9,6 +9,7 @@ from dagster import (
     AllPartitionMapping,
     AssetDep,
     AssetExecutionContext,
+    AssetMaterialization,
     AssetSelection,
     MaterializeResult,
     asset,
@@ -65,12 +66,26 @@ def profile_raw(
         owner,
         lambda: process_tenants(spark.spark_session, lake.lake, coordinator.checkpoints, tenants),
     )
-    for tenant, result in results.items():
+    if len(results) == 1:
+        ((tenant, result),) = results.items()
         report_table_commits(
             context,
             processor_stream(tenant),
             result.plan.batch_id,
             {k: v for k, v in result.versions.items() if k == PROFILE_PROGRESS.name},
+        )
+    elif results:  # the tenants' progress rows went in one commit: one materialization of the table says so
+        versions = {r.versions.get(PROFILE_PROGRESS.name) for r in results.values()} - {None}
+        context.log_event(
+            AssetMaterialization(
+                asset_key=PROFILE_PROGRESS.name,
+                description=f"{processor_group_stream(tenants)}: {len(results)} tenants' batches",
+                metadata={
+                    "tenants": len(results),
+                    "table_version": max(versions) if versions else "already committed",
+                    "stream": processor_group_stream(tenants),
+                },
+            )
         )
     lags = tenant_lags(lake.lake, tenants)
     try:  # the merge is committed: a broker away now costs the topic's lag figures, not a failed run

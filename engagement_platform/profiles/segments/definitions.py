@@ -330,6 +330,22 @@ def parse_segment(data: Any, source: str) -> tuple[Segment | None, list[str]]:
     return Segment(name, str(data.get("description") or ""), where, source), []
 
 
+PARSED: dict[tuple[str, int, int], tuple[Segment | None, list[str]]] = {}  # (path, mtime ns, size) -> parsed
+
+
+def parsed_file(path: Path) -> tuple[Segment | None, list[str]]:
+    """One definition file's segment and problems, parsed once per version of the file (a run of many tenants
+    loads the shared `all/` files once, not once per tenant)."""
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in PARSED:
+        try:
+            PARSED[key] = parse_segment(yaml.safe_load(path.read_text()), str(path))
+        except yaml.YAMLError as exc:
+            PARSED[key] = (None, [f"{path}: (top level): bad syntax: {str(exc).splitlines()[0]}"])
+    return PARSED[key]
+
+
 def load_segments(folder: str | Path, tenant: str | None = None) -> list[Segment]:
     """The segments of `tenant`: folder/all/*.yaml and folder/<tenant>/*.yaml (every tenant's folder when
     None, for a check at load). Raises SegmentError listing every problem of every file."""
@@ -344,12 +360,7 @@ def load_segments(folder: str | Path, tenant: str | None = None) -> list[Segment
     )
     segments, problems = [], []
     for path in sorted(p for d in dirs if d.is_dir() for p in d.glob("*.y*ml")):
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            problems.append(f"{path}: (top level): bad syntax: {str(exc).splitlines()[0]}")
-            continue
-        segment, found = parse_segment(data, str(path))
+        segment, found = parsed_file(path)
         problems += found
         if segment is not None:
             segments.append(segment)
