@@ -35,8 +35,8 @@ STAGING_ASSET = AssetKey(PROFILE_CDC_STAGING.name)
 RAW_ASSET = AssetKey("profile_raw")
 BACKFILL_ASSET = AssetKey("profile_backfill")
 SEGMENTS_ASSET = AssetKey("profile_segments")
-# A processor run merges a tenant's staged changes and then evaluates its segments in the same process (one
-# run per tenant per staging batch instead of two); the segments job alone follows the other raw writers.
+# A processor run merges its tenants' staged changes and then evaluates their segments in the same process (one
+# run per group of tenants and staging batch instead of two); the segments job alone follows the other raw writers.
 PROCESSOR_JOB = "profile_processor_job"
 SEGMENTS_JOB = "profile_segments_job"
 # One per tenant: the processor sensor adds a tenant when its first changes are staged.

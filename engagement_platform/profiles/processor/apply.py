@@ -11,7 +11,7 @@ commit   per tenant, the raw table's MERGE, then the progress row, then the chec
          stream). The tenant lock (ZooKeeper, `profile_raw/<tenant>`) wraps a call from the outside
          (profiles/locks.py: `with streams.batch.fenced(lease)`).
 
-`process_tenants` handles many tenants with one Spark pass (one run per tenant is `process_tenant`):
+`process_tenants` handles many tenants with one Spark pass (a processor run of a range of tenants):
 their plans are stored in one checkpoint commit, the MERGEs (one table each) run in parallel threads,
 and the progress rows and the checkpoint rows of all tenants go in one commit each, every row with its
 own txn.
