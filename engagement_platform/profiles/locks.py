@@ -69,7 +69,7 @@ def tenant_locks(
         for tenant in sorted(set(tenants)):
             held.append(coordinator.wait_for_lock(tenant_lock_name(tenant), owner, timeout_s, patience_s, on_wait))
         outer = active_lease()
-        fence = AllLeases(([outer] if outer is not None else []) + held)
+        fence = AllLeases(([outer] if outer is not None else []) + held, frozenset(lease.lock_name for lease in held))
         fence.waited_s = sum(lease.waited_s for lease in held)
         with fenced(fence):
             yield fence

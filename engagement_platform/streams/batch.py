@@ -65,12 +65,23 @@ class AllLeases:
     """Several held locks fencing one batch's commits (a batch that writes tables of several lock owners,
     e.g. an erasure across tenants): checked together before each commit, all named in its metadata."""
 
-    def __init__(self, leases: list[Lease]):
+    def __init__(self, leases: list[Lease], table_locks: frozenset[str] = frozenset()):
         self.leases = leases
+        # Locks each named after the one table they guard (a tenant's raw table): a commit of one of those tables
+        # is fenced by its own lock and the others' (not every table lock of a run of many tenants).
+        self.table_locks = table_locks
         self.token = ",".join(str(lease.token) for lease in leases)
         self.lock_name = ",".join(lease.lock_name for lease in leases)
         self.owner = ",".join(sorted({lease.owner for lease in leases}))
         self.waited_s = sum(lease.waited_s for lease in leases)  # each lock's wait (set by wait_for_lock)
+
+    def for_table(self, table: str) -> AllLeases:
+        """The leases fencing a commit of `table` alone: without the other tables' own locks."""
+        if table not in self.table_locks:
+            return self
+        return AllLeases(
+            [lease for lease in self.leases if lease.lock_name == table or lease.lock_name not in self.table_locks]
+        )
 
     def check(self) -> None:
         """Every lease holds: one round trip per ZooKeeper session, not one per lease."""
@@ -233,7 +244,8 @@ def _run_own_steps(
 ) -> None:
     def run(batch: Batch) -> None:
         step = _step(batch, position, CommitStep)
-        batch.outcomes[step.name] = step.commit(batch.txn(_fence(lease)), batch.outcomes)
+        own = lease.for_table(step.name) if isinstance(lease, AllLeases) else lease  # the step writes one table
+        batch.outcomes[step.name] = step.commit(batch.txn(_fence(own)), batch.outcomes)
         failpoint(batch.plan.stream, step.name)
 
     if len(batches) <= 1 or threads <= 1:

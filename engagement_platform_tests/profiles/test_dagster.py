@@ -282,11 +282,13 @@ def test_tenants_with_staged_changes_share_one_run_each_with_its_own_batch_and_m
         (merge,) = [
             c for c in lake.table(f"profile_raw/{tenant}").history() if c.get("app_id") == processor_app_id(tenant)
         ]
-        assert merge["lock_name"] == ",".join(f"profile_raw/{t}" for t in tenants)
+        assert merge["lock_name"] == f"profile_raw/{tenant}"  # its own lock fences a tenant's MERGE
     (progress_event,) = [
         e.materialization for e in ran.get_asset_materialization_events() if e.asset_key == AssetKey("profile_progress")
     ]
     assert values(progress_event.metadata)["tenants"] == 3  # one commit of the three progress rows, one event
+    (progress_commit,) = [c for c in lake.table("profile_progress").history() if "lock_name" in c]
+    assert progress_commit["lock_name"] == ",".join(f"profile_raw/{t}" for t in tenants)  # every tenant's row
     progress = lake.read("profile_progress").to_pylist()
     assert sorted(r["tenant"] for r in progress) == tenants
     assert "merged" in tick(profile_processor_sensor, instance, resources).skip_message
