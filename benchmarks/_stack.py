@@ -23,6 +23,9 @@ PORTS = {
 }
 
 
+START_ATTEMPTS = 8
+
+
 @contextmanager
 def bench_stack(name: str, servers: tuple[str, ...] = ("kafka", "spark")):
     """Start the servers fresh (state wiped), export the settings, yield the env; stop at the end."""
@@ -31,9 +34,19 @@ def bench_stack(name: str, servers: tuple[str, ...] = ("kafka", "spark")):
     subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop"], env=env, check=False, capture_output=True)
     subprocess.run(["rm", "-rf", str(state)], check=True)
     t0 = time.perf_counter()
-    subprocess.run(
-        ["bash", str(REPO / "scripts/stack.sh"), "start", *servers], env=env, check=True, capture_output=True
-    )
+    for attempt in range(START_ATTEMPTS):
+        # A busy machine's ephemeral client ports sometimes sit on the bench ports (TIME-WAIT), and a server then
+        # fails to bind; the socket clears within a minute.
+        start = subprocess.run(
+            ["bash", str(REPO / "scripts/stack.sh"), "start", *servers], env=env, check=False, capture_output=True
+        )
+        if start.returncode == 0:
+            break
+        subprocess.run(["bash", str(REPO / "scripts/stack.sh"), "stop"], env=env, check=False, capture_output=True)
+        if attempt == START_ATTEMPTS - 1:
+            start.check_returncode()
+        print(f"stack start failed (attempt {attempt + 1}), retrying in 15 s", flush=True)
+        time.sleep(15)
     started = time.perf_counter() - t0
     settings = {
         "EP_STATE_DIR": str(state),

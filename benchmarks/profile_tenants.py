@@ -15,6 +15,8 @@ the Spark Connect server and ZooKeeper over the round, and each tenant's lag (fr
 of the run that merged it). Keeping up: the processor's wall time per round under the minute the round stands for;
 cores busy: its CPU seconds over 60.
 
+Then each profile sensor's tick with nothing to do, over all the tenants (CPU ms of this process, median of 3).
+
 Baseline, in the same run: a round of changes for `--baseline-tenants` tenants processed with
 EP_PROFILE_TENANTS_PER_RUN=1 (a run per tenant, what the processor did before runs of many tenants), its CPU per
 tenant scaled to all tenants. Runs execute in this process, so the figures leave out each run's own process
@@ -158,6 +160,35 @@ class Platform:
         return len(requests), lags
 
 
+def idle_ticks(platform: Platform, ticks: int = 3) -> dict[str, float]:
+    """Each profile sensor's tick with nothing to do (every tenant merged and evaluated): median CPU ms of this
+    process over `ticks` ticks after a first one."""
+    from dagster import build_sensor_context
+
+    from engagement_platform.profiles.processor.sensors import profile_lag_sensor, profile_processor_sensor
+    from engagement_platform.profiles.segments.assets import profile_segments_sensor
+    from engagement_platform.profiles.segments.upkeep.assets import profile_segments_compaction_sensor
+
+    out = {}
+    for sensor in (
+        profile_processor_sensor,
+        profile_lag_sensor,
+        profile_segments_sensor,
+        profile_segments_compaction_sensor,
+    ):
+        cursor, spent = None, []
+        for _ in range(ticks + 1):
+            before = own_cpu()
+            with build_sensor_context(instance=platform.instance, resources=platform.resources, cursor=cursor) as ctx:
+                result = sensor(ctx)
+            spent.append(own_cpu() - before)
+            cursor = getattr(result, "cursor", None) or cursor
+            requested = getattr(result, "run_requests", None) or []
+            assert not requested, f"{sensor.name} found work on an idle lake: {requested[:3]}"
+        out[sensor.name] = round(1000 * statistics.median(spent[1:]), 1)
+    return out
+
+
 def round_of(platform: Platform, spark, tenants: list[str], round_no: int, pids: dict[str, int]) -> dict:
     platform.kafka.produce(TOPIC, changes(tenants, round_no))
     produced = time.perf_counter()
@@ -212,6 +243,9 @@ def main() -> None:
                 flush=True,
             )
 
+        ticks = idle_ticks(platform)
+        print(f"idle sensor ticks, CPU ms (median of 3): {ticks}", flush=True)
+
         os.environ["EP_PROFILE_TENANTS_PER_RUN"] = "1"
         few = tenants[: args.baseline_tenants]
         base = round_of(platform, spark, few, args.rounds + 1, pids)
@@ -241,6 +275,7 @@ def main() -> None:
         "cpu ratio baseline over grouped": round(base_per_tenant / per_tenant, 1),
         "baseline runs per minute, scaled": args.tenants,
         "baseline cores busy, scaled": round(base_per_tenant * args.tenants / CADENCE_S, 2),
+        **{f"idle tick cpu ms {name}": ms for name, ms in ticks.items()},
     }
     for k, v in result.items():
         print(f"{k}: {v}")

@@ -21,6 +21,7 @@ from deltalake.exceptions import TableNotFoundError
 from deltalake.table import FilterConjunctionType, TableMerger
 
 from engagement_platform.lake.schema_evolution import evolve
+from engagement_platform.lake.txn_log import TXN_LOG
 
 LOG_RETENTION = "delta.logRetentionDuration"
 HISTORY_ATTEMPTS = 20  # reads of a history that another writer's commit raced (history): each one is a fresh load
@@ -145,6 +146,13 @@ class DeltaLake:
     def table(self, name: str, version: int | None = None) -> DeltaTable:
         return DeltaTable(self.uri(name), version=version, storage_options=self.storage_options)
 
+    def txn_versions(self, name: str, table: DeltaTable) -> Callable[[str], int | None]:
+        """app id -> its txn version in the opened table (at the version it was loaded at): from the log read once
+        per version (txn_log), so asking for many batches costs one read; delta-rs's own answer when the log
+        cannot give an exact one."""
+        known = TXN_LOG.versions(self.uri(name), self.storage_options, table.version())
+        return table.transaction_version if known is None else known.get
+
     def history(self, name: str, limit: int | None = None, since: int | None = None) -> list[dict[str, Any]]:
         """The table's newest commit infos (all, the newest `limit`, or those from version `since` on), newest
         first, each with its true `version`.
@@ -202,9 +210,10 @@ class DeltaLake:
         already has are left out, so each is still written exactly once): (the version written, None when
         nothing was left; for each row, whether it was written)."""
         table = self.ensure(spec)
+        last_of = self.txn_versions(spec.name, table)
         fresh = []
         for txn, _ in rows:
-            last = table.transaction_version(txn.app_id)
+            last = last_of(txn.app_id)
             fresh.append(last is None or last < txn.version)
         todo = [(txn, row) for (txn, row), new in zip(rows, fresh) if new]
         if not todo:
@@ -269,7 +278,8 @@ class DeltaLake:
         if not self.exists(name):
             return found
         table = self.table(name)
-        wanted = {(app, v) for app, v in batches if (table.transaction_version(app) or -1) >= v}
+        last_of = self.txn_versions(name, table)
+        wanted = {(app, v) for app, v in batches if (last_of(app) or -1) >= v}
         for limit in (recent, None):
             missing = {b for b in wanted if found[b] is None}
             if not missing:
