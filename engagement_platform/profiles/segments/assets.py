@@ -28,6 +28,7 @@ from dagster import (
 )
 
 from engagement_platform.lake.delta import text_column
+from engagement_platform.lake.table_cache import TABLES
 from engagement_platform.orchestration.parts import Parts
 from engagement_platform.orchestration.runs import STREAM_TAG
 from engagement_platform.profiles.assets import (
@@ -154,12 +155,15 @@ def profile_segments_sensor(context: SensorEvaluationContext, lake: LakeResource
     run of the tenant (a processor run evaluates too) is in flight."""
     store, requests = lake.lake, []
     busy = tenants_in_flight(context.instance)
-    for tenant in context.instance.get_dynamic_partitions(profile_tenants.name):
-        if tenant in busy or not store.exists(raw_table_name(tenant)):
+    tenants = context.instance.get_dynamic_partitions(profile_tenants.name)
+    # One read of the checkpoint table for every tenant's last evaluation, and each raw table's version from its
+    # log's mark (table_cache: two small reads): a tick over a thousand idle tenants costs no table load.
+    latest = lake.checkpoints.latest_of([segments_stream(t) for t in tenants])
+    for tenant in tenants:
+        if tenant in busy or (current := TABLES.version(store, raw_table_name(tenant))) is None:
             continue
-        latest = lake.checkpoints.latest_plan(segments_stream(tenant))
-        evaluated = latest.slice_as(TableVersionsSlice).up_to if latest else -1
-        current = store.table(raw_table_name(tenant)).version()
+        plan, _ = latest[segments_stream(tenant)]
+        evaluated = plan.slice_as(TableVersionsSlice).up_to if plan else -1
         if current > evaluated:
             requests.append(
                 RunRequest(
