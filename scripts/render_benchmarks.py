@@ -47,6 +47,12 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         ".venv/bin/python benchmarks/profile_cdc.py",
         "profile CDC records staged and merged into 50 tenants' raw tables, against processing tenants one at a time.",
     ),
+    "profile_tenants": (
+        ".venv/bin/python benchmarks/profile_tenants.py",
+        "1,000 profile tenants with a change each per minute through the processor's sensor and runs on a real "
+        "Dagster instance: runs per minute, processor time and CPU per minute, each tenant's lag, and each profile "
+        "sensor's idle tick, against a run per tenant.",
+    ),
     "segments": (
         ".venv/bin/python benchmarks/segments.py",
         "1,000 segments over 1M profile rows, full and after 1% of identities changed, against one Spark SQL query "

@@ -333,8 +333,15 @@ class Coordinator:
         return contenders[0] if contenders else None
 
     def check_leases(self, leases: list[Lease]) -> None:
-        """Every one of this session's leases holds, or LeaseLost: as Lease.check, with one round trip for all
-        of them (their existence questions sent together), so a run holding many tenants' locks pays one."""
+        """Every one of this session's leases holds, or LeaseLost, with one round trip for all of them (their
+        existence questions sent together), so a run holding many tenants' locks pays one. A connection that is
+        only suspended (a server restart, a network blip) is waited out up to `reconnect_wait_s`: while the
+        session lives, ZooKeeper keeps our lock znodes and nobody else can hold the locks, so the same session back
+        with the znodes still ours proves the leases as well as an unbroken connection does. The wait may outlast
+        the session timeout: a server that restarts restores its sessions and gives each a full timeout again
+        from its start (without the wait, restarts longer than the 10 s session fail runs whose session comes
+        back), while a session the server did expire is reported as LOST on reconnection. A lost or replaced
+        session, or a znode that is gone, ends the wait at once."""
         deadline = time.monotonic() + self.reconnect_wait_s
         while True:
             unsure = self._check_many_once(leases)
@@ -345,9 +352,8 @@ class Coordinator:
             time.sleep(0.05)
 
     def _check_many_once(self, leases: list[Lease]) -> str | None:
-        """_check_once for several leases of this session, the znode questions in flight together."""
-        if len(leases) == 1:
-            return self._check_once(leases[0])
+        """None: every lease holds. A reason to ask again (not connected now, no answer); LeaseLost: one is gone.
+        The znode questions are in flight together."""
         client = self.client
         if client.state == KazooState.LOST:
             raise LeaseLost(f"{leases[0]}: ZooKeeper session lost")
@@ -368,39 +374,12 @@ class Coordinator:
         return None
 
     def _check(self, lease: Lease) -> None:
-        """The lease holds, or LeaseLost. A connection that is only suspended (a server restart, a network
-        blip) is waited out up to `reconnect_wait_s`: while the session lives, ZooKeeper keeps our lock
-        znode and nobody else can hold the lock, so the same session back with the znode still ours proves
-        the lease as well as an unbroken connection does. The wait may outlast the session timeout: a
-        server that restarts restores its sessions and gives each a full timeout again from its start
-        (without the wait, restarts longer than the 10 s session fail runs whose session comes back), while a
-        session the server did expire is reported as LOST on reconnection. A lost or replaced session,
-        or a znode that is gone, ends the wait at once."""
-        deadline = time.monotonic() + self.reconnect_wait_s
-        while True:
-            unsure = self._check_once(lease)
-            if unsure is None:
-                return
-            if time.monotonic() >= deadline:
-                raise LeaseLost(f"{lease}: {unsure} for {self.reconnect_wait_s:g}s")
-            time.sleep(0.05)
+        """The lease holds, or LeaseLost (check_leases of one)."""
+        self.check_leases([lease])
 
     def _check_once(self, lease: Lease) -> str | None:
         """None: the lease holds. A reason to ask again (not connected now, no answer); LeaseLost: it is gone."""
-        client = self.client
-        if client.state == KazooState.LOST:
-            raise LeaseLost(f"{lease}: ZooKeeper session lost")
-        if client.state != KazooState.CONNECTED:
-            return f"ZooKeeper session {client.state.lower()}"
-        if self._session_id() != lease.session_id:
-            raise LeaseLost(f"{lease}: session {lease.session_id:#x} expired (now {self._session_id() or 0:#x})")
-        try:
-            stat = client.exists_async(lease.path).get(timeout=OP_TIMEOUT_S)
-        except (KazooException, KazooTimeoutError) as e:
-            return f"cannot verify the lock ({type(e).__name__})"
-        if stat is None or stat.ephemeralOwner != lease.session_id:
-            raise LeaseLost(f"{lease}: lock znode {lease.path} is gone")
-        return None
+        return self._check_many_once([lease])
 
     def unlock(self, lease: Lease) -> None:
         """Delete our lock znode. If the server is away, remember it: the next lock() of this

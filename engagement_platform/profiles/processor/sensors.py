@@ -12,6 +12,8 @@ import json
 from itertools import takewhile
 
 from dagster import (
+    DagsterInstance,
+    DagsterRun,
     DagsterRunStatus,
     DefaultSensorStatus,
     RunRequest,
@@ -107,7 +109,9 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
     order = [*known, *new]  # a range's order: the partitions as added, the ones this tick adds last
     in_flight = {t for r in running for t in run_tenants(r.tags, known)} | tenants_in_flight(instance, (SEGMENTS_JOB,))
     retried = newest_failed((run_tenants(r.tags, known), r.status in FAILED) for r in latest_runs(instance))
-    requests, waiting, ready = [], [], []
+    requests: list[RunRequest] = []
+    waiting: list[str] = []
+    ready: list[str] = []
     for tenant in tenants:
         if tenant in in_flight:
             waiting.append(f"{tenant}: in flight" + (f" ({note})" if note else ""))
@@ -115,13 +119,19 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
             ready.append(tenant)
         else:
             request = retry_request(instance, tenant, progress.get(tenant, -1), current)
-            (requests if isinstance(request, RunRequest) else waiting).append(request)
+            if isinstance(request, RunRequest):
+                requests.append(request)
+            else:
+                waiting.append(request)
     for group in tenant_groups(ready, order, load_settings().profiles.tenants_per_run):
-        span = f"{min(progress.get(t, -1) for t in group)}-{current}"
         if len(group) == 1:  # a run of its own: its attempts are counted as a retry's
             request = retry_request(instance, group[0], progress.get(group[0], -1), current)
-            (requests if isinstance(request, RunRequest) else waiting).append(request)
+            if isinstance(request, RunRequest):
+                requests.append(request)
+            else:
+                waiting.append(request)
             continue
+        span = f"{min(progress.get(t, -1) for t in group)}-{current}"
         requests.append(
             RunRequest(
                 run_key=group_run_key(group, progress, current),
@@ -144,7 +154,7 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
     )
 
 
-def latest_runs(instance) -> list:
+def latest_runs(instance: DagsterInstance) -> list[DagsterRun]:
     """The processor's latest runs, newest first: the last RECENT_RUNS of any outcome and the last RECENT_RUNS
     failed ones (a paused tenant's failures stay in view while many healthy runs pass)."""
     job = RunsFilter(job_name=profile_processor_job.name)
@@ -163,7 +173,7 @@ def tenant_request(tenant: str, after: int, current: int, attempt: int, tags: di
     )
 
 
-def retry_request(instance, tenant: str, after: int, current: int) -> RunRequest | str:
+def retry_request(instance: DagsterInstance, tenant: str, after: int, current: int) -> RunRequest | str:
     """A run of its own for a tenant whose last run failed, or why none now: paused after MAX_ATTEMPTS
     failures on the same staging versions (lock give-ups and orphans are not the batch's fault), or backing off."""
     span = f"{after}-{current}"
