@@ -1,1 +1,1 @@
-"""Processor stream: per tenant, staged changes merged into the raw table under the tenant lock."""
+"""Processor stream: per tenant, staged changes merged into the raw table under the tenant lock; a run merges a group of tenants."""
