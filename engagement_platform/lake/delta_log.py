@@ -5,6 +5,7 @@ touched this commit's partitions) ask it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -59,3 +60,8 @@ def partition_values_touched(touched: Touched, column: str) -> set[str | None] |
     if touched.everything or any(column not in values for values in touched.files):
         return None
     return {values[column] for values in touched.files}
+
+
+def commit_digest(commit: bytes) -> bytes:
+    """A commit file's identity by content (a table replaced under the same path writes other content)."""
+    return hashlib.blake2b(commit, digest_size=16).digest()

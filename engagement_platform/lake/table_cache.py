@@ -31,7 +31,6 @@ the file systems its parent opened.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -42,7 +41,7 @@ import pyarrow.fs as pafs
 from deltalake.exceptions import TableNotFoundError
 
 from engagement_platform.lake.delta import DeltaLake
-from engagement_platform.lake.delta_log import PartitionScope, Touched, commit_touches
+from engagement_platform.lake.delta_log import PartitionScope, Touched, commit_digest, commit_touches
 from engagement_platform.lake.file_writes import filesystem
 
 T = TypeVar("T")
@@ -177,7 +176,7 @@ class TableCache:
         `mark` (its commit file replaced or gone, too many commits, one unreadable or not understood)."""
         touched, newest, version = Touched(), mark, mark.version
         try:
-            if _digest(_read(table, mark.version)) != mark.digest:
+            if commit_digest(_read(table, mark.version)) != mark.digest:
                 return None
             while (commit := _read_if_there(table, version + 1)) is not None:
                 if version - mark.version >= MAX_FORWARD:
@@ -185,9 +184,9 @@ class TableCache:
                 version += 1
                 if table.answers and not touched.everything:
                     commit_touches(commit, touched)
-                newest = LogMark(version, _digest(commit))
+                newest = LogMark(version, commit_digest(commit))
             # The marked commit once more: a table reset while the newer ones were read would have replaced it.
-            if version > mark.version and _digest(_read(table, mark.version)) != mark.digest:
+            if version > mark.version and commit_digest(_read(table, mark.version)) != mark.digest:
                 return None
         except Exception:  # noqa: BLE001 - a commit deleted, unreadable or not understood: a fresh read is exact
             return None
@@ -199,7 +198,7 @@ class TableCache:
     def _fresh_mark(table: _Table, lake: DeltaLake, name: str) -> LogMark | None:
         try:
             version = lake.table(name).version()
-            return LogMark(version, _digest(_read(table, version)))
+            return LogMark(version, commit_digest(_read(table, version)))
         except (TableNotFoundError, OSError):
             return None
 
@@ -220,10 +219,6 @@ def _read_if_there(table: _Table, version: int) -> bytes | None:
         return _read(table, version)
     except FileNotFoundError:
         return None
-
-
-def _digest(commit: bytes) -> bytes:
-    return hashlib.blake2b(commit, digest_size=16).digest()
 
 
 def _bound(entries: dict) -> None:

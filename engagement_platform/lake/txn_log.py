@@ -14,7 +14,6 @@ checkpoint, a commit file gone, a checkpoint newer than the version asked) gives
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
@@ -22,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
+
+from engagement_platform.lake.delta_log import commit_digest
 
 MAX_FORWARD = 256  # commits read to bring a kept answer forward; past that, start from the newest checkpoint
 MAX_TABLES = 256  # tables kept per process (the oldest go first)
@@ -69,7 +70,7 @@ class TxnLog:
                     return bytes(stream.readall())
 
             if known is not None and known.version <= version and version - known.version <= MAX_FORWARD:
-                if _digest(read(known.version)) != known.digest:
+                if commit_digest(read(known.version)) != known.digest:
                     known = None
             else:
                 known = None
@@ -82,11 +83,11 @@ class TxnLog:
                 commit = read(v)
                 commit_txns(commit, txns)
             if version > start:
-                digest = _digest(commit)
+                digest = commit_digest(commit)
             elif known is not None:
                 digest = known.digest
             else:
-                digest = _digest(read(version))
+                digest = commit_digest(read(version))
         except (OSError, ValueError, KeyError, NotFound):
             return None
         with self._lock:
@@ -120,10 +121,6 @@ def _from_checkpoint(fs: pafs.FileSystem, log: str, version: int) -> tuple[int, 
         if txn is not None:
             txns[txn["appId"]] = int(txn["version"])
     return checkpoint, txns
-
-
-def _digest(commit: bytes) -> bytes:
-    return hashlib.blake2b(commit, digest_size=16).digest()
 
 
 TXN_LOG = TxnLog()

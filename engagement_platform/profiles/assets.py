@@ -83,6 +83,19 @@ def tenants_in_flight(
     return {tenant for r in runs for tenant in run_tenants(r.tags, keys)}
 
 
+def tenants_metadata(
+    context: AssetExecutionContext, tenants: list[str], of_tenant: Callable[[str], dict], run_wide: dict
+) -> dict:
+    """The output metadata of a run's materializations of tenant partitions: a run of one tenant reports its
+    figures with the run's; a run of many gives each tenant partition its own figures (Dagster adds the returned
+    run-wide metadata to every partition's materialization)."""
+    if len(tenants) == 1:
+        return {**of_tenant(tenants[0]), **run_wide}
+    for tenant in tenants:
+        context.add_asset_metadata(of_tenant(tenant), partition_key=tenant)
+    return {"tenants_in_run": len(tenants), **run_wide}
+
+
 def tenant_locked(
     context: AssetExecutionContext,
     coordinator: CoordinatorResource,

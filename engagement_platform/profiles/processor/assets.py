@@ -29,6 +29,7 @@ from engagement_platform.profiles.assets import (
     cdc_lag_metadata,
     profile_tenants,
     tenant_locked,
+    tenants_metadata,
 )
 from engagement_platform.profiles.lag import staged_offsets, tenant_lags
 from engagement_platform.profiles.processor.apply import process_tenants, processor_group_stream, processor_stream
@@ -55,7 +56,7 @@ def profile_raw(
 ) -> MaterializeResult:
     """Unified profiles of one tenant (one Delta table per tenant): one row per primary id, fields as a JSON
     string, related ids of its identity-graph component; each run merges everything staged since the last.
-    A run covers one tenant or a range of them (processor_group): one Spark pass, each tenant its own batch."""
+    A run covers one tenant or a range of them (the sensor groups them): one Spark pass, each tenant its own batch."""
     tenants = list(context.partition_keys)
     owner = f"{processor_group_stream(tenants)}/{context.run_id[:8]}"
     results = tenant_locked(
@@ -102,13 +103,12 @@ def profile_raw(
         return {**(result.metadata() if result else {"tenant": tenant, "changes_read": 0}), **lags[tenant].metadata()}
 
     run_wide = {**cdc_lag, **stranded_metadata(context)}
-    if len(tenants) == 1:
-        metadata = {**tenant_metadata(tenants[0]), **run_wide}
-    else:  # each tenant partition's materialization carries its own figures; the run's are on every one
-        for tenant in tenants:
-            context.add_asset_metadata(tenant_metadata(tenant), partition_key=tenant)
-        metadata = {"tenants_in_run": len(tenants), "tenants_merged": len(results), **run_wide}
-    return MaterializeResult(metadata=metadata, check_results=evaluate_range_checks(lake.lake, lags))
+    if len(tenants) > 1:
+        run_wide["tenants_merged"] = len(results)
+    return MaterializeResult(
+        metadata=tenants_metadata(context, tenants, tenant_metadata, run_wide),
+        check_results=evaluate_range_checks(lake.lake, lags),
+    )
 
 
 # Runs carry STREAM_TAG = processor_group_stream(tenants) (from the sensor); the sensor never requests a tenant that a

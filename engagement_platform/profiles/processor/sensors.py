@@ -105,31 +105,33 @@ def profile_processor_sensor(context: SensorEvaluationContext, coordinator: Coor
     running = instance.get_runs(filters=RunsFilter(job_name=profile_processor_job.name, statuses=list(UNFINISHED)))
     running, note = reap_orphans(instance, running, coordinator)  # runs whose process is gone are failed here
     known = instance.get_dynamic_partitions(profile_tenants.name)
-    new = [t for t in tenants if t not in set(known)]
+    added = set(known)
+    new = [t for t in tenants if t not in added]
     order = [*known, *new]  # a range's order: the partitions as added, the ones this tick adds last
     in_flight = {t for r in running for t in run_tenants(r.tags, known)} | tenants_in_flight(instance, (SEGMENTS_JOB,))
     retried = newest_failed((run_tenants(r.tags, known), r.status in FAILED) for r in latest_runs(instance))
     requests: list[RunRequest] = []
     waiting: list[str] = []
     ready: list[str] = []
+
+    def alone(tenant: str) -> None:
+        """A run of the tenant alone, or why not now."""
+        request = retry_request(instance, tenant, progress.get(tenant, -1), current)
+        if isinstance(request, RunRequest):
+            requests.append(request)
+        else:
+            waiting.append(request)
+
     for tenant in tenants:
         if tenant in in_flight:
             waiting.append(f"{tenant}: in flight" + (f" ({note})" if note else ""))
         elif tenant not in retried:
             ready.append(tenant)
         else:
-            request = retry_request(instance, tenant, progress.get(tenant, -1), current)
-            if isinstance(request, RunRequest):
-                requests.append(request)
-            else:
-                waiting.append(request)
+            alone(tenant)
     for group in tenant_groups(ready, order, load_settings().profiles.tenants_per_run):
         if len(group) == 1:  # a run of its own: its attempts are counted as a retry's
-            request = retry_request(instance, group[0], progress.get(group[0], -1), current)
-            if isinstance(request, RunRequest):
-                requests.append(request)
-            else:
-                waiting.append(request)
+            alone(group[0])
             continue
         span = f"{min(progress.get(t, -1) for t in group)}-{current}"
         requests.append(

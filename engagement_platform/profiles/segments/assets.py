@@ -38,6 +38,7 @@ from engagement_platform.profiles.assets import (
     SEGMENTS_JOB,
     profile_tenants,
     tenants_in_flight,
+    tenants_metadata,
 )
 from engagement_platform.profiles.segments.apply import (
     evaluate_tenants,
@@ -104,12 +105,9 @@ def profile_segments(context: AssetExecutionContext, spark: SparkResource, lake:
             **({"tenants_checked": ", ".join(checked)} if len(tenants) > 1 else {}),
         },
     )
-    if len(tenants) == 1:
-        return MaterializeResult(metadata=tenant_metadata(tenants[0]), check_results=[check])
-    for tenant in tenants:
-        context.add_asset_metadata(tenant_metadata(tenant), partition_key=tenant)
+    run_wide = {"tenants_evaluated": len(results)} if len(tenants) > 1 else {}
     return MaterializeResult(
-        metadata={"tenants_in_run": len(tenants), "tenants_evaluated": len(results)}, check_results=[check]
+        metadata=tenants_metadata(context, tenants, tenant_metadata, run_wide), check_results=[check]
     )
 
 
